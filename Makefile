@@ -1,0 +1,47 @@
+# One obvious way to build. `make help` lists the targets.
+SHELL := /usr/bin/env bash
+GO ?= go
+BIN := $(CURDIR)/bin
+VERSION ?= 0.26.0
+LDFLAGS := -X github.com/iii-sandbox/iii/internal/version.Version=$(VERSION)
+GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
+# Binaries built into bin/ for the host.
+CMDS := iii
+
+.PHONY: help build test bench demo fmt vet fuzz setup setup-test cross clean
+
+help: ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
+
+build: ## Build every binary into bin/.
+	@mkdir -p $(BIN)
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/iii ./cmd/iii
+
+setup-test: ## Install what the tests need (idempotent): npm packages for SDK tests.
+	./scripts/setup-test.sh
+
+test: setup-test build vet cross ## Set up, build and run the whole test suite.
+	III_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 25m ./...
+
+bench: build ## Run the benchmark harnesses and print figures beside their floors.
+	./scripts/bench/run.sh
+
+demo: build ## Set up and run the main job end to end.
+	./scripts/demo.sh
+
+fmt: ## Format the code.
+	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
+
+vet: ## go vet and a gofmt check.
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+fuzz: ## Run every fuzz target for a short while.
+	./scripts/fuzz.sh
+
+cross: ## Cross-compile every binary for darwin/arm64 and linux/arm64.
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/...
+	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/...
+
+clean: ## Remove build outputs.
+	rm -rf $(BIN)
