@@ -1,0 +1,84 @@
+package images
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"gotest.tools/v3/assert"
+)
+
+// TestFlightOneWaiterLeaves: a waiter that gives up does not cancel the
+// install for the others; when the last one leaves, the install is
+// cancelled.
+func TestFlightOneWaiterLeaves(t *testing.T) {
+	var f flights
+	var calls atomic.Int32
+	release := make(chan struct{})
+	started := make(chan struct{})
+	fn := func(ctx context.Context, report func(Progress)) (*Image, error) {
+		calls.Add(1)
+		close(started)
+		report(Progress{Phase: PhasePulling, Done: 1, Total: 2})
+		select {
+		case <-release:
+			return &Image{Digest: "sha256:x"}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+
+	impatient, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := f.do(impatient, "k", nil, fn)
+		errc <- err
+	}()
+	<-started
+	patient := make(chan *Image, 1)
+	go func() {
+		img, err := f.do(context.Background(), "k", nil, fn)
+		assert.Check(t, err)
+		patient <- img
+	}()
+	// Wait until the second caller has joined the flight.
+	for {
+		f.mu.Lock()
+		n := 0
+		if fl := f.m["k"]; fl != nil {
+			n = fl.waiters
+		}
+		f.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		runtime.Gosched()
+	}
+	cancel()
+	assert.Assert(t, errors.Is(<-errc, context.Canceled))
+	close(release)
+	img := <-patient
+	assert.Equal(t, img.Digest, "sha256:x")
+	assert.Equal(t, calls.Load(), int32(1))
+	f.wait()
+
+	// Last waiter leaving cancels the work.
+	cctx, ccancel := context.WithCancel(context.Background())
+	workErr := make(chan error, 1)
+	enter := make(chan struct{})
+	go func() {
+		_, err := f.do(cctx, "k2", nil, func(ctx context.Context, _ func(Progress)) (*Image, error) {
+			close(enter)
+			<-ctx.Done()
+			workErr <- ctx.Err()
+			return nil, ctx.Err()
+		})
+		assert.Check(t, errors.Is(err, context.Canceled))
+	}()
+	<-enter
+	ccancel()
+	assert.Assert(t, errors.Is(<-workErr, context.Canceled))
+	f.wait()
+}

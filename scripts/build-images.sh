@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the sandbox preset images (python, node) from Debian packages and
+# installs them into the local OCI layout (~/.iii/cache/oci), named
+# docker.io/iiidev/python:latest and docker.io/iiidev/node:latest, so the
+# image store finds them with no registry access.
+#
+# Idempotent: a second run with unchanged inputs (recipes, apt package
+# lists, cached .debs) changes nothing and takes about a second.
+#
+# Usage: scripts/build-images.sh [-images python,node] [-layout DIR]
+#        [-cache DIR] [-check=false] [-force] [-q]
+# As root it also runs python3 / node in a chroot of each image (-check).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+
+for tool in apt-get dpkg-deb go; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "build-images: $tool is required (a Debian or Ubuntu host with Go)" >&2
+    exit 1
+  fi
+done
+
+# The closure is resolved from this host's package lists; fetch them once
+# if this machine never ran apt-get update.
+if ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then
+  echo "build-images: no apt package lists; running apt-get update"
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -q
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo apt-get update -q
+  else
+    echo "build-images: run 'apt-get update' as root first" >&2
+    exit 1
+  fi
+fi
+
+cd "$root"
+exec go run ./scripts/imagebuild "$@"
