@@ -8,7 +8,7 @@ GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 # Binaries built into bin/ for the host.
 CMDS := iii
 
-.PHONY: help build test bench demo fmt vet fuzz setup setup-test cross clean
+.PHONY: help build test bench demo fmt vet fuzz setup setup-test cross clean proto
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
@@ -42,6 +42,9 @@ fuzz: ## Run every fuzz target for a short while.
 cross: ## Cross-compile every binary for darwin/arm64 and linux/arm64.
 	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/...
 	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/...
+
+proto: ## Regenerate the gRPC code from contract/proto with pinned generators.
+	./scripts/proto.sh
 
 clean: ## Remove build outputs.
 	rm -rf $(BIN)
