@@ -1,0 +1,80 @@
+package sandboxkit
+
+import (
+	"time"
+)
+
+// reaper stops idle sandboxes every tick until stop is closed.
+func (m *Manager) reaper(tick time.Duration, stop <-chan struct{}) {
+	defer m.wg.Done()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			m.reapOnce(m.now())
+		}
+	}
+}
+
+// reapOnce stops every sandbox idle past its timeout at now. Idle time
+// counts from the later of the last operation and the provider's own
+// activity (relayed network payload). A sandbox with an operation in
+// flight is exempt until idle_timeout + max_exec_timeout + 60 s, which
+// only a leaked exec slot reaches. It returns the ids it reaped.
+func (m *Manager) reapOnce(now time.Time) []string {
+	m.mu.Lock()
+	if m.cfg == nil || m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	maxExec := durationOf(m.cfg.MaxExecTimeoutMS, time.Millisecond)
+	var live []*entry
+	for _, e := range m.sandboxes {
+		if !e.stopped {
+			live = append(live, e)
+		}
+	}
+	m.pruneLocked(now)
+	m.mu.Unlock()
+
+	// The provider's activity is read without the Manager's lock: it may
+	// look at files or sockets.
+	last := make(map[*entry]time.Time, len(live))
+	for _, e := range live {
+		last[e] = e.lastActivity()
+	}
+
+	var reaped []*entry
+	m.mu.Lock()
+	for _, e := range live {
+		// An operation may have started since the snapshot; its touch
+		// is newer than the snapshot's activity.
+		lastAct := last[e]
+		if t := time.Unix(0, e.lastOp.Load()); t.After(lastAct) {
+			lastAct = t
+		}
+		idle := now.Sub(lastAct)
+		busy := e.execs+e.ops > 0
+		due := !busy && idle > e.idleTimeout ||
+			busy && idle > addSat(addSat(e.idleTimeout, maxExec), busyGrace)
+		if due && m.markStoppedLocked(e, "reaped after "+idle.Truncate(time.Second).String()+" idle") {
+			reaped = append(reaped, e)
+			m.wg.Add(1)
+		}
+	}
+	m.mu.Unlock()
+
+	ids := make([]string, 0, len(reaped))
+	for _, e := range reaped {
+		ids = append(ids, e.id)
+		m.log.Info("reaping idle sandbox", "sandbox_id", e.id, "reason", e.stopReason)
+		go func() {
+			defer m.wg.Done()
+			m.stopQuietly(e.sb, "reaped")
+		}()
+	}
+	return ids
+}
