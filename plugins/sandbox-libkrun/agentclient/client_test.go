@@ -1,0 +1,575 @@
+//go:build linux
+
+package agentclient
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/guest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testPort behaves like the guest's virtio-console port: reads return EOF
+// while no host is attached, writes wait for one. It is the only fake
+// here; the agent server, executor and filesystem behind it are real.
+type testPort struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	conn   net.Conn
+	closed bool
+}
+
+func newTestPort() *testPort {
+	p := &testPort{}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+func (p *testPort) attach(c net.Conn) {
+	p.mu.Lock()
+	p.conn = c
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
+
+func (p *testPort) current() (net.Conn, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conn, p.closed
+}
+
+func (p *testPort) Read(b []byte) (int, error) {
+	c, closed := p.current()
+	if closed {
+		return 0, net.ErrClosed
+	}
+	if c == nil {
+		return 0, io.EOF
+	}
+	n, err := c.Read(b)
+	if err != nil {
+		p.mu.Lock()
+		if p.conn == c {
+			p.conn = nil
+		}
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			return n, net.ErrClosed
+		}
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (p *testPort) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	for p.conn == nil && !p.closed {
+		p.cond.Wait()
+	}
+	c, closed := p.conn, p.closed
+	p.mu.Unlock()
+	if closed {
+		return 0, net.ErrClosed
+	}
+	return c.Write(b)
+}
+
+func (p *testPort) close() {
+	p.mu.Lock()
+	p.closed = true
+	c := p.conn
+	p.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+	p.cond.Broadcast()
+}
+
+// socketPair returns two connected unix stream sockets, buffered like the
+// real chardev socket.
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	assert.NilError(t, err)
+	conv := func(fd int) net.Conn {
+		f := os.NewFile(uintptr(fd), "sock")
+		c, err := net.FileConn(f)
+		assert.NilError(t, err)
+		_ = f.Close()
+		return c
+	}
+	return conv(fds[0]), conv(fds[1])
+}
+
+type fakeNet struct{ got chan agentproto.NetRequest }
+
+func (f *fakeNet) Configure(_ context.Context, req *agentproto.NetRequest) (*agentproto.NetResult, error) {
+	f.got <- *req
+	if req.Interface == "bad0" {
+		return nil, errors.New("no such interface")
+	}
+	return &agentproto.NetResult{Interface: "eth0", Address: "10.0.2.15/24"}, nil
+}
+
+type agentEnv struct {
+	port     *testPort
+	root     string
+	poweroff chan struct{}
+	net      *fakeNet
+}
+
+// startAgent runs a real guest server over a testPort with its root in a
+// temporary directory.
+func startAgent(t *testing.T) *agentEnv {
+	t.Helper()
+	env := &agentEnv{port: newTestPort(), root: t.TempDir(), poweroff: make(chan struct{}, 1),
+		net: &fakeNet{got: make(chan agentproto.NetRequest, 1)}}
+	srv := &guest.Server{
+		Port:     env.port,
+		Exec:     &guest.Executor{Waiter: guest.PIDWaiter{}, DrainGrace: 100 * time.Millisecond},
+		FS:       &guest.FS{Root: env.root},
+		Net:      env.net,
+		PowerOff: func() error { env.poweroff <- struct{}{}; return nil },
+		Hello:    agentproto.Hello{Version: "test", Arch: "amd64", Root: "initramfs"},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		env.port.close()
+		<-done
+	})
+	return env
+}
+
+func (e *agentEnv) connect(t *testing.T) *Client {
+	t.Helper()
+	a, b := socketPair(t)
+	e.port.attach(a)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := New(ctx, b, Options{})
+	assert.NilError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestHandshake(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	h := c.Hello()
+	assert.Equal(t, h.Role, agentproto.RoleAgent)
+	assert.Equal(t, h.ProtocolMajor, agentproto.ProtocolMajor)
+	assert.Equal(t, h.Version, "test")
+	assert.DeepEqual(t, h.Capabilities, agentproto.AllCapabilities())
+}
+
+func TestExecOverTheProtocol(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	ctx := context.Background()
+
+	res, err := c.Exec(ctx, ExecRequest{Argv: []string{"echo", "hi"}})
+	assert.NilError(t, err)
+	assert.Equal(t, string(res.Stdout), "hi\n")
+	assert.Equal(t, res.ExitCode, 0)
+	assert.Assert(t, res.PID > 0)
+
+	res, err = c.Exec(ctx, ExecRequest{Argv: []string{"no-such-program"}})
+	assert.NilError(t, err)
+	assert.Equal(t, res.ExitCode, 127)
+
+	res, err = c.Exec(ctx, ExecRequest{Argv: []string{"sh", "-c", "sleep 100"}, Timeout: 200 * time.Millisecond})
+	assert.NilError(t, err)
+	assert.Assert(t, res.TimedOut)
+	assert.Equal(t, res.ExitCode, 137)
+
+	// 3 MiB through cat: stdin and stdout both outgrow one window.
+	in := bytes.Repeat([]byte("stdin-data-"), 300000)
+	res, err = c.Exec(ctx, ExecRequest{Argv: []string{"cat"}, Stdin: bytes.NewReader(in), MaxOutputBytes: 4 << 20})
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(res.Stdout, in), "got %d bytes", len(res.Stdout))
+
+	res, err = c.Exec(ctx, ExecRequest{Argv: []string{"sh", "-c", "head -c 2000000 /dev/zero"}})
+	assert.NilError(t, err)
+	assert.Equal(t, len(res.Stdout), agentproto.DefaultMaxOutput)
+	assert.Assert(t, res.StdoutTruncated)
+}
+
+func TestConcurrentOperations(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%3 == 0 {
+				p := fmt.Sprintf("/f%d", i)
+				data := bytes.Repeat([]byte{byte(i)}, 200000+i)
+				_, err := c.WriteFile(ctx, &agentproto.FSRequest{Path: p}, bytes.NewReader(data))
+				if !assert.Check(t, err) {
+					return
+				}
+				var buf bytes.Buffer
+				_, _, err = c.ReadFileTo(ctx, p, &buf)
+				assert.Check(t, err)
+				assert.Check(t, bytes.Equal(buf.Bytes(), data))
+				return
+			}
+			res, err := c.Exec(ctx, ExecRequest{Argv: []string{"sh", "-c", "echo $0", strconv.Itoa(i)}})
+			if assert.Check(t, err) {
+				assert.Check(t, string(res.Stdout) == strconv.Itoa(i)+"\n", string(res.Stdout))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestStreamedFileRoundTrip(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	ctx := context.Background()
+	data := make([]byte, 10<<20)
+	for i := range data {
+		data[i] = byte(i * 7 / 13)
+	}
+	wres, err := c.WriteFile(ctx, &agentproto.FSRequest{Path: "/big/file.bin", Parents: true, Mode: "0600"}, bytes.NewReader(data))
+	assert.NilError(t, err)
+	assert.Equal(t, wres.BytesWritten, int64(len(data)))
+	assert.Equal(t, wres.Path, "/big/file.bin")
+
+	meta, r, err := c.ReadFile(ctx, "/big/file.bin")
+	assert.NilError(t, err)
+	assert.Equal(t, meta.Size, int64(len(data)))
+	assert.Equal(t, meta.Mode, "0600")
+	// A slow reader with a small buffer: flow control must hold the agent
+	// back rather than buffer the file here.
+	h := sha256.New()
+	buf := make([]byte, 3000)
+	for {
+		n, err := r.Read(buf)
+		h.Write(buf[:n])
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		assert.NilError(t, err)
+	}
+	assert.NilError(t, r.Close())
+	want := sha256.Sum256(data)
+	assert.Equal(t, fmt.Sprintf("%x", h.Sum(nil)), fmt.Sprintf("%x", want[:]))
+}
+
+func TestFSErrorsCrossTheWire(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	ctx := context.Background()
+
+	_, err := c.WriteFile(ctx, &agentproto.FSRequest{Path: "/a/b/c.txt"}, strings.NewReader("x"))
+	var ae *agentproto.Error
+	assert.Assert(t, errors.As(err, &ae), "%v", err)
+	assert.Equal(t, ae.Code, agentproto.CodeFSNotFound)
+	assert.Assert(t, ae.ParentMissing)
+
+	_, _, err = c.ReadFile(ctx, "/missing")
+	assert.Assert(t, errors.As(err, &ae))
+	assert.Equal(t, ae.Code, agentproto.CodeFSNotFound)
+
+	_, err = c.Ls(ctx, "/nope")
+	assert.Assert(t, errors.As(err, &ae))
+	assert.Equal(t, ae.Code, agentproto.CodeFSNotFound)
+
+	// A source that fails midway aborts the write; nothing is left behind.
+	_, err = c.WriteFile(ctx, &agentproto.FSRequest{Path: "/partial.txt"}, io.MultiReader(bytes.NewReader(make([]byte, 300000)), failingReader{}))
+	assert.Assert(t, errors.As(err, &ae), "%v", err)
+	assert.Equal(t, ae.Code, agentproto.CodeFSAborted)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		des, _ := os.ReadDir(env.root)
+		if len(des) == 0 {
+			return poll.Success()
+		}
+		return poll.Continue("files left: %v", des)
+	})
+
+	// Typed helpers for the remaining ops.
+	_, err = c.Mkdir(ctx, "/d/e", "", true)
+	assert.NilError(t, err)
+	_, err = c.WriteFile(ctx, &agentproto.FSRequest{Path: "/d/e/x.txt"}, strings.NewReader("needle here\n"))
+	assert.NilError(t, err)
+	st, err := c.Stat(ctx, "/d/e/x.txt")
+	assert.NilError(t, err)
+	assert.Equal(t, st.Size, int64(12))
+	g, err := c.Grep(ctx, &agentproto.FSRequest{Path: "/d", Pattern: "needle"})
+	assert.NilError(t, err)
+	assert.Equal(t, len(g.Matches), 1)
+	s, err := c.Sed(ctx, &agentproto.FSRequest{Path: "/d", Pattern: "needle", Replacement: ptr("pin")})
+	assert.NilError(t, err)
+	assert.Equal(t, s.TotalReplacements, 1)
+	ch, err := c.Chmod(ctx, &agentproto.FSRequest{Path: "/d", Mode: "0700", Recursive: ptr(true)})
+	assert.NilError(t, err)
+	assert.Equal(t, ch.Updated, int64(3))
+	_, err = c.Mv(ctx, "/d/e/x.txt", "/d/y.txt", false)
+	assert.NilError(t, err)
+	ls, err := c.Ls(ctx, "/d")
+	assert.NilError(t, err)
+	assert.Equal(t, len(ls.Entries), 2)
+	_, err = c.Rm(ctx, "/d", true)
+	assert.NilError(t, err)
+	err = c.FS(ctx, &agentproto.FSRequest{Op: agentproto.OpWrite, Path: "/x"}, nil)
+	assert.Assert(t, errors.As(err, &ae))
+	assert.Equal(t, ae.Code, agentproto.CodeFSInvalid)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }
+
+func TestLargeResultIsSplitIntoParts(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	line := strings.Repeat("match ", 100) + "\n"
+	assert.NilError(t, os.WriteFile(filepath.Join(env.root, "many.txt"), []byte(strings.Repeat(line, 5000)), 0o644))
+	g, err := c.Grep(context.Background(), &agentproto.FSRequest{Path: "/many.txt", Pattern: "match"})
+	assert.NilError(t, err)
+	assert.Equal(t, len(g.Matches), 5000) // about 3 MiB of JSON
+}
+
+func TestCancelKillsTheExec(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	pidFile := filepath.Join(env.root, "pid")
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, ExecRequest{Argv: []string{"sh", "-c", "echo $$ > " + pidFile + "; exec sleep 100"}})
+		errc <- err
+	}()
+	var pid int
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		b, err := os.ReadFile(pidFile)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return poll.Continue("no pid yet")
+		}
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return poll.Success()
+	})
+	cancel()
+	assert.ErrorIs(t, <-errc, context.Canceled)
+	poll.WaitOn(t, processGone(pid))
+	// The connection stays usable.
+	res, err := c.Exec(context.Background(), ExecRequest{Argv: []string{"true"}})
+	assert.NilError(t, err)
+	assert.Equal(t, res.ExitCode, 0)
+}
+
+func processGone(pid int) func(poll.LogT) poll.Result {
+	return func(poll.LogT) poll.Result {
+		st, err := guest.ReadProcStat(pid)
+		if err != nil || st.State == 'Z' {
+			return poll.Success()
+		}
+		return poll.Continue("process %d still %c", pid, st.State)
+	}
+}
+
+// TestReconnect: a host that goes away mid-exec has its processes killed;
+// the next connection gets a fresh hello and works, even when the old
+// host left half a frame behind.
+func TestReconnect(t *testing.T) {
+	env := startAgent(t)
+	c1 := env.connect(t)
+	pidFile := filepath.Join(env.root, "pid")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c1.Exec(context.Background(), ExecRequest{Argv: []string{"sh", "-c", "echo $$ > " + pidFile + "; exec sleep 100"}})
+		errc <- err
+	}()
+	var pid int
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		b, err := os.ReadFile(pidFile)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return poll.Continue("no pid yet")
+		}
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return poll.Success()
+	})
+	// Half a frame, then the host vanishes.
+	half, _ := agentproto.AppendFrame(nil, agentproto.Frame{Kind: agentproto.KindControl, Stream: 99, Payload: []byte(`{"type":"exec","argv":["true"]}`)})
+	assert.NilError(t, c1.write(agentproto.Frame{Kind: agentproto.KindStdin, Stream: 1, Payload: []byte("x")}))
+	c1.wmu.Lock()
+	_, _ = c1.conn.Write(half[:12])
+	c1.wmu.Unlock()
+	assert.NilError(t, c1.Close())
+	var ae *agentproto.Error
+	assert.Assert(t, errors.As(<-errc, &ae))
+	assert.Equal(t, ae.Code, agentproto.CodeDisconnected)
+	poll.WaitOn(t, processGone(pid))
+
+	c2 := env.connect(t)
+	res, err := c2.Exec(context.Background(), ExecRequest{Argv: []string{"echo", "again"}})
+	assert.NilError(t, err)
+	assert.Equal(t, string(res.Stdout), "again\n")
+}
+
+func TestNetAndShutdown(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	ctx := context.Background()
+	res, err := c.ConfigureNetwork(ctx, agentproto.NetRequest{DNS: []string{"10.0.2.3"}})
+	assert.NilError(t, err)
+	assert.Equal(t, res.Address, "10.0.2.15/24")
+	assert.DeepEqual(t, <-env.net.got, agentproto.NetRequest{DNS: []string{"10.0.2.3"}})
+
+	_, err = c.ConfigureNetwork(ctx, agentproto.NetRequest{Interface: "bad0"})
+	var ae *agentproto.Error
+	assert.Assert(t, errors.As(err, &ae))
+	assert.Equal(t, ae.Code, agentproto.CodeNetFailed)
+	<-env.net.got
+
+	assert.NilError(t, c.Shutdown(ctx))
+	select {
+	case <-env.poweroff:
+	case <-time.After(10 * time.Second):
+		t.Fatal("power off not called")
+	}
+}
+
+// fakeAgent answers the handshake with a chosen hello, to test what the
+// client does with agents of other versions.
+func fakeAgent(t *testing.T, conn net.Conn, h agentproto.Hello, junk []byte) {
+	t.Helper()
+	go func() {
+		br := bufio.NewReader(conn)
+		if agentproto.SkipToMagic(br) != nil {
+			return
+		}
+		f, err := agentproto.ReadFrame(br)
+		if err != nil {
+			return
+		}
+		mine, err := agentproto.DecodeHello(f.Payload)
+		if err != nil {
+			return
+		}
+		h.Nonce = mine.Nonce
+		p, _ := json.Marshal(h)
+		out := append(append([]byte{}, junk...), agentproto.Magic...)
+		out, _ = agentproto.AppendFrame(out, agentproto.Frame{Kind: agentproto.KindHello, Payload: p})
+		_, _ = conn.Write(out)
+		_, _ = io.Copy(io.Discard, conn)
+	}()
+}
+
+func TestVersionAndCapabilities(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	a, b := socketPair(t)
+	fakeAgent(t, a, agentproto.Hello{Role: agentproto.RoleAgent, ProtocolMajor: 2, ProtocolMinor: 0}, nil)
+	_, err := New(ctx, b, Options{})
+	var ae *agentproto.Error
+	assert.Assert(t, errors.As(err, &ae), "%v", err)
+	assert.Equal(t, ae.Code, agentproto.CodeProtocolMismatch)
+	_ = a.Close()
+
+	// A newer minor with fewer capabilities: connects, and only the
+	// missing operations fail, without reaching the agent.
+	a, b = socketPair(t)
+	stale := append(make([]byte, 0, 40), bytes.Repeat([]byte{0x00, 0xa5, 'i'}, 10)...)
+	fakeAgent(t, a, agentproto.Hello{Role: agentproto.RoleAgent, ProtocolMajor: 1, ProtocolMinor: 9,
+		Capabilities: []string{agentproto.CapExec, "teleport"}}, stale)
+	c, err := New(ctx, b, Options{})
+	assert.NilError(t, err)
+	_, err = c.Sed(ctx, &agentproto.FSRequest{Path: "/", Pattern: "a", Replacement: ptr("b")})
+	assert.Assert(t, errors.As(err, &ae))
+	assert.Equal(t, ae.Code, agentproto.CodeFSUnsupported)
+	err = c.Shutdown(ctx)
+	assert.Assert(t, errors.As(err, &ae))
+	assert.Equal(t, ae.Code, agentproto.CodeUnsupported)
+	assert.NilError(t, c.Close())
+	_ = a.Close()
+
+	// No hello at all: the handshake ends with ctx.
+	a, b = socketPair(t)
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	_, err = New(short, b, Options{})
+	assert.Assert(t, errors.As(err, &ae))
+	assert.Equal(t, ae.Code, agentproto.CodeDisconnected)
+	_ = a.Close()
+}
+
+type bogus struct{}
+
+func (*bogus) MessageType() string { return "frobnicate" }
+
+func TestUnknownRequestIsRefused(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	st, err := c.open(&bogus{}, nil, nil)
+	assert.NilError(t, err)
+	_, err = st.wait(context.Background())
+	var ae *agentproto.Error
+	assert.Assert(t, errors.As(err, &ae))
+	assert.Equal(t, ae.Code, agentproto.CodeUnsupported)
+}
+
+func TestDialRetriesUntilTheSocketExists(t *testing.T) {
+	env := startAgent(t)
+	sock := filepath.Join(t.TempDir(), "exec.sock")
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			return
+		}
+		defer l.Close()
+		conn, err := l.Accept()
+		if err != nil {
+			return
+		}
+		env.port.attach(conn)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, sock, Options{})
+	assert.NilError(t, err)
+	defer c.Close()
+	res, err := c.Exec(ctx, ExecRequest{Argv: []string{"true"}})
+	assert.NilError(t, err)
+	assert.Equal(t, res.ExitCode, 0)
+
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancelShort()
+	_, err = Dial(short, filepath.Join(t.TempDir(), "never.sock"), Options{})
+	var ae *agentproto.Error
+	assert.Assert(t, errors.As(err, &ae))
+	assert.Equal(t, ae.Code, agentproto.CodeDisconnected)
+}

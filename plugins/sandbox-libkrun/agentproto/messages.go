@@ -1,0 +1,394 @@
+package agentproto
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Message types, the "type" tag of a control message.
+const (
+	// Host → guest. The first message on a stream opens it.
+	TypeExec     = "exec"
+	TypeFS       = "fs"
+	TypeNet      = "net"
+	TypeShutdown = "shutdown"
+	TypeCancel   = "cancel" // on an open stream: stop the operation
+	// Guest → host.
+	TypeStarted = "started" // exec: the process runs
+	TypeExit    = "exit"    // exec: terminal
+	TypeMeta    = "meta"    // fs read: size/mode/mtime before the data
+	TypeResult  = "result"  // fs, net, shutdown: terminal
+	TypeError   = "error"   // any operation: terminal
+)
+
+// Message is any control message.
+type Message interface {
+	MessageType() string
+}
+
+// ExecRequest runs one program. It is not a shell: argv is passed to execve
+// as is, after argv[0] is looked up in the PATH of Env.
+type ExecRequest struct {
+	Argv []string `json:"argv"`
+	// Env is the complete environment as "K=V" entries. When it has no PATH,
+	// the agent adds DefaultPath.
+	Env     []string `json:"env,omitempty"`
+	Workdir string   `json:"workdir,omitempty"` // default "/"
+	// TimeoutMS kills the process group after this long; 0 means none.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Stdin true means KindStdin frames follow (ended by an empty one);
+	// false connects the process's standard input to /dev/null.
+	Stdin bool `json:"stdin,omitempty"`
+	// MaxOutputBytes caps each of stdout and stderr; 0 means
+	// DefaultMaxOutput. Output past the cap is read and dropped.
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+}
+
+// Exec defaults and limits.
+const (
+	DefaultPath      = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	DefaultMaxOutput = 1 << 20
+	MaxOutputLimit   = 64 << 20
+)
+
+// Started reports the pid of an exec'd process.
+type Started struct {
+	PID int `json:"pid"`
+}
+
+// ExitStatus ends an exec stream. ExitCode follows the shell convention:
+// 127 program not found, 126 not executable, 128+N killed by signal N.
+type ExitStatus struct {
+	ExitCode        int   `json:"exit_code"`
+	Signal          int   `json:"signal,omitempty"`
+	TimedOut        bool  `json:"timed_out,omitempty"`
+	Canceled        bool  `json:"canceled,omitempty"`
+	StdoutTruncated bool  `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool  `json:"stderr_truncated,omitempty"`
+	DurationUS      int64 `json:"duration_us"` // fork to exit, measured in the guest
+}
+
+// FS operation names (FSRequest.Op), as in sandbox::fs::<op>.
+const (
+	OpLs    = "ls"
+	OpStat  = "stat"
+	OpMkdir = "mkdir"
+	OpWrite = "write"
+	OpRead  = "read"
+	OpRm    = "rm"
+	OpChmod = "chmod"
+	OpMv    = "mv"
+	OpGrep  = "grep"
+	OpSed   = "sed"
+)
+
+// FSRequest is one filesystem operation: the union of every op's fields.
+// Pointer fields are optional with op-specific defaults (recursive is true
+// for grep and sed, false for rm and chmod).
+type FSRequest struct {
+	Op          string   `json:"op"`
+	Path        string   `json:"path,omitempty"`
+	Mode        string   `json:"mode,omitempty"` // octal, e.g. "0644"
+	Parents     bool     `json:"parents,omitempty"`
+	Recursive   *bool    `json:"recursive,omitempty"`
+	UID         *int     `json:"uid,omitempty"`
+	GID         *int     `json:"gid,omitempty"`
+	Src         string   `json:"src,omitempty"`
+	Dst         string   `json:"dst,omitempty"`
+	Overwrite   bool     `json:"overwrite,omitempty"`
+	Pattern     string   `json:"pattern,omitempty"`
+	Replacement *string  `json:"replacement,omitempty"`
+	Regex       *bool    `json:"regex,omitempty"`
+	FirstOnly   bool     `json:"first_only,omitempty"`
+	IgnoreCase  bool     `json:"ignore_case,omitempty"`
+	IncludeGlob []string `json:"include_glob,omitempty"`
+	ExcludeGlob []string `json:"exclude_glob,omitempty"`
+	Files       []string `json:"files,omitempty"`
+	// MaxMatches and MaxLineBytes bound grep; 0 means the default.
+	MaxMatches   int `json:"max_matches,omitempty"`
+	MaxLineBytes int `json:"max_line_bytes,omitempty"`
+}
+
+// grep defaults, from the sandbox contract.
+const (
+	DefaultMaxMatches   = 10000
+	DefaultMaxLineBytes = 4096
+)
+
+// FileMeta precedes the data of an fs read.
+type FileMeta struct {
+	Size  int64  `json:"size"`
+	Mode  string `json:"mode"`
+	Mtime int64  `json:"mtime"`
+}
+
+// Result ends an fs, net or shutdown stream successfully. Body is the
+// op-specific result (LsResult, FsEntry, ...).
+type Result struct {
+	Op   string          `json:"op,omitempty"`
+	Body json.RawMessage `json:"body,omitempty"`
+}
+
+// NetRequest configures the guest's network. Empty fields take the QEMU
+// user-network defaults.
+type NetRequest struct {
+	Interface string   `json:"interface,omitempty"` // default "eth0"
+	Address   string   `json:"address,omitempty"`   // CIDR, default "10.0.2.15/24"
+	Gateway   string   `json:"gateway,omitempty"`   // default "10.0.2.2"
+	DNS       []string `json:"dns,omitempty"`       // default ["10.0.2.3"]
+	Hostname  string   `json:"hostname,omitempty"`
+}
+
+// ShutdownRequest powers the VM off once the guest has replied.
+type ShutdownRequest struct{}
+
+// Cancel asks the guest to stop the operation on this stream. An exec's
+// process group is killed; the stream still ends with its terminal message.
+type Cancel struct{}
+
+// Op-specific result bodies. Field names follow the sandbox contract.
+type (
+	FsEntry struct {
+		Name      string `json:"name"`
+		IsDir     bool   `json:"is_dir"`
+		Size      int64  `json:"size"`
+		Mode      string `json:"mode"`
+		Mtime     int64  `json:"mtime"`
+		IsSymlink bool   `json:"is_symlink"`
+	}
+	LsResult struct {
+		Entries []FsEntry `json:"entries"`
+	}
+	MkdirResult struct {
+		Created bool `json:"created"`
+	}
+	WriteResult struct {
+		BytesWritten int64  `json:"bytes_written"`
+		Path         string `json:"path"`
+	}
+	ReadResult struct {
+		BytesRead int64 `json:"bytes_read"`
+	}
+	RmResult struct {
+		Removed bool `json:"removed"`
+	}
+	ChmodResult struct {
+		Updated int64 `json:"updated"`
+	}
+	MvResult struct {
+		Moved bool `json:"moved"`
+	}
+	GrepMatch struct {
+		Path    string `json:"path"`
+		Line    int    `json:"line"`
+		Content string `json:"content"`
+	}
+	GrepResult struct {
+		Matches   []GrepMatch `json:"matches"`
+		Truncated bool        `json:"truncated"`
+	}
+	SedFileResult struct {
+		Path         string `json:"path"`
+		Replacements int    `json:"replacements"`
+		Success      bool   `json:"success"`
+		Error        string `json:"error,omitempty"`
+	}
+	SedResult struct {
+		Results           []SedFileResult `json:"results"`
+		TotalReplacements int             `json:"total_replacements"`
+	}
+	NetResult struct {
+		Interface string `json:"interface"`
+		Address   string `json:"address"`
+	}
+)
+
+func (*ExecRequest) MessageType() string     { return TypeExec }
+func (*FSRequest) MessageType() string       { return TypeFS }
+func (*NetRequest) MessageType() string      { return TypeNet }
+func (*ShutdownRequest) MessageType() string { return TypeShutdown }
+func (*Cancel) MessageType() string          { return TypeCancel }
+func (*Started) MessageType() string         { return TypeStarted }
+func (*ExitStatus) MessageType() string      { return TypeExit }
+func (*FileMeta) MessageType() string        { return TypeMeta }
+func (*Result) MessageType() string          { return TypeResult }
+func (*Error) MessageType() string           { return TypeError }
+
+// ErrUnknownMessage is wrapped by DecodeMessage for a well-formed message
+// whose type this version does not know.
+var ErrUnknownMessage = errors.New("unknown message type")
+
+// EncodeMessage returns the JSON of m with its "type" tag first.
+func EncodeMessage(m Message) ([]byte, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("agentproto: encode %s: %w", m.MessageType(), err)
+	}
+	if len(body) < 2 || body[0] != '{' {
+		return nil, fmt.Errorf("agentproto: encode %s: not a JSON object", m.MessageType())
+	}
+	tag, _ := json.Marshal(m.MessageType())
+	out := make([]byte, 0, len(body)+len(tag)+10)
+	out = append(out, `{"type":`...)
+	out = append(out, tag...)
+	if len(body) > 2 {
+		out = append(out, ',')
+	}
+	return append(out, body[1:]...), nil
+}
+
+// DecodeMessage parses one control message. Unknown fields are ignored so a
+// newer minor can add them.
+func DecodeMessage(p []byte) (Message, error) {
+	var env struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(p, &env); err != nil {
+		return nil, fmt.Errorf("agentproto: decode message: %w", err)
+	}
+	if env.Type == nil {
+		return nil, errors.New(`agentproto: decode message: no "type"`)
+	}
+	var m Message
+	switch *env.Type {
+	case TypeExec:
+		m = &ExecRequest{}
+	case TypeFS:
+		m = &FSRequest{}
+	case TypeNet:
+		m = &NetRequest{}
+	case TypeShutdown:
+		m = &ShutdownRequest{}
+	case TypeCancel:
+		m = &Cancel{}
+	case TypeStarted:
+		m = &Started{}
+	case TypeExit:
+		m = &ExitStatus{}
+	case TypeMeta:
+		m = &FileMeta{}
+	case TypeResult:
+		m = &Result{}
+	case TypeError:
+		m = &Error{}
+	default:
+		return nil, fmt.Errorf("agentproto: %w %q", ErrUnknownMessage, *env.Type)
+	}
+	if err := json.Unmarshal(p, m); err != nil {
+		return nil, fmt.Errorf("agentproto: decode %s: %w", *env.Type, err)
+	}
+	if err := validate(m); err != nil {
+		return nil, fmt.Errorf("agentproto: decode %s: %w", *env.Type, err)
+	}
+	return m, nil
+}
+
+// validate checks what every receiver needs to be true; op-specific rules
+// (which fields an fs op requires) are checked where the op runs, so the
+// reply can carry the op's own error code.
+func validate(m Message) error {
+	switch m := m.(type) {
+	case *ExecRequest:
+		if len(m.Argv) == 0 || m.Argv[0] == "" {
+			return errors.New("argv is empty")
+		}
+		for _, a := range m.Argv {
+			if strings.IndexByte(a, 0) >= 0 {
+				return errors.New("argv holds a NUL byte")
+			}
+		}
+		for _, e := range m.Env {
+			if i := strings.IndexByte(e, '='); i <= 0 {
+				return fmt.Errorf("env entry %q is not K=V", e)
+			}
+			if strings.IndexByte(e, 0) >= 0 {
+				return errors.New("env holds a NUL byte")
+			}
+		}
+		if m.TimeoutMS < 0 {
+			return errors.New("timeout_ms is negative")
+		}
+		if m.MaxOutputBytes < 0 || m.MaxOutputBytes > MaxOutputLimit {
+			return fmt.Errorf("max_output_bytes must be between 0 and %d", MaxOutputLimit)
+		}
+	case *FSRequest:
+		if m.Op == "" {
+			return errors.New("op is empty")
+		}
+		if m.MaxMatches < 0 || m.MaxLineBytes < 0 {
+			return errors.New("max_matches and max_line_bytes must not be negative")
+		}
+	case *Started:
+		if m.PID <= 0 {
+			return errors.New("pid must be positive")
+		}
+	case *Error:
+		if m.Code == "" {
+			return errors.New("error without a code")
+		}
+	}
+	return nil
+}
+
+// EncodeControl encodes m as the frames that carry it on stream: one
+// KindControl frame, or KindControlPart frames closed by a KindControl frame
+// when the JSON is larger than MaxPayload.
+func EncodeControl(stream uint32, m Message) ([]Frame, error) {
+	p, err := EncodeMessage(m)
+	if err != nil {
+		return nil, err
+	}
+	if len(p) > MaxMessage {
+		return nil, ErrMessageTooBig
+	}
+	var frames []Frame
+	for len(p) > MaxPayload {
+		frames = append(frames, Frame{Kind: KindControlPart, Stream: stream, Payload: p[:MaxPayload]})
+		p = p[MaxPayload:]
+	}
+	return append(frames, Frame{Kind: KindControl, Stream: stream, Payload: p}), nil
+}
+
+// Assembler joins KindControlPart frames with the KindControl frame that
+// ends them, per stream.
+type Assembler struct {
+	parts map[uint32][]byte
+	total int
+}
+
+// Add takes a control or control-part frame. It returns the whole message
+// when f completes one.
+func (a *Assembler) Add(f Frame) (msg []byte, done bool, err error) {
+	if f.Kind != KindControl && f.Kind != KindControlPart {
+		return nil, false, fmt.Errorf("agentproto: %s frame given to the control assembler", f.Kind)
+	}
+	prev, ok := a.parts[f.Stream]
+	if !ok && f.Kind == KindControl {
+		return f.Payload, true, nil
+	}
+	if len(prev)+len(f.Payload) > MaxMessage || a.total+len(f.Payload) > 2*MaxMessage {
+		a.Drop(f.Stream)
+		return nil, false, ErrMessageTooBig
+	}
+	buf := append(prev, f.Payload...)
+	if f.Kind == KindControlPart {
+		if a.parts == nil {
+			a.parts = make(map[uint32][]byte)
+		}
+		a.parts[f.Stream] = buf
+		a.total += len(f.Payload)
+		return nil, false, nil
+	}
+	a.Drop(f.Stream)
+	return buf, true, nil
+}
+
+// Drop forgets a partial message, when its stream is reset.
+func (a *Assembler) Drop(stream uint32) {
+	if p, ok := a.parts[stream]; ok {
+		a.total -= len(p)
+		delete(a.parts, stream)
+	}
+}
