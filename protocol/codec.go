@@ -46,125 +46,144 @@ func (e *DecodeError) Error() string {
 
 func (e *DecodeError) Unwrap() error { return e.Err }
 
-// wireFrame is the flat union of every frame's fields, so a frame is decoded
-// in one pass and then copied into its typed message.
-type wireFrame struct {
-	Type Type `json:"type"`
-
-	ID          string          `json:"id"`
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Metadata    json.RawMessage `json:"metadata"`
-	Namespace   *string         `json:"namespace"`
-
-	RequestFormat  json.RawMessage    `json:"request_format"`
-	ResponseFormat json.RawMessage    `json:"response_format"`
-	Invocation     *HTTPInvocationRef `json:"invocation"`
-
-	TriggerRequestFormat json.RawMessage `json:"trigger_request_format"`
-	CallRequestFormat    json.RawMessage `json:"call_request_format"`
-
-	TriggerType      string          `json:"trigger_type"`
-	FunctionID       string          `json:"function_id"`
-	Config           json.RawMessage `json:"config"`
-	TriggerNamespace *string         `json:"trigger_namespace"`
-
-	ParentServiceID string `json:"parent_service_id"`
-
-	InvocationID string          `json:"invocation_id"`
-	Data         json.RawMessage `json:"data"`
-	Traceparent  string          `json:"traceparent"`
-	Baggage      string          `json:"baggage"`
-	Action       *TriggerAction  `json:"action"`
-	Result       json.RawMessage `json:"result"`
-	Error        *ErrorBody      `json:"error"`
-
-	PreviousWorkerID string `json:"previous_worker_id"`
-	ReattachToken    string `json:"reattach_token"`
-	WorkerID         string `json:"worker_id"`
-
-	Code          string `json:"code"`
-	WorkerName    string `json:"worker_name"`
-	OwnerWorkerID string `json:"owner_worker_id"`
-}
-
-// Decode parses one frame. Unknown fields are ignored and JSON null counts
-// as absent, as upstream's decoder does.
+// Decode parses one frame. Only the fields of the frame's own type are
+// read: as with upstream's internally tagged decoder, fields that belong to
+// other frame types (or to none) are ignored whatever their JSON type, and
+// JSON null counts as absent.
 func Decode(data []byte) (Message, error) {
-	var w wireFrame
-	if err := json.Unmarshal(data, &w); err != nil {
+	var head struct {
+		Type Type `json:"type"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
 		return nil, decodeError(data, err)
 	}
-	m, err := w.message()
+	m, err := newMessage(head.Type)
 	if err != nil {
-		return nil, &DecodeError{Type: string(w.Type), InvocationID: w.InvocationID, FunctionID: w.FunctionID, Err: err}
+		return nil, withIDs(decodeError(data, err), head.Type)
+	}
+	if err := json.Unmarshal(data, m); err != nil {
+		return nil, withIDs(decodeError(data, err), head.Type)
+	}
+	if err := normalize(m); err != nil {
+		return nil, withIDs(decodeError(data, err), head.Type)
+	}
+	if ef, ok := m.(*errorFrameWire); ok {
+		return &ErrorFrame{Error: *ef.Error}, nil
 	}
 	return m, nil
 }
 
-func (w *wireFrame) message() (Message, error) {
-	switch w.Type {
+// withIDs makes sure a salvaged error names the frame's type.
+func withIDs(err error, t Type) error {
+	if de, ok := err.(*DecodeError); ok && de.Type == "" {
+		de.Type = string(t)
+	}
+	return err
+}
+
+// errorFrameWire lets Decode tell an error frame without "error" from one
+// with an empty error object.
+type errorFrameWire struct {
+	Error *ErrorBody `json:"error"`
+}
+
+func (*errorFrameWire) MessageType() Type { return TypeError }
+
+func newMessage(t Type) (Message, error) {
+	switch t {
 	case TypeRegisterFunction:
-		return &RegisterFunction{ID: w.ID, Description: w.Description, RequestFormat: nonNull(w.RequestFormat),
-			ResponseFormat: nonNull(w.ResponseFormat), Metadata: nonNull(w.Metadata), Invocation: w.Invocation}, nil
+		return &RegisterFunction{}, nil
 	case TypeUnregisterFunction:
-		return &UnregisterFunction{ID: w.ID}, nil
+		return &UnregisterFunction{}, nil
 	case TypeRegisterTriggerType:
-		return &RegisterTriggerType{ID: w.ID, Description: w.Description, TriggerRequestFormat: nonNull(w.TriggerRequestFormat),
-			CallRequestFormat: nonNull(w.CallRequestFormat), Namespace: w.Namespace}, nil
+		return &RegisterTriggerType{}, nil
 	case TypeUnregisterTriggerType:
-		return &UnregisterTriggerType{ID: w.ID}, nil
+		return &UnregisterTriggerType{}, nil
 	case TypeRegisterTrigger:
-		return &RegisterTrigger{ID: w.ID, TriggerType: w.TriggerType, FunctionID: w.FunctionID, Config: nonNull(w.Config),
-			Metadata: nonNull(w.Metadata), Namespace: w.Namespace, TriggerNamespace: w.TriggerNamespace}, nil
+		return &RegisterTrigger{}, nil
 	case TypeTriggerRegistrationResult:
-		return &TriggerRegistrationResult{ID: w.ID, TriggerType: w.TriggerType, FunctionID: w.FunctionID, Error: w.Error}, nil
+		return &TriggerRegistrationResult{}, nil
 	case TypeUnregisterTrigger:
-		return &UnregisterTrigger{ID: w.ID, TriggerType: w.TriggerType}, nil
+		return &UnregisterTrigger{}, nil
 	case TypeRegisterService:
-		return &RegisterService{ID: w.ID, Name: w.Name, Description: w.Description, ParentServiceID: w.ParentServiceID}, nil
+		return &RegisterService{}, nil
 	case TypeInvokeFunction:
-		return &InvokeFunction{InvocationID: w.InvocationID, FunctionID: w.FunctionID, Data: nonNull(w.Data),
-			Traceparent: w.Traceparent, Baggage: w.Baggage, Action: w.Action, Metadata: nonNull(w.Metadata), Namespace: w.Namespace}, nil
+		return &InvokeFunction{}, nil
 	case TypeInvocationResult:
-		return &InvocationResult{InvocationID: w.InvocationID, FunctionID: w.FunctionID, Result: w.Result, Error: w.Error,
-			Traceparent: w.Traceparent, Baggage: w.Baggage}, nil
+		return &InvocationResult{}, nil
 	case TypePing:
 		return &Ping{}, nil
 	case TypePong:
 		return &Pong{}, nil
 	case TypeReattach:
-		return &Reattach{PreviousWorkerID: w.PreviousWorkerID, ReattachToken: w.ReattachToken}, nil
+		return &Reattach{}, nil
 	case TypeWorkerRegistered:
-		return &WorkerRegistered{WorkerID: w.WorkerID, ReattachToken: w.ReattachToken}, nil
+		return &WorkerRegistered{}, nil
 	case TypeRegistrationRejected:
-		return &RegistrationRejected{Code: w.Code, Namespace: derefString(w.Namespace), WorkerName: w.WorkerName,
-			FunctionID: w.FunctionID, OwnerWorkerID: w.OwnerWorkerID}, nil
+		return &RegistrationRejected{}, nil
 	case TypeError:
-		if w.Error == nil {
-			return nil, errors.New(`error frame without "error"`)
-		}
-		return &ErrorFrame{Error: *w.Error}, nil
+		return &errorFrameWire{}, nil
 	case "":
 		return nil, errors.New(`missing "type"`)
 	default:
-		return nil, fmt.Errorf("%w %q", ErrUnknownType, w.Type)
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, t)
 	}
+}
+
+// normalize applies "null means absent" to the raw fields. An invocation
+// result keeps a null result as given: null is a value a function may
+// return.
+func normalize(m Message) error {
+	switch m := m.(type) {
+	case *RegisterFunction:
+		m.RequestFormat, m.ResponseFormat, m.Metadata = nonNull(m.RequestFormat), nonNull(m.ResponseFormat), nonNull(m.Metadata)
+		if m.Invocation != nil {
+			m.Invocation.Auth = nonNull(m.Invocation.Auth)
+		}
+	case *RegisterTriggerType:
+		m.TriggerRequestFormat, m.CallRequestFormat = nonNull(m.TriggerRequestFormat), nonNull(m.CallRequestFormat)
+	case *RegisterTrigger:
+		m.Config, m.Metadata = nonNull(m.Config), nonNull(m.Metadata)
+	case *InvokeFunction:
+		m.Data, m.Metadata = nonNull(m.Data), nonNull(m.Metadata)
+	case *errorFrameWire:
+		if m.Error == nil {
+			return errors.New(`error frame without "error"`)
+		}
+	}
+	return nil
 }
 
 // decodeError salvages the invocation id of a frame that failed to decode,
 // so the sender of a malformed call still gets an answer.
+//
+// The frame may be syntactically broken (truncated, a bad value late in the
+// object), so the top-level members are read one by one and the salvage
+// keeps whatever came before the damage.
 func decodeError(data []byte, err error) error {
-	var ids struct {
-		Type         json.RawMessage `json:"type"`
-		InvocationID json.RawMessage `json:"invocation_id"`
-		FunctionID   json.RawMessage `json:"function_id"`
-	}
 	de := &DecodeError{Err: err}
-	if json.Unmarshal(data, &ids) == nil {
-		de.Type = rawString(ids.Type)
-		de.InvocationID = rawString(ids.InvocationID)
-		de.FunctionID = rawString(ids.FunctionID)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, terr := dec.Token(); terr != nil || tok != json.Delim('{') {
+		return de
+	}
+	for dec.More() {
+		tok, terr := dec.Token()
+		if terr != nil {
+			break
+		}
+		key, _ := tok.(string)
+		var val json.RawMessage
+		if dec.Decode(&val) != nil {
+			break
+		}
+		switch key {
+		case "type":
+			de.Type = rawString(val)
+		case "invocation_id":
+			de.InvocationID = rawString(val)
+		case "function_id":
+			de.FunctionID = rawString(val)
+		}
 	}
 	return de
 }
@@ -182,13 +201,6 @@ func nonNull(raw json.RawMessage) json.RawMessage {
 		return nil
 	}
 	return raw
-}
-
-func derefString(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // Encode renders a message as one frame: the message's JSON object with its

@@ -1,0 +1,251 @@
+package engine
+
+import (
+	"context"
+	"crypto/subtle"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+const (
+	defaultChannelBuffer = 64
+	maxChannelBuffer     = 1024
+)
+
+// chanItem is one relayed message, text or binary, kept as sent.
+type chanItem struct {
+	typ  websocket.MessageType
+	data []byte
+}
+
+// channel is a one-way stream between a writer socket and a reader socket
+// (spec/engine-internals.md §1.9). Each end can be taken once.
+type channel struct {
+	id, key string
+	owner   string // worker id whose disconnect removes it; "" = none
+	created time.Time
+
+	items     chan chanItem
+	closeOnce sync.Once // closes items: the writer is done
+
+	ctx    context.Context // ends when the channel is removed
+	cancel context.CancelFunc
+
+	writerTaken atomic.Bool
+	readerTaken atomic.Bool
+	writerDone  atomic.Bool
+	readerDone  atomic.Bool
+}
+
+func (c *channel) refs() (writer, reader protocol.StreamChannelRef) {
+	return protocol.StreamChannelRef{ChannelID: c.id, AccessKey: c.key, Direction: protocol.DirectionWrite},
+		protocol.StreamChannelRef{ChannelID: c.id, AccessKey: c.key, Direction: protocol.DirectionRead}
+}
+
+func (c *channel) endWriting() { c.closeOnce.Do(func() { close(c.items) }) }
+
+type channelTable struct {
+	mu sync.Mutex
+	m  map[string]*channel
+}
+
+func (t *channelTable) init() { t.m = make(map[string]*channel) }
+
+func (t *channelTable) create(e *Engine, bufferSize int, owner string) *channel {
+	switch {
+	case bufferSize <= 0:
+		bufferSize = defaultChannelBuffer
+	case bufferSize > maxChannelBuffer:
+		bufferSize = maxChannelBuffer
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	c := &channel{
+		id: newID(), key: newID(), owner: owner, created: time.Now(),
+		items: make(chan chanItem, bufferSize), ctx: ctx, cancel: cancel,
+	}
+	t.mu.Lock()
+	t.m[c.id] = c
+	t.mu.Unlock()
+	return c
+}
+
+func (t *channelTable) get(id string) *channel {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[id]
+}
+
+func (t *channelTable) remove(c *channel) {
+	t.mu.Lock()
+	if t.m[c.id] == c {
+		delete(t.m, c.id)
+	}
+	t.mu.Unlock()
+	c.cancel()
+}
+
+func (t *channelTable) removeWhere(match func(*channel) bool) int {
+	t.mu.Lock()
+	var gone []*channel
+	for id, c := range t.m {
+		if match(c) {
+			delete(t.m, id)
+			gone = append(gone, c)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range gone {
+		c.cancel()
+	}
+	return len(gone)
+}
+
+func (t *channelTable) removeOwned(owner string) {
+	t.removeWhere(func(c *channel) bool { return c.owner == owner })
+}
+
+func (t *channelTable) removeAll() { t.removeWhere(func(*channel) bool { return true }) }
+
+func (t *channelTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
+
+// sweepChannels removes, every sweep interval, channels older than the TTL
+// whose two ends were never both taken: their refs were lost.
+func (e *Engine) sweepChannels() {
+	tick := time.NewTicker(e.opts.ChannelSweepInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case now := <-tick.C:
+			n := e.channels.removeWhere(func(c *channel) bool {
+				return now.Sub(c.created) > e.opts.ChannelTTL && !(c.writerTaken.Load() && c.readerTaken.Load())
+			})
+			if n > 0 {
+				e.log.Debug("swept stale channels", "count", n)
+			}
+		}
+	}
+}
+
+func (e *Engine) serveChannel(rw http.ResponseWriter, r *http.Request) {
+	c := e.channels.get(r.PathValue("id"))
+	key := r.URL.Query().Get("key")
+	if c == nil || subtle.ConstantTimeCompare([]byte(key), []byte(c.key)) != 1 {
+		http.Error(rw, "channel not found", http.StatusNotFound)
+		return
+	}
+	dir := r.URL.Query().Get("dir")
+	if dir != protocol.DirectionRead && dir != protocol.DirectionWrite {
+		http.Error(rw, "dir must be read or write", http.StatusBadRequest)
+		return
+	}
+	if !e.tasks.add() {
+		http.Error(rw, "engine stopping", http.StatusServiceUnavailable)
+		return
+	}
+	defer e.tasks.done()
+
+	ws, err := websocket.Accept(rw, r, nil)
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(readLimit)
+	taken := &c.readerTaken
+	if dir == protocol.DirectionWrite {
+		taken = &c.writerTaken
+	}
+	if !taken.CompareAndSwap(false, true) {
+		_ = ws.Close(statusPolicyViolation, "channel "+dir+" end already taken")
+		return
+	}
+	// Closing the socket is how a removed channel stops a blocked reader
+	// or writer. It closes with "going away", so the peer can tell a broken
+	// stream from a complete one (which ends with a normal close).
+	closed := make(chan struct{})
+	stop := context.AfterFunc(c.ctx, func() {
+		defer close(closed)
+		_ = ws.Close(statusGoingAway, "channel removed")
+	})
+	defer func() {
+		if !stop() {
+			<-closed
+		}
+	}()
+	if dir == protocol.DirectionWrite {
+		e.channelWriter(c, ws)
+	} else {
+		e.channelReader(c, ws)
+	}
+}
+
+// channelWriter relays the writer socket's messages into the buffer until
+// the writer closes; a full buffer holds the writer back.
+func (e *Engine) channelWriter(c *channel, ws *websocket.Conn) {
+	defer func() {
+		c.endWriting()
+		c.writerDone.Store(true)
+		e.finishChannel(c)
+	}()
+	for {
+		typ, data, err := ws.Read(context.Background())
+		if err != nil {
+			if websocket.CloseStatus(err) == -1 {
+				_ = ws.CloseNow()
+			}
+			return
+		}
+		select {
+		case c.items <- chanItem{typ: typ, data: data}:
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// channelReader relays buffered items to the reader socket in order, and
+// closes it normally once the writer has finished and the buffer is empty.
+func (e *Engine) channelReader(c *channel, ws *websocket.Conn) {
+	defer func() {
+		c.readerDone.Store(true)
+		e.finishChannel(c)
+	}()
+	// The reader never sends data; CloseRead answers its pings and notices
+	// when it goes away.
+	gone := ws.CloseRead(context.Background())
+	for {
+		select {
+		case it, ok := <-c.items:
+			if !ok {
+				_ = ws.Close(websocket.StatusNormalClosure, "stream complete")
+				return
+			}
+			if err := ws.Write(context.Background(), it.typ, it.data); err != nil {
+				c.cancel() // nobody will read the rest; release the writer
+				return
+			}
+		case <-gone.Done():
+			c.cancel()
+			return
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// finishChannel forgets a channel once both ends are done.
+func (e *Engine) finishChannel(c *channel) {
+	if c.writerDone.Load() && c.readerDone.Load() {
+		e.channels.remove(c)
+	}
+}

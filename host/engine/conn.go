@@ -1,0 +1,406 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+const (
+	statusGoingAway       = websocket.StatusGoingAway
+	statusPolicyViolation = websocket.StatusPolicyViolation
+)
+
+// wsConn is the socket side of a worker: one goroutine reads (the HTTP
+// handler's), one writes from a bounded queue.
+type wsConn struct {
+	e     *Engine
+	w     *worker
+	c     *websocket.Conn
+	token string // reattach token, proven by a reconnecting worker
+
+	out  chan []byte
+	quit chan struct{} // closed by shutdown: flush, close, stop writing
+
+	quitOnce    sync.Once
+	closeStatus websocket.StatusCode
+	closeReason string
+	writerDone  chan struct{}
+
+	// Frames are written directly by the sending goroutine when nothing is
+	// queued and no write is in progress (the common case: one hop fewer
+	// per frame); otherwise they queue for the writer goroutine. wmu is held
+	// for every socket write so the two paths never reorder.
+	wmu        sync.Mutex
+	queued     atomic.Int64 // frames in out, not yet written
+	writeStart atomic.Int64 // UnixNano when the current write began; 0 = idle
+}
+
+func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request) {
+	if !e.tasks.add() {
+		http.Error(rw, "engine stopping", http.StatusServiceUnavailable)
+		return
+	}
+	defer e.tasks.done()
+
+	c, err := websocket.Accept(rw, r, nil)
+	if err != nil {
+		e.log.Debug("worker upgrade failed", "remote", r.RemoteAddr, "error", err)
+		return
+	}
+	c.SetReadLimit(readLimit)
+
+	w := newWorker(e, newID())
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		w.ip = host
+	}
+	conn := &wsConn{
+		e:          e,
+		w:          w,
+		c:          c,
+		token:      newID(),
+		out:        make(chan []byte, outQueueSize),
+		quit:       make(chan struct{}),
+		writerDone: make(chan struct{}),
+	}
+	w.conn = conn
+	e.addWorker(w)
+	go conn.writeLoop()
+
+	if b, err := protocol.Encode(&protocol.WorkerRegistered{WorkerID: w.id, ReattachToken: conn.token}); err == nil {
+		conn.send(b)
+	}
+	w.startGrace(e.opts.NamespaceGrace)
+	e.log.Debug("worker connected", "worker_id", w.id, "remote", r.RemoteAddr)
+
+	if e.closed.Load() {
+		// Close may have snapshotted the worker table before we joined it.
+		conn.shutdown(statusGoingAway, "engine stopping")
+	}
+	conn.readLoop()
+
+	w.teardown()
+	conn.shutdown(websocket.StatusNormalClosure, "")
+	<-conn.writerDone
+}
+
+// readBufKeep is the largest read buffer kept between frames; one huge
+// frame should not pin its memory for the life of the connection.
+const readBufKeep = 4 << 20
+
+func (c *wsConn) readLoop() {
+	var buf bytes.Buffer
+	for {
+		typ, r, err := c.c.Reader(context.Background())
+		if err == nil {
+			if buf.Cap() > readBufKeep {
+				buf = bytes.Buffer{}
+			}
+			buf.Reset()
+			_, err = buf.ReadFrom(r)
+		}
+		if err != nil {
+			if s := websocket.CloseStatus(err); s == -1 && !errors.Is(err, net.ErrClosed) {
+				c.e.log.Debug("worker read ended", "worker_id", c.w.id, "error", err)
+			}
+			return
+		}
+		// data is reused for the next frame: handlers copy what they keep.
+		data := buf.Bytes()
+		if typ == websocket.MessageBinary && isTelemetry(data) {
+			// OTLP/metrics/log frames that SDKs push; this engine has no
+			// telemetry ingest.
+			continue
+		}
+		if len(bytes.TrimSpace(data)) == 0 {
+			continue
+		}
+		c.handleFrame(data)
+	}
+}
+
+func isTelemetry(b []byte) bool {
+	return bytes.HasPrefix(b, []byte("OTLP")) || bytes.HasPrefix(b, []byte("MTRC")) || bytes.HasPrefix(b, []byte("LOGS"))
+}
+
+// handleFrame routes one inbound frame. A frame that cannot be decoded is
+// answered (when it named an invocation) and otherwise logged; it never
+// drops the connection.
+func (c *wsConn) handleFrame(data []byte) {
+	e, w := c.e, c.w
+	defer func() {
+		if r := recover(); r != nil {
+			e.log.Error("frame handling panicked", "worker_id", w.id, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+
+	if handled := e.fastPath(w, data); handled {
+		return
+	}
+	msg, err := protocol.Decode(data)
+	if err != nil {
+		e.badFrame(w, err)
+		return
+	}
+	switch m := msg.(type) {
+	case *protocol.InvokeFunction:
+		e.handleInvoke(w, m)
+	case *protocol.InvocationResult:
+		e.handleResult(w, m.InvocationID, m.Result, m.Error, m.Traceparent, m.Baggage)
+	case *protocol.Ping:
+		c.send([]byte(`{"type":"pong"}`))
+	case *protocol.Pong:
+	case *protocol.Reattach:
+		e.handleReattach(w, m)
+	case *protocol.TriggerRegistrationResult:
+		e.triggerResult(w, m)
+	case *protocol.RegisterFunction, *protocol.UnregisterFunction, *protocol.RegisterService,
+		*protocol.RegisterTrigger, *protocol.UnregisterTrigger,
+		*protocol.RegisterTriggerType, *protocol.UnregisterTriggerType:
+		w.submit(m)
+	default:
+		// workerregistered, registrationrejected and error travel engine →
+		// worker only.
+		e.log.Debug("ignoring a frame type only the engine sends", "worker_id", w.id, "type", msg.MessageType())
+	}
+}
+
+// badFrame answers a frame that failed to decode. An invocationresult that
+// cannot be read fails the call it was answering, so that caller learns at
+// once; any other frame with an invocation id is answered to its sender.
+func (e *Engine) badFrame(w *worker, err error) {
+	var de *protocol.DecodeError
+	if !errors.As(err, &de) || de.InvocationID == "" {
+		e.log.Warn("dropping undecodable frame", "worker_id", w.id, "error", err)
+		return
+	}
+	body := &protocol.ErrorBody{Code: protocol.CodeInvalidFrame, Message: "invalid frame: " + err.Error()}
+	if de.Type == string(protocol.TypeInvocationResult) {
+		if p := e.pending.take(de.InvocationID, w); p != nil {
+			w.active.Add(-1)
+			e.deliver(p, nil, body, "", "")
+			return
+		}
+		e.log.Warn("dropping undecodable invocationresult", "worker_id", w.id, "error", err)
+		return
+	}
+	w.conn.send(appendResultFrame(nil, de.InvocationID, de.FunctionID, nil, body, "", ""))
+}
+
+// handleReattach evicts the connection a reconnecting worker replaces, but
+// only on proof: worker ids are public, the token is not.
+func (e *Engine) handleReattach(w *worker, m *protocol.Reattach) {
+	old := e.lookupWorker(m.PreviousWorkerID)
+	if old == nil || old == w || old.conn == nil {
+		return
+	}
+	if m.ReattachToken == "" || subtle.ConstantTimeCompare([]byte(m.ReattachToken), []byte(old.conn.token)) != 1 {
+		e.log.Warn("reattach with a wrong token ignored", "worker_id", w.id, "previous_worker_id", m.PreviousWorkerID)
+		return
+	}
+	e.log.Debug("reattach: evicting previous connection", "worker_id", w.id, "previous_worker_id", old.id)
+	old.conn.shutdown(statusPolicyViolation, "replaced by reattach")
+	// Tear it down here rather than waiting for its read loop, so its
+	// leases are free before this connection's registrations arrive.
+	done := make(chan struct{})
+	if !e.tasks.add() {
+		old.teardown()
+		return
+	}
+	go func() {
+		defer e.tasks.done()
+		old.teardown()
+		close(done)
+	}()
+	t := time.NewTimer(reattachEvictTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		e.log.Warn("reattach: previous connection cleanup still running", "previous_worker_id", old.id)
+	}
+}
+
+// send hands a frame to the socket, directly when the connection is idle,
+// else through the writer's queue. It reports false when the connection is
+// closing. A queue that stays full for slowConsumerTimeout means the peer
+// stopped reading; the connection is dropped so it cannot stall its senders.
+func (c *wsConn) send(frame []byte) bool {
+	if c.queued.Load() == 0 && c.wmu.TryLock() {
+		if c.queued.Load() == 0 {
+			select {
+			case <-c.quit:
+				c.wmu.Unlock()
+				return false
+			default:
+			}
+			err := c.write(frame)
+			c.wmu.Unlock()
+			if err != nil {
+				_ = c.c.CloseNow()
+				return false
+			}
+			return true
+		}
+		c.wmu.Unlock()
+	}
+	c.queued.Add(1)
+	select {
+	case c.out <- frame:
+		return true
+	case <-c.quit:
+		c.queued.Add(-1)
+		return false
+	default:
+	}
+	t := time.NewTimer(c.e.slowConsumer)
+	defer t.Stop()
+	select {
+	case c.out <- frame:
+		return true
+	case <-c.quit:
+		c.queued.Add(-1)
+		return false
+	case <-t.C:
+		c.queued.Add(-1)
+		c.e.log.Warn("worker is not reading; dropping its connection", "worker_id", c.w.id)
+		_ = c.c.CloseNow()
+		return false
+	}
+}
+
+// write puts one frame on the socket; the caller holds wmu. writeStart lets
+// the engine's watchdog cut a connection whose peer stopped reading while a
+// write was blocked on it.
+func (c *wsConn) write(frame []byte) error {
+	c.writeStart.Store(time.Now().UnixNano())
+	err := c.c.Write(context.Background(), websocket.MessageText, frame)
+	c.writeStart.Store(0)
+	return err
+}
+
+// shutdown asks the writer to flush what is queued and close the socket
+// with the given status. The first call's status wins.
+func (c *wsConn) shutdown(status websocket.StatusCode, reason string) {
+	c.quitOnce.Do(func() {
+		c.closeStatus, c.closeReason = status, reason
+		close(c.quit)
+	})
+}
+
+func (c *wsConn) writeLoop() {
+	defer close(c.writerDone)
+	for {
+		select {
+		case f := <-c.out:
+			if !c.writeQueued(f) {
+				<-c.quit
+				return
+			}
+		case <-c.quit:
+			for {
+				select {
+				case f := <-c.out:
+					if !c.writeQueued(f) {
+						return
+					}
+					continue
+				default:
+				}
+				break
+			}
+			c.closeSocket()
+			return
+		}
+	}
+}
+
+func (c *wsConn) writeQueued(f []byte) bool {
+	c.wmu.Lock()
+	err := c.write(f)
+	c.queued.Add(-1)
+	c.wmu.Unlock()
+	if err != nil {
+		_ = c.c.CloseNow()
+		return false
+	}
+	return true
+}
+
+// closeSocket runs the close handshake, bounded: a peer that never answers
+// is cut off.
+func (c *wsConn) closeSocket() {
+	done := make(chan struct{})
+	go func() {
+		_ = c.c.Close(c.closeStatus, c.closeReason)
+		close(done)
+	}()
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		_ = c.c.CloseNow()
+		<-done
+	}
+}
+
+// serveTelemetry accepts the telemetry-only socket the SDKs open beside the
+// worker socket (OTLP spans, metrics and logs). This engine keeps no
+// telemetry, so frames are read and dropped; accepting them keeps SDKs from
+// reconnecting in a loop. It is not a worker.
+func (e *Engine) serveTelemetry(rw http.ResponseWriter, r *http.Request) {
+	if !e.tasks.add() {
+		http.Error(rw, "engine stopping", http.StatusServiceUnavailable)
+		return
+	}
+	defer e.tasks.done()
+	c, err := websocket.Accept(rw, r, nil)
+	if err != nil {
+		return
+	}
+	c.SetReadLimit(readLimit)
+	stop := context.AfterFunc(e.ctx, func() { _ = c.CloseNow() })
+	defer stop()
+	for {
+		if _, _, err := c.Read(context.Background()); err != nil {
+			_ = c.CloseNow()
+			return
+		}
+	}
+}
+
+// watchWriters cuts connections stuck in one socket write for longer than
+// slowConsumerTimeout: their peer stopped reading, and the goroutine writing
+// to it (possibly another worker's read loop) must not wait forever.
+func (e *Engine) watchWriters() {
+	tick := time.NewTicker(min(time.Second, e.slowConsumer/2))
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case now := <-tick.C:
+			for _, w := range e.snapshotWorkers() {
+				if w.conn == nil {
+					continue
+				}
+				if st := w.conn.writeStart.Load(); st != 0 && now.UnixNano()-st > int64(e.slowConsumer) {
+					e.log.Warn("worker is not reading; dropping its connection", "worker_id", w.id)
+					_ = w.conn.c.CloseNow()
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,408 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// codeInvocationError is upstream's code for an invocation the engine could
+// not start (here: an invocation id that is already in flight).
+const codeInvocationError = "invocation_error"
+
+// callResult is the outcome of one invocation.
+type callResult struct {
+	result json.RawMessage
+	err    *protocol.ErrorBody
+}
+
+// pendingCall is an invocation forwarded to a socket worker and not yet
+// answered. The caller is a socket worker (answered with a frame) or an
+// in-process caller (answered on waiter).
+type pendingCall struct {
+	id         string
+	functionID string
+	target     *worker
+	caller     *worker
+	waiter     chan callResult
+}
+
+const pendingShards = 64
+
+// pendingTable is the engine-wide map of in-flight invocations by id,
+// sharded so concurrent calls do not contend on one lock.
+type pendingTable struct {
+	seed   maphash.Seed
+	shards [pendingShards]pendingShard
+}
+
+type pendingShard struct {
+	mu sync.Mutex
+	m  map[string]*pendingCall
+	_  [40]byte // keep shards on separate cache lines
+}
+
+func (t *pendingTable) init(seed maphash.Seed) {
+	t.seed = seed
+	for i := range t.shards {
+		t.shards[i].m = make(map[string]*pendingCall)
+	}
+}
+
+func (t *pendingTable) shard(id string) *pendingShard {
+	return &t.shards[maphash.String(t.seed, id)%pendingShards]
+}
+
+// insert adds p; false means the id is already in flight.
+func (t *pendingTable) insert(p *pendingCall) bool {
+	s := t.shard(p.id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.m[p.id]; dup {
+		return false
+	}
+	s.m[p.id] = p
+	return true
+}
+
+// take removes and returns the call id if from is the worker it was routed
+// to: only the target may answer a call.
+func (t *pendingTable) take(id string, from *worker) *pendingCall {
+	s := t.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.m[id]
+	if p == nil || p.target != from {
+		return nil
+	}
+	delete(s.m, id)
+	return p
+}
+
+// remove deletes exactly p; whoever removes an entry owns answering it.
+func (t *pendingTable) remove(p *pendingCall) bool {
+	s := t.shard(p.id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[p.id] != p {
+		return false
+	}
+	delete(s.m, p.id)
+	return true
+}
+
+func (t *pendingTable) collect(match func(*pendingCall) bool) []*pendingCall {
+	var out []*pendingCall
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for id, p := range s.m {
+			if match(p) {
+				delete(s.m, id)
+				out = append(out, p)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+// stopTarget ends every call routed to w with invocation_stopped: w is gone
+// and will never answer them.
+func (t *pendingTable) stopTarget(w *worker) {
+	calls := t.collect(func(p *pendingCall) bool { return p.target == w })
+	for _, p := range calls {
+		w.active.Add(-1)
+		w.e.deliver(p, nil, &protocol.ErrorBody{Code: protocol.CodeInvocationStopped,
+			Message: "worker " + w.id + " disconnected before answering " + p.functionID}, "", "")
+	}
+}
+
+func (t *pendingTable) failAll(body *protocol.ErrorBody) {
+	for _, p := range t.collect(func(*pendingCall) bool { return true }) {
+		p.target.active.Add(-1)
+		p.target.e.deliver(p, nil, body, "", "")
+	}
+}
+
+// deliver hands a result to whoever made the call. A caller that has gone
+// away is simply not answered.
+func (e *Engine) deliver(p *pendingCall, result json.RawMessage, errb *protocol.ErrorBody, traceparent, baggage string) {
+	if p.waiter != nil {
+		// result may point into the answering connection's read buffer.
+		p.waiter <- callResult{result: clone(result), err: errb}
+		return
+	}
+	if p.caller != nil && !p.caller.closing.Load() {
+		p.caller.conn.send(appendResultFrame(nil, p.id, p.functionID, result, errb, traceparent, baggage))
+	}
+}
+
+// handleResult routes an invocationresult from worker b to the caller.
+func (e *Engine) handleResult(b *worker, id string, result json.RawMessage, errb *protocol.ErrorBody, traceparent, baggage string) {
+	p := e.pending.take(id, b)
+	if p == nil {
+		// Late (the call was stopped) or unknown: nobody is waiting.
+		e.log.Debug("dropping invocationresult nobody waits for", "worker_id", b.id, "invocation_id", id)
+		return
+	}
+	b.active.Add(-1)
+	e.deliver(p, result, errb, traceparent, baggage)
+}
+
+// invokeRequest is an invokefunction as the router needs it; the hot path
+// fills it without a full decode.
+type invokeRequest struct {
+	invocationID string
+	functionID   string
+	data         json.RawMessage
+	metadata     json.RawMessage
+	traceparent  string
+	baggage      string
+	namespace    *string
+	action       *protocol.TriggerAction
+}
+
+func (e *Engine) handleInvoke(a *worker, m *protocol.InvokeFunction) {
+	e.routeInvoke(a, &invokeRequest{
+		invocationID: m.InvocationID, functionID: m.FunctionID, data: m.Data, metadata: m.Metadata,
+		traceparent: m.Traceparent, baggage: m.Baggage, namespace: m.Namespace, action: m.Action,
+	})
+}
+
+// routeInvoke serves an invokefunction from socket worker a
+// (spec/engine-internals.md §1.5).
+func (e *Engine) routeInvoke(a *worker, r *invokeRequest) {
+	answer := func(errb *protocol.ErrorBody) {
+		if r.invocationID != "" {
+			a.conn.send(appendResultFrame(nil, r.invocationID, r.functionID, nil, errb, "", ""))
+		}
+	}
+	if r.action != nil {
+		switch r.action.Type {
+		case protocol.ActionVoid:
+			r.invocationID = ""
+		case protocol.ActionEnqueue:
+			if r.invocationID == "" {
+				e.log.Warn("dropping enqueue: queues are not part of this engine", "worker_id", a.id, "function_id", r.functionID, "queue", r.action.Queue)
+			}
+			answer(&protocol.ErrorBody{Code: protocol.CodeQueuesUnsupported, Message: "queues are not part of this engine"})
+			return
+		default:
+			answer(&protocol.ErrorBody{Code: protocol.CodeInvalidFrame,
+				Message: fmt.Sprintf("invalid frame: unknown action type %q (want void or enqueue, or no action)", r.action.Type)})
+			return
+		}
+	}
+	ns := DefaultNamespace
+	if r.namespace != nil {
+		if errb := validNamespace(*r.namespace); errb != nil {
+			answer(errb)
+			return
+		}
+		ns = *r.namespace
+	}
+	f, errb := e.resolve(ns, r.functionID)
+	if errb != nil {
+		if r.invocationID == "" {
+			e.log.Debug("void call to a missing function", "worker_id", a.id, "function_id", r.functionID, "namespace", ns)
+		}
+		answer(errb)
+		return
+	}
+	data := injectCaller(r.data, a.id)
+
+	if f.owner.conn == nil {
+		// The handler keeps its input beyond this frame, and the frame's
+		// buffer is reused: copy.
+		call := &Call{InvocationID: r.invocationID, FunctionID: r.functionID, Namespace: ns, CallerWorkerID: a.id,
+			Data: clone(data), Metadata: clone(r.metadata), Traceparent: r.traceparent, Baggage: r.baggage}
+		var reply func(callResult)
+		if r.invocationID != "" {
+			id, fid := r.invocationID, r.functionID
+			reply = func(res callResult) {
+				if !a.closing.Load() {
+					a.conn.send(appendResultFrame(nil, id, fid, res.result, res.err, "", ""))
+				}
+			}
+		} else {
+			reply = func(res callResult) {
+				if res.err != nil {
+					e.log.Debug("void call failed", "function_id", f.id, "code", res.err.Code, "message", res.err.Message)
+				}
+			}
+		}
+		e.runLocal(f.owner.ctx, f, call, reply)
+		return
+	}
+	if f.http != nil {
+		answer(httpNotInvokable(f))
+		return
+	}
+
+	target := f.owner
+	frame := appendInvokeFrame(nil, r.invocationID, r.functionID, data, r.metadata, r.traceparent, r.baggage)
+	if r.invocationID == "" {
+		target.conn.send(frame)
+		return
+	}
+	p := &pendingCall{id: r.invocationID, functionID: r.functionID, target: target, caller: a}
+	if !e.pending.insert(p) {
+		answer(&protocol.ErrorBody{Code: codeInvocationError, Message: "invocation id " + r.invocationID + " is already in flight"})
+		return
+	}
+	target.active.Add(1)
+	// The target's teardown sets closing before it sweeps the pending table,
+	// so either that sweep sees this call or this check sees closing.
+	if target.closing.Load() || !target.conn.send(frame) {
+		if e.pending.remove(p) {
+			target.active.Add(-1)
+			e.deliver(p, nil, &protocol.ErrorBody{Code: protocol.CodeInvocationStopped,
+				Message: "worker " + target.id + " disconnected before answering " + r.functionID}, "", "")
+		}
+	}
+}
+
+func httpNotInvokable(f *function) *protocol.ErrorBody {
+	return &protocol.ErrorBody{Code: protocol.CodeFunctionNotInvokable,
+		Message: "function " + f.id + " is registered as an HTTP-invoked function; this engine does not call HTTP endpoints"}
+}
+
+// runLocal runs an in-process handler. Inline handlers (builtins) run on
+// the calling goroutine; others get their own. When the owning worker
+// detaches first, the caller is answered with invocation_stopped at once and
+// the handler's eventual result is dropped.
+func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply func(callResult)) {
+	if f.inline {
+		reply(callHandler(ctx, f.handler, call))
+		return
+	}
+	owner := f.owner
+	stopped := func() callResult {
+		return callResult{err: &protocol.ErrorBody{Code: protocol.CodeInvocationStopped,
+			Message: "worker " + owner.id + " detached before answering " + f.id}}
+	}
+	if !e.tasks.add() {
+		reply(stopped())
+		return
+	}
+	owner.active.Add(1)
+	var answered atomic.Bool
+	finish := func(res callResult) {
+		if answered.CompareAndSwap(false, true) {
+			owner.active.Add(-1)
+			reply(res)
+		}
+	}
+	stop := context.AfterFunc(owner.ctx, func() { finish(stopped()) })
+	go func() {
+		defer e.tasks.done()
+		res := callHandler(ctx, f.handler, call)
+		stop()
+		if owner.ctx.Err() != nil {
+			// The handler saw the detach too; its answer is moot.
+			res = stopped()
+		}
+		finish(res)
+	}()
+}
+
+// callHandler runs h, turning its error into the wire error body and a
+// panic into invocation_failed rather than a crashed engine.
+func callHandler(ctx context.Context, h Handler, call *Call) (res callResult) {
+	defer func() {
+		if r := recover(); r != nil {
+			res = callResult{err: &protocol.ErrorBody{Code: protocol.CodeInvocationFailed,
+				Message: fmt.Sprintf("handler for %s panicked: %v", call.FunctionID, r), Stacktrace: string(debug.Stack())}}
+		}
+	}()
+	out, err := h(ctx, call)
+	if err != nil {
+		return callResult{err: toErrorBody(err)}
+	}
+	return callResult{result: out}
+}
+
+func toErrorBody(err error) *protocol.ErrorBody {
+	var eb *protocol.ErrorBody
+	if errors.As(err, &eb) && eb != nil {
+		return eb
+	}
+	return &protocol.ErrorBody{Code: protocol.CodeInvocationFailed, Message: err.Error()}
+}
+
+// invokeResolved is Engine.Invoke after resolution.
+func (e *Engine) invokeResolved(ctx context.Context, f *function, call *Call) (json.RawMessage, error) {
+	if f.owner.conn == nil {
+		hctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(f.owner.ctx, cancel)
+		defer stop()
+		if f.inline {
+			r := callHandler(hctx, f.handler, call)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return unwrap(r)
+		}
+		ch := make(chan callResult, 1)
+		e.runLocal(hctx, f, call, func(r callResult) { ch <- r })
+		select {
+		case r := <-ch:
+			if ctx.Err() != nil {
+				// The handler gave up because the caller did.
+				return nil, ctx.Err()
+			}
+			return unwrap(r)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if f.http != nil {
+		return nil, httpNotInvokable(f)
+	}
+	target := f.owner
+	p := &pendingCall{id: newID(), functionID: f.id, target: target, waiter: make(chan callResult, 1)}
+	if !e.pending.insert(p) {
+		return nil, &protocol.ErrorBody{Code: codeInvocationError, Message: "invocation id collision"}
+	}
+	target.active.Add(1)
+	frame := appendInvokeFrame(nil, p.id, f.id, call.Data, call.Metadata, call.Traceparent, call.Baggage)
+	if target.closing.Load() || !target.conn.send(frame) {
+		if e.pending.remove(p) {
+			target.active.Add(-1)
+			return nil, &protocol.ErrorBody{Code: protocol.CodeInvocationStopped,
+				Message: "worker " + target.id + " disconnected before answering " + f.id}
+		}
+	}
+	select {
+	case r := <-p.waiter:
+		return unwrap(r)
+	case <-ctx.Done():
+		if e.pending.remove(p) {
+			target.active.Add(-1)
+		}
+		return nil, ctx.Err()
+	}
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+func unwrap(r callResult) (json.RawMessage, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	return r.result, nil
+}

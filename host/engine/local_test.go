@@ -1,0 +1,253 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+func TestLocalWorkerLeases(t *testing.T) {
+	te := startEngine(t, Options{})
+	a, err := te.AttachLocalWorker(LocalWorkerSpec{Name: "configuration", Runtime: "engine"})
+	assert.NilError(t, err)
+
+	_, err = te.AttachLocalWorker(LocalWorkerSpec{Name: "configuration"})
+	var eb *protocol.ErrorBody
+	assert.Assert(t, errors.As(err, &eb))
+	assert.Equal(t, eb.Code, protocol.CodeWorkerNamespaceConflict)
+	assert.Check(t, is.Contains(eb.Message, a.ID()))
+
+	// A socket worker cannot take the name either.
+	w := te.dial(t)
+	w.register(map[string]any{"name": "configuration"})
+	rej := w.expect("registrationrejected")
+	assert.Equal(t, rej.str("owner_worker_id"), a.ID())
+
+	other, err := te.AttachLocalWorker(LocalWorkerSpec{Name: "configuration", Namespace: "tenant"})
+	assert.NilError(t, err, "another namespace is another identity")
+	defer other.Detach()
+
+	_, err = te.AttachLocalWorker(LocalWorkerSpec{Name: "x", Namespace: "Bad"})
+	assert.Assert(t, errors.As(err, &eb))
+	assert.Equal(t, eb.Code, protocol.CodeInvalidNamespace)
+
+	h := func(ctx context.Context, call *Call) (json.RawMessage, error) { return json.RawMessage(`1`), nil }
+	assert.NilError(t, a.RegisterFunction(FunctionDef{ID: "configuration::get"}, h))
+	err = other.RegisterFunction(FunctionDef{ID: "configuration::get"}, h)
+	assert.NilError(t, err, "function leases are per namespace")
+	err = other.RegisterFunction(FunctionDef{ID: "engine::nope"}, h)
+	assert.Assert(t, errors.As(err, &eb))
+	assert.Equal(t, eb.Code, protocol.CodeFuncNamespaceConflict)
+
+	b, err := te.AttachLocalWorker(LocalWorkerSpec{Name: "b"})
+	assert.NilError(t, err)
+	err = b.RegisterFunction(FunctionDef{ID: "configuration::get"}, h)
+	assert.Assert(t, errors.As(err, &eb))
+	assert.Equal(t, eb.Code, protocol.CodeFuncNamespaceConflict)
+
+	a.Detach()
+	assert.NilError(t, b.RegisterFunction(FunctionDef{ID: "configuration::get"}, h), "detach releases function leases")
+	again, err := te.AttachLocalWorker(LocalWorkerSpec{Name: "configuration"})
+	assert.NilError(t, err, "detach releases the name")
+	again.Detach()
+	b.UnregisterFunction("configuration::get")
+	_, err = te.Invoke(context.Background(), "", "configuration::get", nil)
+	assert.Assert(t, errors.As(err, &eb))
+	assert.Equal(t, eb.Code, protocol.CodeFunctionNotFound)
+	b.Detach()
+	b.Detach() // idempotent
+}
+
+func TestLocalWorkerCalls(t *testing.T) {
+	te := startEngine(t, Options{})
+	lw, err := te.AttachLocalWorker(LocalWorkerSpec{Name: "router", Namespace: "default"})
+	assert.NilError(t, err)
+	defer lw.Detach()
+
+	calls := make(chan *Call, 10)
+	assert.NilError(t, lw.RegisterFunction(FunctionDef{ID: "sandbox::exec"}, func(ctx context.Context, call *Call) (json.RawMessage, error) {
+		calls <- call
+		var in struct{ Fail string }
+		_ = json.Unmarshal(call.Data, &in)
+		switch in.Fail {
+		case "coded":
+			return nil, &protocol.ErrorBody{Code: "S301", Message: "adapter not running"}
+		case "plain":
+			return nil, errors.New("plain failure")
+		case "panic":
+			panic("handler bug")
+		}
+		return json.RawMessage(`{"ok":true}`), nil
+	}))
+
+	// From a socket worker.
+	c := te.dial(t)
+	c.send(&protocol.InvokeFunction{InvocationID: "l1", FunctionID: "sandbox::exec", Data: json.RawMessage(`{"cmd":"ls"}`),
+		Metadata: json.RawMessage(`{"m":1}`), Traceparent: "tp", Baggage: "bg"})
+	res := c.expect("invocationresult")
+	assert.DeepEqual(t, res.obj("result"), frame{"ok": true})
+	call := <-calls
+	assert.Equal(t, call.InvocationID, "l1")
+	assert.Equal(t, call.CallerWorkerID, c.workerID)
+	assert.Equal(t, call.Namespace, DefaultNamespace)
+	assert.Equal(t, call.Traceparent, "tp")
+	assert.Equal(t, call.Baggage, "bg")
+	assert.Equal(t, string(call.Metadata), `{"m":1}`)
+	assert.Equal(t, string(call.Data), `{"cmd":"ls","_caller_worker_id":"`+c.workerID+`"}`)
+
+	for _, tc := range []struct{ fail, code, msg string }{
+		{"coded", "S301", "adapter not running"},
+		{"plain", protocol.CodeInvocationFailed, "plain failure"},
+		{"panic", protocol.CodeInvocationFailed, "handler for sandbox::exec panicked: handler bug"},
+	} {
+		res := c.call("l-"+tc.fail, "sandbox::exec", nil, `{"fail":"`+tc.fail+`"}`)
+		code, msg := errBody(t, res)
+		assert.Equal(t, code, tc.code)
+		assert.Equal(t, msg, tc.msg)
+		<-calls
+	}
+
+	// Void from a socket worker: run, not answered.
+	c.send(&protocol.InvokeFunction{FunctionID: "sandbox::exec", Action: &protocol.TriggerAction{Type: protocol.ActionVoid}})
+	call = <-calls
+	assert.Equal(t, call.InvocationID, "")
+	c.sync()
+
+	// In-process.
+	out, err := te.Invoke(context.Background(), "", "sandbox::exec", json.RawMessage(`{}`))
+	assert.NilError(t, err)
+	assert.Equal(t, string(out), `{"ok":true}`)
+	call = <-calls
+	assert.Equal(t, call.CallerWorkerID, "")
+	assert.Equal(t, string(call.Data), `{}`)
+	_, err = te.Invoke(context.Background(), "", "sandbox::exec", json.RawMessage(`{"fail":"coded"}`))
+	var eb *protocol.ErrorBody
+	assert.Assert(t, errors.As(err, &eb))
+	assert.Equal(t, eb.Code, "S301")
+	<-calls
+
+	// A remote error reaches an in-process caller as *protocol.ErrorBody.
+	owner := te.dial(t)
+	owner.registerIn("", "remote", "remote::f")
+	go func() {
+		in := owner.next()
+		owner.send(&protocol.InvocationResult{InvocationID: in.str("invocation_id"), FunctionID: "remote::f",
+			Error: &protocol.ErrorBody{Code: "invocation_failed", Message: "remote boom"}})
+	}()
+	_, err = te.Invoke(context.Background(), "", "remote::f", json.RawMessage(`{}`))
+	assert.Assert(t, errors.As(err, &eb))
+	assert.Equal(t, eb.Code, "invocation_failed")
+	assert.Equal(t, eb.Message, "remote boom")
+}
+
+func TestLocalWorkerDetachStopsInFlight(t *testing.T) {
+	te := startEngine(t, Options{})
+	lw, err := te.AttachLocalWorker(LocalWorkerSpec{Name: "slow"})
+	assert.NilError(t, err)
+	started := make(chan struct{}, 2)
+	cancelled := make(chan struct{}, 2)
+	assert.NilError(t, lw.RegisterFunction(FunctionDef{ID: "slow::f"}, func(ctx context.Context, call *Call) (json.RawMessage, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		cancelled <- struct{}{}
+		return json.RawMessage(`"too late"`), nil
+	}))
+
+	c := te.dial(t)
+	c.send(&protocol.InvokeFunction{InvocationID: "d1", FunctionID: "slow::f"})
+	<-started
+	inproc := make(chan error, 1)
+	go func() {
+		_, err := te.Invoke(context.Background(), "", "slow::f", nil)
+		inproc <- err
+	}()
+	<-started
+
+	lw.Detach()
+	res := c.expect("invocationresult")
+	code, _ := errBody(t, res)
+	assert.Equal(t, code, protocol.CodeInvocationStopped)
+	var eb *protocol.ErrorBody
+	assert.Assert(t, errors.As(<-inproc, &eb))
+	assert.Equal(t, eb.Code, protocol.CodeInvocationStopped)
+	<-cancelled
+	<-cancelled
+	c.sync() // the handlers' late results went nowhere
+
+	assert.ErrorContains(t, lw.RegisterFunction(FunctionDef{ID: "x"}, func(context.Context, *Call) (json.RawMessage, error) { return nil, nil }), "detached")
+}
+
+func TestInvokeContextCancelsLocalHandler(t *testing.T) {
+	te := startEngine(t, Options{})
+	lw, err := te.AttachLocalWorker(LocalWorkerSpec{Name: "ctx"})
+	assert.NilError(t, err)
+	defer lw.Detach()
+	handlerDone := make(chan error, 1)
+	assert.NilError(t, lw.RegisterFunction(FunctionDef{ID: "ctx::wait"}, func(ctx context.Context, call *Call) (json.RawMessage, error) {
+		<-ctx.Done()
+		handlerDone <- ctx.Err()
+		return nil, ctx.Err()
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = te.Invoke(ctx, "", "ctx::wait", nil)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Assert(t, <-handlerDone != nil)
+}
+
+func TestCloseFailsInFlightAndClosesSockets(t *testing.T) {
+	e := New(Options{})
+	srvURL, stop := serve(t, e)
+	defer stop()
+	te := &testEngine{Engine: e, url: srvURL}
+
+	owner := te.dial(t)
+	owner.registerIn("", "o", "f")
+	caller := te.dial(t)
+	caller.send(&protocol.InvokeFunction{InvocationID: "c1", FunctionID: "f"})
+	owner.expect("invokefunction")
+	inproc := make(chan error, 1)
+	go func() {
+		_, err := e.Invoke(context.Background(), "", "f", nil)
+		inproc <- err
+	}()
+	owner.expect("invokefunction")
+
+	lw, err := e.AttachLocalWorker(LocalWorkerSpec{Name: "l"})
+	assert.NilError(t, err)
+	handlerCtx := make(chan context.Context, 1)
+	assert.NilError(t, lw.RegisterFunction(FunctionDef{ID: "l::f"}, func(ctx context.Context, call *Call) (json.RawMessage, error) {
+		handlerCtx <- ctx
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}))
+	go func() { _, _ = e.Invoke(context.Background(), "", "l::f", nil) }()
+	hctx := <-handlerCtx
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	assert.NilError(t, e.Close(ctx))
+
+	var eb *protocol.ErrorBody
+	assert.Assert(t, errors.As(<-inproc, &eb))
+	assert.Equal(t, eb.Code, protocol.CodeInvocationStopped)
+	assert.Assert(t, hctx.Err() != nil, "in-process handlers are cancelled")
+	// The socket caller hears invocation_stopped or just the close.
+	assert.Assert(t, caller.waitClosed() != nil)
+	assert.Assert(t, owner.waitClosed() != nil)
+
+	_, err = e.Invoke(context.Background(), "", "f", nil)
+	assert.ErrorIs(t, err, ErrClosed)
+	_, err = e.AttachLocalWorker(LocalWorkerSpec{Name: "late"})
+	assert.ErrorIs(t, err, ErrClosed)
+	assert.NilError(t, e.Close(ctx), "Close is idempotent")
+	assert.Equal(t, httpStatus(t, srvURL), http.StatusServiceUnavailable, "new workers are refused")
+}
