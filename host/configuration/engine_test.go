@@ -1,0 +1,86 @@
+package configuration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"gotest.tools/v3/assert"
+
+	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// TestThroughEngine calls configuration::* through a real engine, the way
+// any worker or the CLI reaches them.
+func TestThroughEngine(t *testing.T) {
+	ctx := context.Background()
+	eng := engine.New(engine.Options{Logger: hclog.NewNullLogger(), Version: "0.26.0"})
+	t.Cleanup(func() { assert.NilError(t, eng.Close(context.Background())) })
+	f := newWorker(t, env{"PORT": "7000"})
+	assert.NilError(t, f.w.Attach(eng))
+	assert.ErrorContains(t, f.w.Attach(eng), "already attached")
+
+	call := func(fn, data string) (string, error) {
+		out, err := eng.Invoke(ctx, engine.DefaultNamespace, fn, json.RawMessage(data))
+		return string(out), err
+	}
+	out, err := call(FnRegister, `{"id":"http","name":"HTTP","description":"listener","schema":`+portSchema+`,"initial_value":{"port":"${PORT:3111}"}}`)
+	assert.NilError(t, err)
+	assert.Assert(t, strings.Contains(out, `"value":{"port":"${PORT:3111}"}`), out)
+
+	out, err = call(FnGet, `{"id":"http"}`)
+	assert.NilError(t, err)
+	assert.Equal(t, out, `{"id":"http","value":{"port":7000}}`)
+
+	out, err = call(FnSet, `{"id":"http","value":{"port":8080}}`)
+	assert.NilError(t, err)
+	assert.Equal(t, out, `{"old_value":{"port":"${PORT:3111}"},"new_value":{"port":8080}}`)
+
+	out, err = call(FnEnsure, `{"id":"http","name":"HTTP","description":"listener","schema":`+portSchema+`,"initial_value":{"port":1}}`)
+	assert.NilError(t, err)
+	assert.Assert(t, strings.Contains(out, `"value":{"port":8080}`), out)
+
+	out, err = call(FnList, `{}`)
+	assert.NilError(t, err)
+	assert.Assert(t, strings.HasPrefix(out, `{"configurations":[{"id":"http","name":"HTTP"`), out)
+	out, err = call(FnSchema, `{"id":"http"}`)
+	assert.NilError(t, err)
+	assert.Assert(t, strings.Contains(out, `"schema":`+portSchema), out)
+
+	assert.NilError(t, f.w.SetInMemory("default-sandbox-libkrun", json.RawMessage(`{"image_allowlist":["python"]}`)))
+	out, err = call(FnGet, `{"id":"default-sandbox-libkrun"}`)
+	assert.NilError(t, err)
+	assert.Equal(t, out, `{"id":"default-sandbox-libkrun","value":{"image_allowlist":["python"]}}`)
+
+	// Each code reaches the caller as a coded error.
+	for _, tc := range []struct{ fn, data, code string }{
+		{FnGet, `{"id":"iii-sandbox","raw":true}`, CodeNotFound},
+		{FnGet, `{"id":"NO"}`, CodeInvalidID},
+		{FnSet, `{"id":"ghost","value":1}`, CodeNotRegistered},
+		{FnSet, `{"id":"default-sandbox-libkrun","value":{}}`, CodeNotRegistered},
+		{FnSet, `{"id":"http","value":{"port":-1}}`, CodeSchemaInvalid},
+		{FnRegister, `{"id":"x","schema":{"type":"nope"}}`, CodeSchemaInvalid},
+		{FnGet, `[1]`, CodeInvalidRequest},
+	} {
+		_, err := call(tc.fn, tc.data)
+		var eb *protocol.ErrorBody
+		assert.Assert(t, errors.As(err, &eb), "%s %s: %v", tc.fn, tc.data, err)
+		assert.Equal(t, eb.Code, tc.code, "%s %s: %s", tc.fn, tc.data, eb.Message)
+	}
+
+	// The functions carry their schemas for engine::functions::info.
+	out, err = call("engine::functions::info", `{"function_id":"configuration::get"}`)
+	assert.NilError(t, err)
+	assert.Assert(t, strings.Contains(out, `"request_schema"`) && strings.Contains(out, `"raw"`), out)
+
+	// After Close the functions are gone.
+	f.w.Close()
+	_, err = call(FnGet, `{"id":"http"}`)
+	var eb *protocol.ErrorBody
+	assert.Assert(t, errors.As(err, &eb), "%v", err)
+	assert.Equal(t, eb.Code, "function_not_found")
+}
