@@ -1,0 +1,13 @@
+package libkrun
+
+import "golang.org/x/sys/unix"
+
+// socketpair returns a connected pair of unix stream sockets, close-on-exec
+// so that only the children they are meant for (passt) inherit one.
+func socketpair() (int, int, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, err
+	}
+	return fds[0], fds[1], nil
+}
