@@ -1,0 +1,288 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+
+	"github.com/coder/websocket"
+
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// ChannelChunkSize is the largest binary frame a ChannelWriter sends; larger
+// writes are split, as the other SDKs do.
+const ChannelChunkSize = 64 << 10
+
+// Codes of channel failures.
+const (
+	// CodeChannelUnavailable: the engine does not know the channel id and
+	// key (expired, already removed, or a wrong key).
+	CodeChannelUnavailable = "CHANNEL_UNAVAILABLE"
+	// CodeChannelDirection: a reference opened for the wrong direction.
+	CodeChannelDirection = "CHANNEL_DIRECTION"
+)
+
+// CreateChannel asks the engine for a streaming channel (bufferSize items
+// of buffering; 0 for the engine's default) and returns its two ends. Pass
+// the writer or reader reference inside a payload or result to the party
+// that opens it.
+func (c *Client) CreateChannel(ctx context.Context, bufferSize int) (writer, reader protocol.StreamChannelRef, err error) {
+	payload := map[string]int{}
+	if bufferSize > 0 {
+		payload["buffer_size"] = bufferSize
+	}
+	raw, err := c.Call(ctx, fnCreateChannel, payload)
+	if err != nil {
+		return writer, reader, err
+	}
+	var out struct {
+		Writer protocol.StreamChannelRef `json:"writer"`
+		Reader protocol.StreamChannelRef `json:"reader"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return writer, reader, &Error{Code: CodeHandshakeFailed, Message: "the engine's channel reply is not {writer, reader}: " + err.Error(), Err: err}
+	}
+	if out.Writer.ChannelID == "" || out.Reader.ChannelID == "" {
+		return writer, reader, &Error{Code: CodeHandshakeFailed, Message: "the engine's channel reply lacks channel ids"}
+	}
+	return out.Writer, out.Reader, nil
+}
+
+// ChannelURL is the WebSocket address of one end of a channel on this
+// client's engine.
+func (c *Client) ChannelURL(ref protocol.StreamChannelRef) string {
+	u := c.base
+	u.Path = "/ws/channels/" + ref.ChannelID
+	u.RawQuery = url.Values{"key": {ref.AccessKey}, "dir": {ref.Direction}}.Encode()
+	return u.String()
+}
+
+func (c *Client) dialChannel(ctx context.Context, ref protocol.StreamChannelRef, want string) (*websocket.Conn, error) {
+	if ref.Direction != want {
+		return nil, &Error{Code: CodeChannelDirection, Message: fmt.Sprintf("channel %s: a %q reference cannot be opened for %s", ref.ChannelID, ref.Direction, want)}
+	}
+	if ref.ChannelID == "" {
+		return nil, &Error{Code: CodeInvalidArgument, Message: "channel reference without channel_id"}
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+	defer cancel()
+	u := c.ChannelURL(ref)
+	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPClient: c.httpClient, HTTPHeader: c.opts.Header})
+	if resp != nil && resp.Body != nil {
+		_ = resp.Body.Close()
+	}
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusNotFound {
+			return nil, &Error{Code: CodeChannelUnavailable, Err: err,
+				Message: fmt.Sprintf("channel %s is unknown to the engine (expired, removed, or a wrong key)", ref.ChannelID)}
+		}
+		return nil, unreachable(c.base.String(), err, resp)
+	}
+	conn.SetReadLimit(maxMessageSize)
+	return conn, nil
+}
+
+// ChannelWriter is the write end of a channel: binary bytes through Write,
+// text messages through SendText. Close ends the stream for the reader.
+type ChannelWriter struct {
+	conn   *websocket.Conn
+	ctx    context.Context // for Write; ends at Close
+	cancel context.CancelFunc
+	once   sync.Once
+	err    error
+}
+
+var _ io.WriteCloser = (*ChannelWriter)(nil)
+
+// OpenChannelWriter connects to the write end of a channel. ctx bounds the
+// dialling only.
+func (c *Client) OpenChannelWriter(ctx context.Context, ref protocol.StreamChannelRef) (*ChannelWriter, error) {
+	conn, err := c.dialChannel(ctx, ref, protocol.DirectionWrite)
+	if err != nil {
+		return nil, err
+	}
+	w := &ChannelWriter{conn: conn}
+	// Nothing is expected from the engine on a write end, but control
+	// frames (ping, close) still have to be read.
+	w.ctx = conn.CloseRead(context.Background())
+	w.ctx, w.cancel = context.WithCancel(w.ctx)
+	return w, nil
+}
+
+// Write sends p as binary frames of at most ChannelChunkSize bytes.
+func (w *ChannelWriter) Write(p []byte) (int, error) { return w.WriteContext(w.ctx, p) }
+
+// WriteContext is Write bounded by ctx. Cancelling ctx mid-write breaks the
+// channel (the WebSocket library closes a connection whose write was
+// interrupted).
+func (w *ChannelWriter) WriteContext(ctx context.Context, p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		chunk := p[:min(len(p), ChannelChunkSize)]
+		if err := w.conn.Write(ctx, websocket.MessageBinary, chunk); err != nil {
+			return n, fmt.Errorf("channel write: %w", err)
+		}
+		n += len(chunk)
+		p = p[len(chunk):]
+	}
+	return n, nil
+}
+
+// SendText sends one text message.
+func (w *ChannelWriter) SendText(ctx context.Context, msg string) error {
+	if err := w.conn.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		return fmt.Errorf("channel send text: %w", err)
+	}
+	return nil
+}
+
+// Close ends the stream normally; the reader sees io.EOF after the data
+// written before.
+func (w *ChannelWriter) Close() error {
+	w.once.Do(func() {
+		err := w.conn.Close(websocket.StatusNormalClosure, "")
+		w.cancel()
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			w.err = fmt.Errorf("channel close: %w", err)
+		}
+	})
+	return w.err
+}
+
+// ChannelMessage is one message read from a channel.
+type ChannelMessage struct {
+	Text bool   // a text message; otherwise binary
+	Data []byte // the payload
+}
+
+// ChannelReader is the read end of a channel. Read yields the binary
+// bytes as one stream; text messages met on the way go to the text handler
+// (or are dropped without one). ReadMessage returns whole messages of both
+// kinds instead. Use one style per reader; it is not safe for concurrent
+// use.
+type ChannelReader struct {
+	conn   *websocket.Conn
+	ctx    context.Context
+	cancel context.CancelFunc
+	onText func(string)
+	cur    io.Reader // the unread rest of the current binary message
+	err    error     // sticky end-of-stream or failure
+	once   sync.Once
+}
+
+var _ io.ReadCloser = (*ChannelReader)(nil)
+
+// ReaderOption configures OpenChannelReader.
+type ReaderOption func(*ChannelReader)
+
+// WithTextHandler receives the text messages Read meets, in order, on the
+// reading goroutine.
+func WithTextHandler(f func(string)) ReaderOption {
+	return func(r *ChannelReader) { r.onText = f }
+}
+
+// OpenChannelReader connects to the read end of a channel. ctx bounds the
+// dialling only.
+func (c *Client) OpenChannelReader(ctx context.Context, ref protocol.StreamChannelRef, opts ...ReaderOption) (*ChannelReader, error) {
+	conn, err := c.dialChannel(ctx, ref, protocol.DirectionRead)
+	if err != nil {
+		return nil, err
+	}
+	r := &ChannelReader{conn: conn}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
+}
+
+// Read reads binary stream bytes; io.EOF once the writer closed and
+// everything was read.
+func (r *ChannelReader) Read(p []byte) (int, error) {
+	for {
+		if r.cur != nil {
+			n, err := r.cur.Read(p)
+			if errors.Is(err, io.EOF) {
+				r.cur = nil
+				if n > 0 {
+					return n, nil
+				}
+				continue
+			}
+			if err != nil {
+				r.err = r.end(err)
+				r.cur = nil
+				return n, r.err
+			}
+			return n, nil
+		}
+		if r.err != nil {
+			return 0, r.err
+		}
+		typ, rd, err := r.conn.Reader(r.ctx)
+		if err != nil {
+			r.err = r.end(err)
+			return 0, r.err
+		}
+		if typ == websocket.MessageText {
+			data, err := io.ReadAll(rd)
+			if err != nil {
+				r.err = r.end(err)
+				return 0, r.err
+			}
+			if r.onText != nil {
+				r.onText(string(data))
+			}
+			continue
+		}
+		r.cur = rd
+	}
+}
+
+// ReadMessage returns the next whole message (or the rest of a binary
+// message Read started); io.EOF at the end of the stream.
+func (r *ChannelReader) ReadMessage(ctx context.Context) (ChannelMessage, error) {
+	if r.cur != nil {
+		data, err := io.ReadAll(r.cur)
+		r.cur = nil
+		if err != nil {
+			r.err = r.end(err)
+			return ChannelMessage{}, r.err
+		}
+		return ChannelMessage{Data: data}, nil
+	}
+	if r.err != nil {
+		return ChannelMessage{}, r.err
+	}
+	typ, data, err := r.conn.Read(ctx)
+	if err != nil {
+		r.err = r.end(err)
+		return ChannelMessage{}, r.err
+	}
+	return ChannelMessage{Text: typ == websocket.MessageText, Data: data}, nil
+}
+
+// end maps the connection's end to the stream's: a normal close by the
+// engine is io.EOF, anything else an error.
+func (r *ChannelReader) end(err error) error {
+	if websocket.CloseStatus(err) == websocket.StatusNormalClosure {
+		return io.EOF
+	}
+	return fmt.Errorf("channel read: %w", err)
+}
+
+// Close releases the reader; reading stops even mid-stream.
+func (r *ChannelReader) Close() error {
+	r.once.Do(func() {
+		_ = r.conn.Close(websocket.StatusNormalClosure, "")
+		r.cancel()
+	})
+	return nil
+}

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/cmd/iii/internal/jsonpretty"
+	"github.com/iii-sandbox/iii/cmd/iii/internal/payload"
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// cliWorkerName is the worker name `iii call` registers under. A second
+// concurrent call finds it taken and falls back to a per-process name.
+const cliWorkerName = "iii-cli:call"
+
+// closeGrace bounds the goodbye to the engine after the result is in.
+const closeGrace = 2 * time.Second
+
+type callFlags struct {
+	json      string
+	address   string
+	port      int
+	timeoutMS int64
+	namespace string
+}
+
+func newCallCmd(e env, defaultHelp func(*cobra.Command, []string)) *cobra.Command {
+	f := &callFlags{}
+	cmd := &cobra.Command{
+		Use:     "call FUNCTION [KEY=VALUE]...",
+		Aliases: []string{"trigger", "t"},
+		Short:   "Call a function on the running engine",
+		Long: `Call FUNCTION on the engine and print its result as JSON.
+
+The payload is {} by default. KEY=VALUE pairs build an object: each value is
+decoded as JSON when it is JSON (n=10, ok=true, tags='["a"]'), else it is a
+string (name=alice). --json gives the whole payload; with KEY=VALUE pairs it
+must be an object and the pairs override its keys. A repeated key: the last
+one wins.
+
+Without -n the function resolves in the "default" namespace.
+"iii call -h FUNCTION" also shows the function's description and request
+schema, as the running engine knows them.`,
+		Example: `  iii call engine::workers::list
+  iii call compose::up --namespace dev file=./worker-compose.yaml
+  iii call sandbox::run --json '{"image":"python","code":"print(2+2)"}'
+  iii call math::add a=2 b=3 --timeout-ms 5000`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf(cmd, "missing FUNCTION to call")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.validate(cmd); err != nil {
+				return err
+			}
+			data, err := payload.Parse(args[1:], f.json, cmd.Flags().Changed("json"))
+			if err != nil {
+				return &usageError{err: err, hint: cmd.CommandPath()}
+			}
+			var ns *string
+			if cmd.Flags().Changed("namespace") {
+				ns = &f.namespace
+			}
+			return runCall(cmd.Context(), e, f, args[0], data, ns)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.json, "json", "", "the payload as JSON (an object when KEY=VALUE pairs are given too)")
+	fl.StringVar(&f.address, "address", "localhost", "engine host")
+	fl.IntVar(&f.port, "port", 49134, "engine WebSocket port")
+	fl.Int64Var(&f.timeoutMS, "timeout-ms", 30000, "how long to wait for the result, in milliseconds")
+	fl.StringVarP(&f.namespace, "namespace", "n", "", `namespace FUNCTION resolves in (default "default")`)
+
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		defaultHelp(c, args)
+		if c != cmd {
+			return
+		}
+		if fn := c.Flags().Args(); len(fn) > 0 {
+			functionHelp(c, e, f, fn[0])
+		}
+	})
+	return cmd
+}
+
+func (f *callFlags) validate(cmd *cobra.Command) error {
+	switch {
+	case strings.TrimSpace(f.address) == "":
+		return usageErrorf(cmd, "--address must not be empty")
+	case f.port < 1 || f.port > 65535:
+		return usageErrorf(cmd, "--port must be between 1 and 65535, not %d", f.port)
+	case f.timeoutMS <= 0:
+		return usageErrorf(cmd, "--timeout-ms must be positive, not %d", f.timeoutMS)
+	case cmd.Flags().Changed("namespace") && !client.ValidNamespace(f.namespace):
+		return usageErrorf(cmd, "invalid namespace %q: use only lowercase letters, digits, '-' and '_'", f.namespace)
+	}
+	return nil
+}
+
+func (f *callFlags) url() string {
+	return "ws://" + net.JoinHostPort(f.address, strconv.Itoa(f.port))
+}
+
+func (f *callFlags) timeout() time.Duration { return time.Duration(f.timeoutMS) * time.Millisecond }
+
+// dial connects as the CLI worker. The worker name is confirmed before any
+// call goes out, so a name clash with another running `iii call` is caught
+// while nothing has been invoked yet, and retried under a unique name.
+func dial(ctx context.Context, f *callFlags) (*client.Client, error) {
+	opts := client.Options{
+		Name:                cliWorkerName,
+		Description:         "iii call",
+		IgnoreEnv:           true,
+		ConfirmRegistration: true,
+		Reconnect:           client.ReconnectPolicy{Disable: true},
+		DialTimeout:         min(client.DefaultDialTimeout, f.timeout()),
+	}
+	c, err := client.Dial(ctx, f.url(), opts)
+	if client.CodeOf(err) == protocol.CodeWorkerNamespaceConflict {
+		opts.Name = fmt.Sprintf("%s:%d", cliWorkerName, os.Getpid())
+		c, err = client.Dial(ctx, f.url(), opts)
+	}
+	if err != nil {
+		return nil, connectError(f.url(), err)
+	}
+	return c, nil
+}
+
+// connectError words a failed connection for the terminal.
+func connectError(u string, err error) error {
+	var eb *protocol.ErrorBody
+	switch {
+	case errors.Is(err, context.Canceled):
+		return &exitError{code: exitInterrupted, msg: "interrupted"}
+	case errors.As(err, &eb):
+		return &exitError{code: exitFailure, msg: fmt.Sprintf("the engine at %s refused the connection: %s", u, eb.Error())}
+	case client.CodeOf(err) == client.CodeEngineUnreachable:
+		return &exitError{code: exitFailure, msg: err.Error()}
+	default:
+		return &exitError{code: exitFailure, msg: fmt.Sprintf("cannot connect to the engine at %s: %v", u, err)}
+	}
+}
+
+func runCall(ctx context.Context, e env, f *callFlags, fn string, data json.RawMessage, ns *string) error {
+	c, err := dial(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), closeGrace)
+		defer cancel()
+		_ = c.Close(cctx)
+	}()
+
+	opts := []client.CallOption{client.WithTimeout(f.timeout())}
+	if ns != nil {
+		opts = append(opts, client.WithNamespace(*ns))
+	}
+	res, err := c.Call(ctx, fn, data, opts...)
+	if err != nil {
+		return callError(err)
+	}
+	if len(res) == 0 {
+		return nil
+	}
+	out, err := prettyJSON(res)
+	if err != nil {
+		return &exitError{code: exitFailure, msg: fmt.Sprintf("%s returned a result that is not JSON: %v", fn, err)}
+	}
+	_, err = fmt.Fprintln(e.stdout, out)
+	return err
+}
+
+// callError shapes a failed call: a remote error as the pretty JSON of its
+// body, the client's own failures (timeout, lost connection) as their
+// message.
+func callError(err error) error {
+	var eb *protocol.ErrorBody
+	if errors.As(err, &eb) {
+		body, jerr := prettyJSON(mustJSON(eb))
+		if jerr != nil {
+			return &exitError{code: exitFailure, msg: eb.Error()}
+		}
+		return &exitError{code: exitFailure, msg: body}
+	}
+	if errors.Is(err, context.Canceled) {
+		return &exitError{code: exitInterrupted, msg: "interrupted"}
+	}
+	return &exitError{code: exitFailure, msg: err.Error()}
+}
+
+func mustJSON(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return []byte(`null`)
+	}
+	return b.Bytes()
+}
+
+// prettyJSON is how results and error bodies are printed.
+func prettyJSON(raw []byte) (string, error) { return jsonpretty.Indent(raw) }

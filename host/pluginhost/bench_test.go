@@ -1,0 +1,64 @@
+package pluginhost
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/iii-sandbox/iii/contract"
+)
+
+// BenchmarkPluginHop splits the cost of a call to an adapter the host
+// runs: the adapter's gRPC call alone (AutoMTLS, another process), the
+// host's handler around it (JSON decode and encode, contexts), and the
+// engine's in-process Invoke on top. scripts/bench/router measures the
+// whole path over WebSocket beside its floors.
+func BenchmarkPluginHop(b *testing.B) {
+	te := newEnv(b, Options{})
+	if _, err := te.start(b, map[string]any{"adapter": "sandbox-hostdir", "path": testBin(b, "sandbox-hostdir"), "config": hostdirConfig(b, nil)}); err != nil {
+		b.Fatal(err)
+	}
+	m := te.host.entries[key{"sandbox-hostdir", "default"}]
+	m.mu.Lock()
+	w := m.worker
+	m.mu.Unlock()
+	if w == nil {
+		b.Fatal("not published")
+	}
+	ctx := context.Background()
+	m.mu.Lock()
+	in := m.current
+	m.mu.Unlock()
+	if in == nil {
+		b.Fatal("no running instance")
+	}
+	fn := te.host.ops[contract.OpCatalogList]
+	b.Run("health", func(b *testing.B) {
+		for b.Loop() {
+			if err := in.ping(ctx, waitFor); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("grpc", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := in.adapter.CatalogList(ctx, &contract.CatalogListRequest{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("handler", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := in.serve(ctx, contract.OpCatalogList, fn, json.RawMessage(`{}`)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("invoke", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := te.eng.Invoke(ctx, "", "sandbox-hostdir::catalog::list", json.RawMessage(`{}`)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

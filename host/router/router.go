@@ -1,0 +1,319 @@
+// Package router is the engine's always-on iii-sandbox router. It serves
+// the sixteen sandbox::<op> functions in the default namespace and forwards
+// each call, payload unchanged, to <adapter>::<op> in the namespace of the
+// bound adapter, through the engine's registry. The adapter is whatever
+// worker registers those functions there: one the engine's plugin host
+// runs as a go-plugin subprocess, or any WebSocket worker (spec iii-0.26
+// §7.1; docs/router.md).
+//
+// The router adds nothing to payloads and passes the adapter's errors
+// through as they are. Its own errors are the contract's: S303 when no
+// adapter is bound, S301 when the bound adapter is not running (or died
+// during the call), S302 when a WebSocket adapter speaks another contract
+// major.
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/host/pluginhost/schema"
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// WorkerName is the router's internal worker in the default namespace.
+const WorkerName = "iii-sandbox"
+
+// CodeInvalidBinding refuses Bind with a bad adapter name or namespace.
+const CodeInvalidBinding = "INVALID_SANDBOX_BINDING"
+
+// Binding names the adapter the router forwards to: its worker name (and
+// function prefix) and the namespace it runs in.
+type Binding struct {
+	Adapter   string
+	Namespace string
+}
+
+// Options configure a Router. Every field is optional.
+type Options struct {
+	Logger hclog.Logger
+	// ConfigBinding returns the binding of config.yaml's top-level
+	// sandbox: section, read on every call so the router follows
+	// reloads; ok false means the section is absent.
+	ConfigBinding func() (b Binding, ok bool)
+	// Hosted reports whether the engine's plugin host publishes adapter
+	// in namespace. Such an adapter's contract major was checked when it
+	// was started, so the router skips its own check.
+	Hosted func(adapter, namespace string) bool
+	// EngineURL is this engine's worker address, for the S301 hint
+	// (`iii compose --up ... --engine <url>`); "" leaves it out.
+	EngineURL func() string
+}
+
+// Router is the iii-sandbox router. Create it with New; Close detaches it.
+type Router struct {
+	eng    *engine.Engine
+	opts   Options
+	log    hclog.Logger
+	worker *engine.LocalWorker
+
+	// explicit is a binding set with Bind; it wins over the config's.
+	explicit atomic.Pointer[Binding]
+
+	// checked caches, per bound adapter, the contract check of the
+	// worker connection that owns its functions: the check runs once per
+	// owner and again when the owner changes.
+	mu      sync.Mutex
+	checked map[Binding]ownerCheck
+}
+
+type ownerCheck struct {
+	owner string
+	err   *contract.Error // nil: compatible
+}
+
+var (
+	adapterNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	namespaceRE   = regexp.MustCompile(`^[a-z0-9_-]+$`)
+)
+
+// New attaches the router to eng and registers sandbox::<op> for every
+// operation of the contract.
+func New(eng *engine.Engine, opts Options) (*Router, error) {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	r := &Router{eng: eng, opts: opts, log: opts.Logger, checked: map[Binding]ownerCheck{}}
+	w, err := eng.AttachLocalWorker(engine.LocalWorkerSpec{
+		Name:        WorkerName,
+		Namespace:   engine.DefaultNamespace,
+		Description: "The sandbox router: serves sandbox::* and forwards each call to the bound adapter.",
+		Runtime:     "engine",
+		Isolation:   "in-process",
+		Internal:    true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attach the sandbox router: %w", err)
+	}
+	for _, op := range contract.Ops() {
+		def := engine.FunctionDef{
+			ID:             contract.RouterFunctionID(op),
+			Description:    schema.Description(op) + " Routed to the bound sandbox adapter.",
+			RequestSchema:  schema.Request(op),
+			ResponseSchema: schema.Response(op),
+		}
+		if err := w.RegisterFunction(def, r.forward(op)); err != nil {
+			w.Detach()
+			return nil, fmt.Errorf("register %s: %w", def.ID, err)
+		}
+	}
+	r.worker = w
+	return r, nil
+}
+
+// Close detaches the router; sandbox::* is no longer served.
+func (r *Router) Close() {
+	if r.worker != nil {
+		r.worker.Detach()
+	}
+}
+
+// Bind binds the router to adapter in namespace ("" means default),
+// overriding config.yaml's sandbox: section until Unbind. Compose uses it
+// for the engines it manages.
+func (r *Router) Bind(adapter, namespace string) error {
+	if namespace == "" {
+		namespace = engine.DefaultNamespace
+	}
+	if !adapterNameRE.MatchString(adapter) {
+		return &protocol.ErrorBody{Code: CodeInvalidBinding, Message: fmt.Sprintf(
+			"sandbox adapter %q is not a worker name: 1 to 64 of a-z 0-9 _ -, starting with a letter or digit", adapter)}
+	}
+	if !namespaceRE.MatchString(namespace) {
+		return &protocol.ErrorBody{Code: protocol.CodeInvalidNamespace, Message: fmt.Sprintf(
+			"sandbox namespace %q is not valid: use lower case letters, digits, _ and -", namespace)}
+	}
+	r.explicit.Store(&Binding{Adapter: adapter, Namespace: namespace})
+	r.log.Info("sandbox router bound", "adapter", adapter, "namespace", namespace)
+	return nil
+}
+
+// Unbind drops the binding set with Bind; config.yaml's sandbox: section
+// (if any) applies again.
+func (r *Router) Unbind() {
+	if r.explicit.Swap(nil) != nil {
+		r.log.Info("sandbox router unbound")
+	}
+}
+
+// Binding is the binding in force: Bind's, else config.yaml's.
+func (r *Router) Binding() (Binding, bool) {
+	if b := r.explicit.Load(); b != nil {
+		return *b, true
+	}
+	if r.opts.ConfigBinding != nil {
+		if b, ok := r.opts.ConfigBinding(); ok {
+			if b.Namespace == "" {
+				b.Namespace = engine.DefaultNamespace
+			}
+			return b, true
+		}
+	}
+	return Binding{}, false
+}
+
+func (r *Router) hosted(b Binding) bool {
+	return r.opts.Hosted != nil && r.opts.Hosted(b.Adapter, b.Namespace)
+}
+
+// forward is the handler of sandbox::<op>.
+func (r *Router) forward(op string) engine.Handler {
+	return func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
+		b, ok := r.Binding()
+		if !ok {
+			return nil, contract.NoAdapterBound().ErrorBody()
+		}
+		target := contract.AdapterFunctionID(b.Adapter, op)
+		if !r.hosted(b) {
+			if serr := r.checkContract(ctx, b, target); serr != nil {
+				return nil, serr.ErrorBody()
+			}
+		}
+		out, err := r.eng.Invoke(ctx, b.Namespace, target, call.Data)
+		if err == nil {
+			return out, nil
+		}
+		var eb *protocol.ErrorBody
+		if errors.As(err, &eb) {
+			switch eb.Code {
+			case protocol.CodeFunctionNotFound:
+				return nil, r.notRunning(b).ErrorBody()
+			case protocol.CodeInvocationStopped:
+				return nil, contract.NewError(contract.S301,
+					"sandbox adapter %q in namespace %q went away while serving sandbox::%s (%s); retry once it is running again",
+					b.Adapter, b.Namespace, op, eb.Message).ErrorBody()
+			}
+		}
+		// The adapter's own errors, and the caller's context ending.
+		return nil, err
+	}
+}
+
+// notRunning is S301 for a bound adapter whose functions are not
+// registered in its namespace, with the ways to start it.
+func (r *Router) notRunning(b Binding) *contract.Error {
+	engineFlag := ""
+	if r.opts.EngineURL != nil {
+		if u := r.opts.EngineURL(); u != "" {
+			engineFlag = " --engine " + u
+		}
+	}
+	return contract.NewError(contract.S301,
+		"sandbox adapter %q is bound in namespace %q but is not running there (no %s). "+
+			"If a Compose project runs in namespace %q, add the adapter with `iii call compose::add worker=iii-sandbox`; "+
+			"otherwise write a worker-compose.yaml that declares it (containers: {%s: {worker: package://%s}}) and run `iii compose --up --namespace %s%s`. "+
+			"An installed adapter binary can also be run by the engine itself: `iii call engine::adapters::start adapter=%s namespace=%s`",
+		b.Adapter, b.Namespace, contract.AdapterFunctionID(b.Adapter, "*"), b.Namespace,
+		b.Adapter, b.Adapter, b.Namespace, engineFlag, b.Adapter, b.Namespace)
+}
+
+// checkContract refuses (S302) an adapter, served by a WebSocket worker,
+// whose adapter::info reports another contract major. The answer is kept
+// per owning worker connection, so the check costs one call per
+// connection; a reconnect or another worker taking over checks again.
+func (r *Router) checkContract(ctx context.Context, b Binding, target string) *contract.Error {
+	owner, found := r.ownerOf(ctx, b.Namespace, target)
+	if !found {
+		return r.notRunning(b)
+	}
+	r.mu.Lock()
+	c, ok := r.checked[b]
+	r.mu.Unlock()
+	if ok && c.owner == owner {
+		return c.err
+	}
+	serr, final := r.fetchContract(ctx, b)
+	if final {
+		r.mu.Lock()
+		r.checked[b] = ownerCheck{owner: owner, err: serr}
+		r.mu.Unlock()
+		if serr != nil {
+			r.log.Warn("sandbox adapter refused", "adapter", b.Adapter, "namespace", b.Namespace, "owner", owner, "reason", serr.Message)
+		}
+	}
+	return serr
+}
+
+// fetchContract asks the adapter for its contract. final is false when
+// the answer says nothing about the adapter's build (it did not answer),
+// so it is not cached.
+func (r *Router) fetchContract(ctx context.Context, b Binding) (serr *contract.Error, final bool) {
+	infoID := contract.AdapterFunctionID(b.Adapter, contract.OpAdapterInfo)
+	out, err := r.eng.Invoke(ctx, b.Namespace, infoID, json.RawMessage(`{}`))
+	if err != nil {
+		var eb *protocol.ErrorBody
+		if errors.As(err, &eb) && eb.Code == protocol.CodeFunctionNotFound {
+			return contract.NewError(contract.S302,
+				"sandbox adapter %q in namespace %q does not serve %s, so the engine cannot check which sandbox contract it speaks; adapters for contract %d must serve it",
+				b.Adapter, b.Namespace, infoID, contract.Major), true
+		}
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		return contract.NewError(contract.S301, "sandbox adapter %q in namespace %q did not answer %s: %v; retry once it is running again",
+			b.Adapter, b.Namespace, infoID, err), false
+	}
+	var info contract.AdapterInfo
+	if err := json.Unmarshal(out, &info); err != nil || info.Contract == (contract.ContractVersion{}) {
+		return contract.NewError(contract.S302,
+			"sandbox adapter %q in namespace %q reports no readable contract version in %s (want {\"contract\":{\"major\":%d,\"minor\":...}})",
+			b.Adapter, b.Namespace, infoID, contract.Major), true
+	}
+	return contract.CheckContract(b.Adapter, info.Contract), true
+}
+
+// ownerOf identifies the worker connection that owns function id in ns,
+// through the engine's introspection builtins: its worker id when the
+// owner has a name, else the owner's name.
+func (r *Router) ownerOf(ctx context.Context, ns, id string) (owner string, found bool) {
+	raw, err := r.eng.Invoke(ctx, engine.DefaultNamespace, engine.FnFunctionsInfo, mustJSON(map[string]string{"function_id": id, "namespace": ns}))
+	if err != nil {
+		return "", false
+	}
+	var fi struct {
+		WorkerName string `json:"worker_name"`
+	}
+	if json.Unmarshal(raw, &fi) != nil || fi.WorkerName == "" {
+		return "", false
+	}
+	raw, err = r.eng.Invoke(ctx, engine.DefaultNamespace, engine.FnWorkersInfo, mustJSON(map[string]string{"name": fi.WorkerName, "namespace": ns}))
+	if err != nil {
+		return "name:" + fi.WorkerName, true
+	}
+	var wi struct {
+		Worker struct {
+			ID string `json:"id"`
+		} `json:"worker"`
+	}
+	if json.Unmarshal(raw, &wi) != nil || wi.Worker.ID == "" {
+		return "name:" + fi.WorkerName, true
+	}
+	return wi.Worker.ID, true
+}
+
+func mustJSON(v map[string]string) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage(`{}`)
+	}
+	return b
+}
