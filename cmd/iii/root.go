@@ -51,6 +51,7 @@ and stops on SIGINT or SIGTERM.`,
 	root.Flags().BoolVar(&noUpdateCheck, "no-update-check", false, "turn off update checks (this build never checks)")
 
 	root.AddCommand(newCallCmd(e, root.HelpFunc()))
+	root.AddCommand(newComposeCmd(e), newReaperCmd(e))
 	return root
 }
 
@@ -62,7 +63,8 @@ func runEngine(cmd *cobra.Command, e env, configPath string) error {
 		level = hclog.Info
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "iii", Output: e.stderr, Level: level})
-	ctx := cmd.Context()
+	ctx, release := engineLifeline(cmd.Context(), e, logger)
+	defer release()
 	err := server.Run(ctx, server.Options{
 		ConfigPath:  configPath,
 		Interactive: e.interactive,

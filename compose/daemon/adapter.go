@@ -1,0 +1,274 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// Plugin host codes the daemon reacts to.
+const (
+	codeAdapterAlreadyStarted = "ADAPTER_ALREADY_STARTED"
+	codeAdapterNotStarted     = "ADAPTER_NOT_STARTED"
+)
+
+// adapterStartTimeout bounds one engine::adapters::start or restart call:
+// the plugin host waits for the adapter's handshake and configuration.
+const adapterStartTimeout = 2 * time.Minute
+
+// shippedDefaults are the default configurations the adapter packages
+// ship (the lowest configuration layer). Until the package registry
+// lands, Compose carries the one of sandbox-libkrun itself.
+func shippedDefaults(adapter string) (any, bool) {
+	if adapter != composefile.AdapterPackage {
+		return nil, false
+	}
+	v, _ := decodeJSON([]byte(`{"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}`))
+	return v, true
+}
+
+// isAdapter reports whether a container is a sandbox adapter package that
+// the engine's plugin host runs (engine::adapters::*) instead of a host
+// process: sandbox-libkrun, the adapter engine.sandbox names, or any
+// package named sandbox-*. The registry will say this itself once it
+// lands.
+func (p *project) isAdapter(f *composefile.File, decl *composefile.Container) bool {
+	if decl == nil || decl.Source.Kind != composefile.SourcePackage {
+		return false
+	}
+	name := decl.Source.Name
+	if name == composefile.AdapterPackage || strings.HasPrefix(name, "sandbox-") {
+		return true
+	}
+	return f.Engine != nil && f.Engine.Sandbox != nil && f.Engine.Sandbox.Adapter == name
+}
+
+// adapterRefOf names an adapter container's adapter and the namespace it
+// runs in: engine.sandbox.namespace for the bound adapter, else the
+// project namespace.
+func (p *project) adapterRefOf(f *composefile.File, decl *composefile.Container) *adapterRef {
+	ref := &adapterRef{name: decl.Source.Name, ns: p.ns}
+	if f.Engine != nil && f.Engine.Sandbox != nil && f.Engine.Sandbox.Adapter == ref.name && f.Engine.Sandbox.Namespace != "" {
+		ref.ns = f.Engine.Sandbox.Namespace
+	}
+	return ref
+}
+
+// EntryID is the configuration entry the plugin host keeps (in memory)
+// for an adapter it runs.
+func EntryID(ns, adapter string) string { return ns + "-" + adapter }
+
+// adapterConfig merges the adapter's layers: the package defaults, the
+// entry the engine holds for it now, then config_override. A key removed
+// from config_override therefore keeps its current value.
+func (p *project) adapterConfig(ctx context.Context, ref *adapterRef, decl *composefile.Container) (any, error) {
+	var l layers
+	l.defaults, l.hasDef = shippedDefaults(ref.name)
+	v, ok, err := fetchEntry(ctx, p.d.eng, EntryID(ref.ns, ref.name), decl.Key)
+	if err != nil {
+		return nil, err
+	}
+	l.entry, l.hasEntry = v, ok
+	if decl.ConfigOverride != nil {
+		ov, err := normalize(decl.ConfigOverride)
+		if err != nil {
+			return nil, compose.New(compose.CodeInvalidComposeFile, fmt.Sprintf("containers.%s.config_override: %v", decl.Key, err))
+		}
+		l.override, l.hasOver = ov, true
+	}
+	merged, ok := l.merged()
+	if !ok || merged == nil {
+		merged = map[string]any{}
+	}
+	if _, isMap := merged.(map[string]any); !isMap {
+		return nil, compose.New(compose.CodeInvalidComposeFile, fmt.Sprintf(
+			"container %q: the adapter's configuration must be a mapping; the entry %s holds %s", decl.Key, EntryID(ref.ns, ref.name), clip(fmt.Sprint(merged), 80)))
+	}
+	return merged, nil
+}
+
+// startAdapter starts an adapter container through the engine's plugin
+// host, with its merged configuration, and waits until the adapter runs.
+func (p *project) startAdapter(ctx context.Context, f *composefile.File, c *container) error {
+	decl := c.decl
+	ref := p.adapterRefOf(f, decl)
+	cfg, err := p.adapterConfig(ctx, ref, decl)
+	if err != nil {
+		return err
+	}
+	req := map[string]any{"adapter": ref.name, "namespace": ref.ns, "config": cfg}
+	_, err = p.d.eng.Call(ctx, fnAdaptersStart, req, callTimeout(adapterStartTimeout))
+	var eb *protocol.ErrorBody
+	if errors.As(err, &eb) && eb.Code == codeAdapterAlreadyStarted {
+		// Left running by an earlier Compose (the engine outlived it):
+		// take it over with this configuration.
+		_, err = p.d.eng.Call(ctx, fnAdaptersRestart, req, callTimeout(adapterStartTimeout))
+	}
+	if err != nil {
+		return adapterFailed(decl.Key, ref, err)
+	}
+	p.mu.Lock()
+	c.adapter, c.owned = ref, true
+	p.mu.Unlock()
+	p.setState(c, state.StatusStarting, nil)
+	if err := p.waitAdapter(ctx, c, ref, decl.StartupTimeout); err != nil {
+		p.stopOne(ctx, c, asComposeError(err))
+		return err
+	}
+	p.setState(c, state.StatusReady, nil)
+	return nil
+}
+
+func adapterFailed(key string, ref *adapterRef, err error) error {
+	return compose.New(compose.CodeSpawnFailed, fmt.Sprintf("container %q: sandbox adapter %s in namespace %q did not start: %v",
+		key, ref.name, ref.ns, err))
+}
+
+// restartAdapter restarts a running adapter with its freshly merged
+// configuration (compose::restart worker=<adapter>); every sandbox it ran
+// ends.
+func (p *project) restartAdapter(ctx context.Context, f *composefile.File, c *container) error {
+	decl := c.decl
+	ref := p.adapterRefOf(f, decl)
+	cfg, err := p.adapterConfig(ctx, ref, decl)
+	if err != nil {
+		return err
+	}
+	req := map[string]any{"adapter": ref.name, "namespace": ref.ns, "config": cfg}
+	_, err = p.d.eng.Call(ctx, fnAdaptersRestart, req, callTimeout(adapterStartTimeout))
+	var eb *protocol.ErrorBody
+	if errors.As(err, &eb) && eb.Code == codeAdapterNotStarted {
+		_, err = p.d.eng.Call(ctx, fnAdaptersStart, req, callTimeout(adapterStartTimeout))
+	}
+	if err != nil {
+		err = adapterFailed(decl.Key, ref, err)
+		p.mu.Lock()
+		c.adapter = ref
+		p.mu.Unlock()
+		p.stopOne(ctx, c, asComposeError(err))
+		return err
+	}
+	p.mu.Lock()
+	c.adapter, c.owned = ref, true
+	p.mu.Unlock()
+	if err := p.waitAdapter(ctx, c, ref, decl.StartupTimeout); err != nil {
+		p.stopOne(ctx, c, asComposeError(err))
+		return err
+	}
+	p.setState(c, state.StatusReady, nil)
+	return nil
+}
+
+// waitAdapter waits until the adapter runs: its worker appears in its
+// namespace, or engine::adapters::list says running. A failed adapter
+// fails the container with the adapter's reason.
+func (p *project) waitAdapter(ctx context.Context, c *container, ref *adapterRef, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
+	for {
+		st, found, err := adapterState(ctx, p.d.eng, ref)
+		if err == nil && found {
+			switch st.State {
+			case "running":
+				return nil
+			case "failed", "incompatible", "stopped":
+				return compose.New(compose.CodeSpawnFailed, fmt.Sprintf("container %q: sandbox adapter %s in namespace %q is %s: %s",
+					c.key, ref.name, ref.ns, st.State, st.LastError))
+			}
+		}
+		if live, err := listWorkers(ctx, p.d.eng); err == nil {
+			for _, w := range live {
+				if w.name() == ref.name && w.Namespace == ref.ns {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return compose.New(compose.CodeStartupTimeout, fmt.Sprintf("container %q: the start was interrupted (%v)", c.key, ctx.Err()))
+		case <-deadline.C:
+			return compose.New(compose.CodeStartupTimeout, fmt.Sprintf(
+				"container %q: sandbox adapter %s did not come up in namespace %q within %s", c.key, ref.name, ref.ns, timeout))
+		case <-tick.C:
+		}
+	}
+}
+
+// adapterState finds one adapter in engine::adapters::list.
+func adapterState(ctx context.Context, e engineCaller, ref *adapterRef) (adapterStatus, bool, error) {
+	raw, err := e.Call(ctx, fnAdaptersList, map[string]any{})
+	if err != nil {
+		return adapterStatus{}, false, err
+	}
+	var out struct {
+		Adapters []adapterStatus `json:"adapters"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return adapterStatus{}, false, err
+	}
+	for _, a := range out.Adapters {
+		if a.Adapter == ref.name && a.Namespace == ref.ns {
+			return a, true, nil
+		}
+	}
+	return adapterStatus{}, false, nil
+}
+
+// stopAdapter stops an adapter; one the host does not run is no error.
+func (p *project) stopAdapter(ctx context.Context, ref *adapterRef) error {
+	_, err := p.d.eng.Call(context.WithoutCancel(ctx), fnAdaptersStop, map[string]any{"adapter": ref.name, "namespace": ref.ns},
+		callTimeout(adapterStartTimeout))
+	var eb *protocol.ErrorBody
+	if errors.As(err, &eb) && eb.Code == codeAdapterNotStarted {
+		return nil
+	}
+	return err
+}
+
+// adapterPIDs fills in the pid of running adapter containers in a status
+// (the plugin host runs them, so only the engine knows).
+func (p *project) adapterPIDs(ctx context.Context, out *statusJSON) {
+	refs := map[string]*adapterRef{}
+	p.mu.Lock()
+	for key, c := range p.cs {
+		if c.adapter != nil && c.running() {
+			refs[key] = c.adapter
+		}
+	}
+	p.mu.Unlock()
+	if len(refs) == 0 {
+		return
+	}
+	raw, err := p.d.eng.Call(ctx, fnAdaptersList, map[string]any{})
+	if err != nil {
+		return
+	}
+	var list struct {
+		Adapters []adapterStatus `json:"adapters"`
+	}
+	if json.Unmarshal(raw, &list) != nil {
+		return
+	}
+	for i := range out.Containers {
+		ref := refs[out.Containers[i].Container]
+		if ref == nil {
+			continue
+		}
+		for _, a := range list.Adapters {
+			if a.Adapter == ref.name && a.Namespace == ref.ns && a.PID > 0 {
+				pid := a.PID
+				out.Containers[i].PID = &pid
+			}
+		}
+	}
+}

@@ -1,0 +1,229 @@
+package daemon
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/golden"
+
+	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/compose/composefile"
+)
+
+var (
+	uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	pidRE  = regexp.MustCompile(`pid \d+`)
+)
+
+// normalize makes a message stable across runs.
+func normalizeMessage(msg string, repl ...string) string {
+	for i := 0; i+1 < len(repl); i += 2 {
+		if repl[i] != "" {
+			msg = strings.ReplaceAll(msg, repl[i], repl[i+1])
+		}
+	}
+	msg = uuidRE.ReplaceAllString(msg, "$$UUID")
+	msg = pidRE.ReplaceAllString(msg, "pid $$PID")
+	return msg
+}
+
+// upError brings dir's project up and returns its first container error.
+func upError(t *testing.T, c *client.Client, ns string, payload any) error {
+	t.Helper()
+	var up opResult
+	if err := call(t, c, ns, "compose::up", payload, &up); err != nil {
+		return err
+	}
+	for _, cr := range up.Containers {
+		if cr.Error != nil {
+			return compose.New(cr.Error.Code, cr.Error.Message)
+		}
+	}
+	t.Fatalf("compose::up did not fail: %+v", up)
+	return nil
+}
+
+// Every error message this daemon writes for the codes of spec §5.11 it
+// owns, checked against testdata/errors/*.golden (go test -update
+// rewrites them). Paths, addresses, ids and pids are normalised.
+func TestErrorMessagesGolden(t *testing.T) {
+	eng := startEngine(t, "")
+	c := caller(t, eng.url)
+	type scenario struct {
+		name string
+		run  func(t *testing.T) (error, []string)
+	}
+	// A daemon in an empty working directory, for the argument errors.
+	empty := t.TempDir()
+	if real, err := filepath.EvalSymlinks(empty); err == nil {
+		empty = real
+	}
+	startDaemon(t, Options{EngineURL: eng.url, Cwd: empty, Namespace: "golden"})
+	in := func(ns, fn string, payload any) error { return call(t, c, ns, fn, payload, nil) }
+
+	// A project whose containers each fail in their own way.
+	proj := func(t *testing.T, body string, dirs ...string) string {
+		return newProject(t, "namespace: gp\ncontainers:\n"+body, dirs...)
+	}
+	upIn := func(t *testing.T, dir string) error {
+		ns := "gp"
+		startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+		return upError(t, c, ns, nil)
+	}
+	scenarios := []scenario{
+		{"WRONG_DAEMON", func(t *testing.T) (error, []string) {
+			return in("golden", "compose::status", map[string]any{"namespace": "other"}), nil
+		}},
+		{"NO_COMPOSE_FILE", func(t *testing.T) (error, []string) {
+			return in("golden", "compose::up", nil), []string{empty, "$DAEMON_CWD"}
+		}},
+		{"NO_COMPOSE_FILE_add", func(t *testing.T) (error, []string) {
+			return in("golden", "compose::add", map[string]any{"worker": "iii-sandbox"}), []string{empty, "$DAEMON_CWD"}
+		}},
+		{"COMPOSE_FILE_UNREADABLE", func(t *testing.T) (error, []string) {
+			return in("golden", "compose::up", map[string]any{"file": "deploy/worker-compose.yaml"}), []string{empty, "$DAEMON_CWD"}
+		}},
+		{"INVALID_ARGUMENT", func(t *testing.T) (error, []string) {
+			return in("golden", "compose::logs", map[string]any{"tail": "many"}), nil
+		}},
+		{"INVALID_WORKER_SPEC", func(t *testing.T) (error, []string) {
+			return in("golden", "compose::add", map[string]any{"worker": "path://"}), nil
+		}},
+		{"UNKNOWN_CONTAINER", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'sleep 300' }\n", "w")
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return in("gp", "compose::up", map[string]any{"container": "nope"}), []string{dir, "$DIR"}
+		}},
+		{"UNKNOWN_PROJECT", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'sleep 300' }\n", "w")
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return in("gp", "compose::restart", map[string]any{"worker": "w"}), []string{dir, "$DIR"}
+		}},
+		{"ENGINE_SECTION_REQUIRES_MANAGED_START", func(t *testing.T) (error, []string) {
+			dir := newProject(t, "namespace: gp\nengine:\n  workers: {}\ncontainers: {}\n")
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return in("gp", "compose::up", nil), []string{dir, "$DIR", eng.url, "$URL"}
+		}},
+		{"NOT_A_PACKAGE_CONTAINER", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'sleep 300' }\n", "w")
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return in("gp", "compose::update", map[string]any{"worker": "w"}), nil
+		}},
+		{"PACKAGE_NOT_RESOLVED_update", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  state:\n    worker: package://state\n    version: '0.21.4'\n")
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return in("gp", "compose::update", nil), nil
+		}},
+		{"PACKAGE_NOT_RESOLVED_up", func(t *testing.T) (error, []string) {
+			return upIn(t, proj(t, "  state:\n    worker: package://state\n    version: '0.21.4'\n")), nil
+		}},
+		{"PACKAGE_NOT_RESOLVED_add", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'sleep 300' }\n", "w")
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return in("gp", "compose::add", map[string]any{"worker": "state@next"}), nil
+		}},
+		{"WORKER_SOURCE_CHANGED", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  sandbox-libkrun:\n    worker: path://./s\n    scripts: { run: 'sleep 300' }\n", "s")
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return in("gp", "compose::add", map[string]any{"worker": "iii-sandbox"}), []string{dir, "$DIR"}
+		}},
+		{"CHILD_EXITED_BEFORE_REGISTRATION", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'echo \"\\033[31mno engine here\\033[0m\" >&2; exit 2' }\n", "w")
+			return upIn(t, dir), nil
+		}},
+		{"STARTUP_TIMEOUT", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    startup_timeout: 300ms\n    scripts: { run: 'echo waiting; sleep 300' }\n", "w")
+			return upIn(t, dir), nil
+		}},
+		{"SPAWN_FAILED", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    working_dir: ./gone\n    scripts: { run: 'true' }\n", "w")
+			return upIn(t, dir), []string{dir, "$DIR"}
+		}},
+		{"HOOK_SPAWN_FAILED", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    working_dir: ./gone\n    scripts: { pre_run: 'true', run: 'true' }\n", "w")
+			return upIn(t, dir), []string{dir, "$DIR"}
+		}},
+		{"HOOK_FAILED", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { pre_run: 'echo no database >&2; exit 1', run: 'true' }\n", "w")
+			return upIn(t, dir), nil
+		}},
+		{"HOOK_TIMEOUT", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { pre_run: 'sleep 30', pre_run_timeout: 200ms, run: 'true' }\n", "w")
+			return upIn(t, dir), nil
+		}},
+		{"MISSING_START_COMMAND", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n", "w")
+			return upIn(t, dir), []string{dir, "$DIR"}
+		}},
+		{"MISSING_WORKER_DIRECTORY", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'true' }\n")
+			return upIn(t, dir), []string{dir, "$DIR"}
+		}},
+		{"INVALID_MANIFEST", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n", "w")
+			writeFile(t, dir, "w/iii.worker.yaml", "scripts: [start\n")
+			return upIn(t, dir), []string{dir, "$DIR"}
+		}},
+		{"CONTAINER_NAME_TAKEN", func(t *testing.T) (error, []string) {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			sq, err := client.Dial(ctx, eng.url, client.Options{Name: "taken", Namespace: "gp", IgnoreEnv: true, ConfirmRegistration: true,
+				Reconnect: client.ReconnectPolicy{Disable: true}})
+			assert.NilError(t, err)
+			defer sq.Close(context.Background())
+			return upIn(t, proj(t, "  taken:\n    worker: path://./taken\n    scripts: { run: 'true' }\n", "taken")), nil
+		}},
+		{"RESERVED_ENV_OVERRIDE", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    env_file: [./w.env]\n    scripts: { run: 'true' }\n", "w")
+			writeFile(t, dir, "w.env", "OK=1\n")
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			// The env file changes after validation: it is read again at start.
+			writeFile(t, dir, "w.env", "III_URL=ws://elsewhere\n")
+			return upError(t, c, "gp", nil), []string{dir, "$DIR"}
+		}},
+		{"STATE_DIR_UNAVAILABLE", func(t *testing.T) (error, []string) {
+			// The first daemon loads the project (its start fails at once,
+			// the project stays loaded and locked).
+			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'exit 1' }\n", "w")
+			other := startEngine(t, "")
+			startDaemon(t, Options{EngineURL: other.url, Cwd: dir})
+			oc := caller(t, other.url)
+			assert.NilError(t, call(t, oc, "gp", "compose::up", nil, nil))
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return in("gp", "compose::up", nil), []string{dir, "$DIR"}
+		}},
+		{"INVALID_STATE_FILE", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'sleep 300' }\n", "w")
+			writeFile(t, dir, ".iii/compose/gp/state.json", `{"version":1,"compose_path":"x","containers":{"w":{"status":"running"}}}`)
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return in("gp", "compose::up", nil), []string{dir, "$DIR"}
+		}},
+		{"DAEMON_ALREADY_SERVING", func(t *testing.T) (error, []string) {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			err := Run(ctx, Options{EngineURL: eng.url, Cwd: empty, Namespace: "golden", Logger: nil})
+			return err, []string{eng.url, "$URL"}
+		}},
+		{"SANDBOX_ADAPTER_NOT_DECLARED", func(t *testing.T) (error, []string) {
+			dir := newProject(t, "namespace: gp\nengine:\n  sandbox: { adapter: sandbox-libkrun }\ncontainers: {}\n")
+			f, err := composefile.Load(filepath.Join(dir, "worker-compose.yaml"), nil)
+			assert.NilError(t, err)
+			return checkFrozen(f), []string{dir, "$DIR"}
+		}},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			err, repl := sc.run(t)
+			assert.Assert(t, err != nil, "no error")
+			code := codeOf(err)
+			text := normalizeMessage(code+": "+messageOf(err), repl...)
+			golden.Assert(t, text+"\n", filepath.Join("errors", sc.name+".golden"))
+			assert.Check(t, strings.HasPrefix(sc.name, code), "code %s for scenario %s", code, sc.name)
+		})
+	}
+}

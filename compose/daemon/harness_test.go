@@ -1,0 +1,269 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/host/server"
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// waitFor bounds every wait in these tests; a safety net, not a timing.
+const waitFor = 60 * time.Second
+
+// nodeSDK locates node and the published iii-sdk; tests that run Node
+// workers skip without them (make setup-test installs the SDK).
+type nodeSDK struct {
+	node, sdkURL, worker string
+}
+
+func findNode(t *testing.T) nodeSDK {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed; the Compose tests with Node workers need it (make setup-test)")
+	}
+	wd, err := os.Getwd()
+	assert.NilError(t, err)
+	root := wd
+	for {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(root)
+		assert.Assert(t, parent != root, "go.mod not found above %s", wd)
+		root = parent
+	}
+	entry := filepath.Join(root, "testdata", "nodesdk", "node_modules", "iii-sdk", "dist", "index.mjs")
+	if _, err := os.Stat(entry); err != nil {
+		t.Skipf("the Node SDK is not installed at %s; run make setup-test", entry)
+	}
+	return nodeSDK{node: node, sdkURL: (&url.URL{Scheme: "file", Path: entry}).String(), worker: filepath.Join(wd, "testdata", "node", "worker.mjs")}
+}
+
+// runCommand is the scripts.run of a Node test worker.
+func (n nodeSDK) runCommand() string { return n.node + " " + n.worker }
+
+// testEngine is a real engine (host/server: configuration worker, plugin
+// host, router, listener) on a loopback port.
+type testEngine struct {
+	url string
+	srv *server.Server
+}
+
+func startEngine(t *testing.T, extra string) *testEngine {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	content := fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: 0 }\n  - name: configuration\n    config: { adapter: { name: fs, config: { directory: %s } } }\n%s",
+		filepath.Join(dir, "store"), extra)
+	assert.NilError(t, os.WriteFile(cfg, []byte(content), 0o600))
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := server.Start(ctx, server.Options{ConfigPath: cfg, Logger: hclog.NewNullLogger(), Version: "0.26.0"})
+	assert.NilError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-served
+	})
+	return &testEngine{url: "ws://" + srv.Addrs()["iii-worker-manager"], srv: srv}
+}
+
+// testDaemon is a Compose daemon run in-process with Run, as `iii compose`
+// runs it.
+type testDaemon struct {
+	info   Info
+	cancel context.CancelFunc
+	done   chan error
+	out    *syncBuffer
+}
+
+type syncBuffer struct {
+	mu  chan struct{}
+	buf strings.Builder
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.buf.String()
+}
+
+func startDaemon(t *testing.T, opts Options) *testDaemon {
+	t.Helper()
+	td := &testDaemon{done: make(chan error, 1), out: newSyncBuffer()}
+	served := make(chan Info, 1)
+	opts.OnServe = func(i Info) { served <- i }
+	if opts.Out == nil {
+		opts.Out = td.out
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.New(&hclog.LoggerOptions{Output: td.out, Level: hclog.Info})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	td.cancel = cancel
+	go func() { td.done <- Run(ctx, opts) }()
+	select {
+	case td.info = <-served:
+	case err := <-td.done:
+		cancel()
+		t.Fatalf("the daemon did not start: %v\n%s", err, td.out.String())
+	case <-time.After(waitFor):
+		cancel()
+		t.Fatalf("the daemon did not start in time\n%s", td.out.String())
+	}
+	t.Cleanup(func() { td.stop(t) })
+	return td
+}
+
+// stop ends the daemon as SIGINT does and returns Run's error.
+func (td *testDaemon) stop(t *testing.T) error {
+	t.Helper()
+	td.cancel()
+	select {
+	case err, ok := <-td.done:
+		if ok {
+			close(td.done)
+			return err
+		}
+		return nil
+	case <-time.After(2 * waitFor):
+		t.Fatal("the daemon did not stop")
+		return nil
+	}
+}
+
+// caller is a plain worker that calls compose::* the way `iii call` does.
+func caller(t *testing.T, engineURL string) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	c, err := client.Dial(ctx, engineURL, client.Options{Name: "test-caller-" + fmt.Sprint(time.Now().UnixNano()), IgnoreEnv: true,
+		Reconnect: client.ReconnectPolicy{Disable: true}, CallTimeout: 3 * waitFor})
+	assert.NilError(t, err)
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		_ = c.Close(cctx)
+	})
+	return c
+}
+
+// call calls fn in ns and decodes the result into out (when non-nil).
+func call(t *testing.T, c *client.Client, ns, fn string, payload any, out any) error {
+	t.Helper()
+	raw, err := c.Call(context.Background(), fn, payload, client.WithNamespace(ns))
+	if err != nil {
+		return err
+	}
+	if out != nil {
+		assert.NilError(t, json.Unmarshal(raw, out), string(raw))
+	}
+	return nil
+}
+
+// codeOf is the code of a remote error.
+func codeOf(err error) string {
+	var eb *protocol.ErrorBody
+	if errors.As(err, &eb) {
+		return eb.Code
+	}
+	return compose.CodeOf(err)
+}
+
+func messageOf(err error) string {
+	var eb *protocol.ErrorBody
+	if errors.As(err, &eb) {
+		return eb.Message
+	}
+	var ce *compose.Error
+	if errors.As(err, &ce) {
+		return ce.Message
+	}
+	return err.Error()
+}
+
+// writeFile writes a file under dir, creating parents.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	assert.NilError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	assert.NilError(t, os.WriteFile(p, []byte(content), 0o644))
+	return p
+}
+
+// newProject makes a project directory with worker dirs for keys and the
+// given compose file.
+func newProject(t *testing.T, compose string, workerDirs ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	for _, w := range workerDirs {
+		assert.NilError(t, os.MkdirAll(filepath.Join(dir, w), 0o755))
+	}
+	writeFile(t, dir, "worker-compose.yaml", compose)
+	return dir
+}
+
+func waitUntil(t *testing.T, what string, check func() bool) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if check() {
+			return poll.Success()
+		}
+		return poll.Continue("%s", what)
+	}, poll.WithTimeout(waitFor), poll.WithDelay(50*time.Millisecond))
+}
+
+type statusReply struct {
+	Namespace  string `json:"namespace"`
+	File       string `json:"file"`
+	StateDir   string `json:"state_dir"`
+	DaemonPID  int    `json:"daemon_pid"`
+	Containers []struct {
+		Container string     `json:"container"`
+		State     string     `json:"state"`
+		PID       *int       `json:"pid"`
+		Owned     bool       `json:"owned"`
+		LogPath   string     `json:"log_path"`
+		LastError *errorJSON `json:"last_error"`
+	} `json:"containers"`
+}
+
+func (s statusReply) of(key string) (state string, pid int, lastErr *errorJSON) {
+	for _, c := range s.Containers {
+		if c.Container == key {
+			if c.PID != nil {
+				pid = *c.PID
+			}
+			return c.State, pid, c.LastError
+		}
+	}
+	return "", 0, nil
+}

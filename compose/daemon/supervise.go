@@ -1,0 +1,131 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/compose/state"
+)
+
+// superviseTick checks the project's running containers once (spec §5.10):
+// a worker that exited takes its transitive dependents down, dependents
+// first, and is recorded failed; nothing restarts by itself. After the
+// engine connection came back, every running worker has its
+// startup_timeout to register again. A project busy with an operation is
+// skipped this tick: the operation watches its own starts.
+func (p *project) superviseTick(ctx context.Context, reconnected, connected bool) {
+	if !p.tryAcquire() {
+		return
+	}
+	defer p.release()
+	f := p.currentFile()
+	now := time.Now()
+	type failure struct {
+		c   *container
+		err *compose.Error
+	}
+	var failures []failure
+	var adapters, waiting []*container
+	p.mu.Lock()
+	for _, c := range p.cs {
+		if c.state != state.StatusReady {
+			continue
+		}
+		if reconnected {
+			timeout := f.StartupTimeout
+			if c.decl != nil {
+				timeout = c.decl.StartupTimeout
+			}
+			c.reregisterBy = now.Add(timeout)
+		}
+		switch {
+		case c.proc != nil && c.proc.Exited():
+			failures = append(failures, failure{c, nil})
+		case c.adapter != nil:
+			adapters = append(adapters, c)
+		}
+		if !c.reregisterBy.IsZero() {
+			waiting = append(waiting, c)
+		}
+	}
+	p.mu.Unlock()
+
+	if connected {
+		for _, c := range adapters {
+			st, found, err := adapterState(ctx, p.d.eng, c.adapter)
+			if err != nil || !found {
+				continue
+			}
+			switch st.State {
+			case "failed", "stopped", "incompatible":
+				failures = append(failures, failure{c, compose.New(CodeWorkerExited, fmt.Sprintf(
+					"container %q: sandbox adapter %s in namespace %q is %s: %s", c.key, c.adapter.name, c.adapter.ns, st.State, st.LastError))})
+			}
+		}
+		if len(waiting) > 0 {
+			if live, err := listWorkers(ctx, p.d.eng); err == nil {
+				for _, c := range waiting {
+					name, ns := c.key, p.ns
+					if c.adapter != nil {
+						name, ns = c.adapter.name, c.adapter.ns
+					}
+					seen := false
+					for _, w := range live {
+						if w.name() == name && w.Namespace == ns {
+							seen = true
+						}
+					}
+					p.mu.Lock()
+					switch {
+					case seen:
+						c.reregisterBy = time.Time{}
+					case now.After(c.reregisterBy):
+						failures = append(failures, failure{c, compose.New(compose.CodeStartupTimeout, fmt.Sprintf(
+							"container %q did not register again in namespace %q within its startup_timeout after the engine connection came back", c.key, p.ns))})
+					}
+					p.mu.Unlock()
+				}
+			}
+		}
+	}
+	for _, fl := range failures {
+		p.takeDown(ctx, fl.c, fl.err)
+	}
+}
+
+// takeDown handles a container that stopped running on its own: its
+// running dependents stop first (recorded failed with DEPENDENCY_FAILED),
+// then the container itself is recorded failed.
+func (p *project) takeDown(ctx context.Context, c *container, reason *compose.Error) {
+	f := p.currentFile()
+	var stopped []string
+	deps := f.Dependents(c.key)
+	for i := len(deps) - 1; i >= 0; i-- {
+		dc := p.get(deps[i])
+		p.mu.Lock()
+		running := dc.running()
+		p.mu.Unlock()
+		if !running {
+			continue
+		}
+		p.stopOne(ctx, dc, compose.New(CodeDependencyFailed, fmt.Sprintf(
+			"container %q was stopped because %q, which it starts after, stopped running; start the project again with compose::up", dc.key, c.key)))
+		stopped = append(stopped, dc.key)
+	}
+	if reason == nil {
+		status := "exited"
+		if c.proc != nil {
+			status = "exited (" + exitText(c.proc) + ")"
+		}
+		msg := fmt.Sprintf("container %q %s after it was ready; Compose does not restart workers: start it again with compose::up", c.key, status)
+		if len(stopped) > 0 {
+			msg += "; stopped with it: " + strings.Join(stopped, ", ")
+		}
+		reason = compose.New(CodeWorkerExited, msg+p.tail(c.key))
+	}
+	p.d.log.Warn("a container stopped running", "container", c.key, "code", reason.Code, "dependents_stopped", stopped)
+	p.stopOne(ctx, c, reason)
+}

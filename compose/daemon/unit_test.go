@@ -1,0 +1,134 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/golden"
+
+	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/host/config"
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// fakeEngine answers configuration::get from a map (unit tests only; the
+// integration tests run a real engine).
+type fakeEngine struct {
+	entries map[string]string
+	calls   []string
+}
+
+func (f *fakeEngine) Call(_ context.Context, fn string, payload any, _ ...client.CallOption) (json.RawMessage, error) {
+	f.calls = append(f.calls, fn)
+	if fn != fnConfigGet {
+		return nil, &protocol.ErrorBody{Code: "function_not_found", Message: fn}
+	}
+	id := payload.(map[string]any)["id"].(string)
+	v, ok := f.entries[id]
+	if !ok {
+		return nil, &protocol.ErrorBody{Code: "NOT_FOUND", Message: "no " + id}
+	}
+	return json.RawMessage(`{"id":"` + id + `","value":` + v + `}`), nil
+}
+
+// The adapter's layers: sandbox-libkrun's shipped defaults < the entry the
+// engine holds < config_override. With no entry the defaults show
+// through; a key removed from config_override keeps the entry's value
+// (it does not fall back to the default).
+func TestAdapterConfigLayers(t *testing.T) {
+	d := &Daemon{}
+	p := &project{d: d, ns: "shop"}
+	decl := &composefile.Container{Key: "sandbox-libkrun", ConfigOverride: map[string]any{"image_allowlist": []any{"python", "node", "myimg"},
+		"custom_images": map[string]any{"myimg": "ghcr.io/acme/my-app:1.2.3"}}}
+	ref := &adapterRef{name: "sandbox-libkrun", ns: "shop"}
+
+	d.eng = &fakeEngine{entries: map[string]string{}}
+	got, err := p.adapterConfig(context.Background(), ref, decl)
+	assert.NilError(t, err)
+	want, _ := decodeJSON([]byte(`{"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,
+		"image_allowlist":["python","node","myimg"],"max_concurrent_sandboxes":32,"custom_images":{"myimg":"ghcr.io/acme/my-app:1.2.3"}}`))
+	assert.DeepEqual(t, got, want)
+
+	// The entry holds what the adapter last started with, including a
+	// custom image and a limit the file no longer sets.
+	d.eng = &fakeEngine{entries: map[string]string{"shop-sandbox-libkrun": `{"custom_images":{"old":"x:1"},"default_cpus":4,"image_allowlist":["python"]}`}}
+	decl.ConfigOverride = map[string]any{"custom_images": map[string]any{"new": "y:2"}}
+	got, err = p.adapterConfig(context.Background(), ref, decl)
+	assert.NilError(t, err)
+	want, _ = decodeJSON([]byte(`{"auto_install":true,"default_cpus":4,"default_idle_timeout_secs":300,"default_memory_mb":512,
+		"image_allowlist":["python"],"max_concurrent_sandboxes":32,"custom_images":{"old":"x:1","new":"y:2"}}`))
+	assert.DeepEqual(t, got, want)
+
+	// Another adapter has no shipped defaults in this build.
+	d.eng = &fakeEngine{entries: map[string]string{}}
+	got, err = p.adapterConfig(context.Background(), &adapterRef{name: "sandbox-hostdir", ns: "shop"}, &composefile.Container{Key: "sandbox-hostdir"})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, got, map[string]any{})
+}
+
+// The generated config of the managed engine: engine.workers as written
+// (list shape), the listener of engine.url, the configuration store
+// anchored to the project, the grace time and the sandbox binding. The
+// engine's own loader accepts it.
+func TestEngineConfig(t *testing.T) {
+	tests := []struct{ name, file string }{
+		{"spec-example", `namespace: shop
+engine:
+  url: ws://127.0.0.1:49135
+  registration_namespace_grace_ms: 2500
+  workers:
+    configuration:
+      adapter: { name: fs, config: { directory: ./config } }
+    iii-worker-manager: { host: 127.0.0.1, port: 49135 }
+  sandbox:
+    adapter: sandbox-libkrun
+    namespace: shop
+containers: {}
+`},
+		{"defaults", "namespace: dev\nengine:\n  workers: {}\ncontainers: {}\n"},
+		{"engine-expands-its-own", "engine:\n  url: ws://127.0.0.1:49136\n  workers:\n    iii-worker-manager: { host: 127.0.0.1, port: 49136, handshake_timeout_ms: ${HS:5000} }\n    configuration: {}\n  sandbox: { adapter: sandbox-hostdir, namespace: tools }\ncontainers: {}\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := newProject(t, tc.file)
+			f, err := composefile.Load(filepath.Join(dir, "worker-compose.yaml"), nil)
+			assert.NilError(t, err)
+			stateDir := filepath.Join(dir, ".iii", "compose", f.Namespace)
+			data, err := engineConfig(f, stateDir)
+			assert.NilError(t, err)
+			text := strings.ReplaceAll(string(data), dir, "$DIR")
+			golden.Assert(t, text, filepath.Join("engine", tc.name+".golden"))
+			cfg, err := config.Parse(data, config.ParseOptions{Name: "engine-config.yaml", Dir: stateDir, Lookup: func(string) (string, bool) { return "", false }})
+			assert.NilError(t, err)
+			assert.Assert(t, cfg.Sandbox != nil)
+			assert.Check(t, strings.HasPrefix(cfg.Configuration.Directory, dir))
+			assert.Check(t, is.Len(cfg.Listeners, 1))
+		})
+	}
+}
+
+func TestWorkerEnvLayers(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.env")
+	assert.NilError(t, os.WriteFile(a, []byte("X=from-file\nY=from-file\n"), 0o644))
+	lookup := func(k string) (string, bool) {
+		v, ok := map[string]string{"PATH": "/bin", "SECRET": "s", "LANG": "C"}[k]
+		return v, ok
+	}
+	c := &composefile.Container{Key: "w", EnvFile: []string{a}, Environment: map[string]string{"Y": "from-env"}}
+	env, err := workerEnv(lookup, c, map[string]string{envWorkerName: "w"})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, env, []string{"III_WORKER_NAME=w", "LANG=C", "PATH=/bin", "X=from-file", "Y=from-env"})
+
+	c.Environment = map[string]string{"III_NAMESPACE": "x"}
+	_, err = workerEnv(lookup, c, nil)
+	assert.Equal(t, compose.CodeOf(err), compose.CodeReservedEnvOverride)
+}

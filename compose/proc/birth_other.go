@@ -1,0 +1,5 @@
+//go:build !linux && !darwin
+
+package proc
+
+func identify(int) (Identity, error) { return Identity{}, ErrUnverifiable }

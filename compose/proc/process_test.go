@@ -1,0 +1,197 @@
+package proc
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
+)
+
+func testEnv(extra ...string) []string {
+	return append([]string{"PATH=" + os.Getenv("PATH")}, extra...)
+}
+
+func groupAlive(pgid int) bool {
+	return !errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// The environment a process gets is exactly the one given: nothing leaks
+// from Compose's own environment.
+func TestStartEnvironmentIsBuilt(t *testing.T) {
+	t.Setenv("PROC_TEST_SECRET", "leak")
+	dir := t.TempDir()
+	l, err := OpenLog(dir, "w", LogOptions{})
+	assert.NilError(t, err)
+	defer l.Close()
+	p, err := Start(Spec{Command: "env; pwd", Dir: dir, Env: testEnv("GIVEN=yes"), Log: l})
+	assert.NilError(t, err)
+	assert.NilError(t, p.Wait(ctxT(t)))
+	<-p.OutputDone()
+	assert.Equal(t, p.ExitStatus(), "exit status 0")
+	res, err := ReadLog(dir, "w", ReadOptions{Tail: 100})
+	assert.NilError(t, err)
+	var lines []string
+	for _, e := range res.Entries {
+		lines = append(lines, e.Message)
+	}
+	all := strings.Join(lines, "\n")
+	assert.Check(t, is.Contains(all, "GIVEN=yes"))
+	assert.Check(t, !strings.Contains(all, "PROC_TEST_SECRET"), all)
+	real, _ := filepath.EvalSymlinks(dir)
+	assert.Check(t, is.Contains(all, real))
+}
+
+// Stop ends every member of the group, not only the leader: a background
+// child of the shell goes too.
+func TestStopEndsTheWholeGroup(t *testing.T) {
+	tests := []struct {
+		name    string
+		command string
+		status  string
+	}{
+		{"polite", "sleep 300 & echo ready; sleep 300", "signal: terminated"},
+		{"ignores SIGTERM", "trap '' TERM; sleep 300 & echo ready; sleep 300; wait", "signal: killed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l, err := OpenLog(dir, "w", LogOptions{})
+			assert.NilError(t, err)
+			defer l.Close()
+			p, err := Start(Spec{Command: tc.command, Env: testEnv(), Log: l})
+			assert.NilError(t, err)
+			// Signal only once the shell has set its traps.
+			poll.WaitOn(t, func(poll.LogT) poll.Result {
+				if len(TailLines(dir, "w", 1)) == 1 {
+					return poll.Success()
+				}
+				return poll.Continue("waiting for the shell")
+			}, poll.WithTimeout(30*time.Second))
+			assert.Assert(t, p.Birth != "")
+			assert.Check(t, groupAlive(p.Pid))
+			assert.Check(t, !p.Exited())
+			assert.NilError(t, p.Stop(ctxT(t), 300*time.Millisecond))
+			assert.Check(t, !groupAlive(p.Pid))
+			assert.Check(t, p.Exited())
+			assert.Check(t, is.Equal(p.ExitStatus(), tc.status))
+		})
+	}
+}
+
+// A start in a missing directory fails before anything runs.
+func TestStartMissingDir(t *testing.T) {
+	_, err := Start(Spec{Command: "true", Dir: filepath.Join(t.TempDir(), "nope"), Env: testEnv()})
+	assert.ErrorContains(t, err, "working directory")
+}
+
+// A grandchild that keeps the output pipe open does not hold up Wait or
+// Stop of the group.
+func TestWaitDoesNotWaitForPipeHolders(t *testing.T) {
+	dir := t.TempDir()
+	l, err := OpenLog(dir, "w", LogOptions{})
+	assert.NilError(t, err)
+	defer l.Close()
+	p, err := Start(Spec{Command: "sleep 300 & echo started", Env: testEnv(), Log: l})
+	assert.NilError(t, err)
+	assert.NilError(t, p.Wait(ctxT(t)))
+	assert.Check(t, groupAlive(p.Pid), "the background sleep is still in the group")
+	assert.NilError(t, p.Stop(ctxT(t), time.Second))
+	<-p.OutputDone()
+	lines := TailLines(dir, "w", 10)
+	assert.DeepEqual(t, lines, []string{"started"})
+}
+
+// An adopted process (not our child) is stopped through its group and its
+// exit is seen by polling.
+func TestAdoptAndStop(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 300")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	assert.NilError(t, cmd.Start())
+	waited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(waited) }()
+	defer func() { _ = cmd.Process.Kill(); <-waited }()
+
+	birth, err := Birth(cmd.Process.Pid)
+	assert.NilError(t, err)
+	assert.Equal(t, Check(cmd.Process.Pid, birth), Same)
+	assert.Equal(t, Check(cmd.Process.Pid, birth+"1"), Gone, "another birth is another process")
+	assert.Equal(t, Check(cmd.Process.Pid, ""), Unverifiable)
+
+	p := Adopt(cmd.Process.Pid, birth)
+	assert.Check(t, p.Adopted())
+	assert.Check(t, !p.Exited())
+	// The adopter is not the parent, so the parent's Wait reaps; Stop only
+	// needs the group to empty.
+	assert.NilError(t, p.Stop(ctxT(t), time.Second))
+	<-waited
+	assert.Check(t, p.Exited())
+	assert.Equal(t, Check(cmd.Process.Pid, birth), Gone)
+}
+
+func TestBirthOfSelfIsStable(t *testing.T) {
+	a, err := Birth(os.Getpid())
+	assert.NilError(t, err)
+	b, err := Birth(os.Getpid())
+	assert.NilError(t, err)
+	assert.Equal(t, a, b)
+	assert.Equal(t, Check(os.Getpid(), a), Same)
+	assert.Equal(t, Check(0, a), Gone)
+	assert.Equal(t, Check(-5, a), Gone)
+}
+
+func TestParseStat(t *testing.T) {
+	tail := " 1 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 %s 1000 100 18446744073709551615"
+	tests := []struct {
+		name  string
+		line  string
+		birth string
+		zomb  bool
+		err   string
+	}{
+		{"plain", "42 (sleep) S" + strings.Replace(tail, "%s", "123456", 1), "123456", false, ""},
+		{"comm with spaces and parens", "42 (a) b (c) R" + strings.Replace(tail, "%s", "99", 1), "99", false, ""},
+		{"zombie", "42 (x) Z" + strings.Replace(tail, "%s", "7", 1), "7", true, ""},
+		{"no comm", "42 x S 1 2", "", false, "no command name"},
+		{"short", "42 (x) S 1 2 3", "", false, "fields"},
+		{"not a number", "42 (x) S" + strings.Replace(tail, "%s", "abc", 1), "", false, "not a number"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := parseStat([]byte(tc.line))
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				return
+			}
+			assert.NilError(t, err)
+			assert.Equal(t, id.Birth, tc.birth)
+			assert.Equal(t, id.Zombie, tc.zomb)
+		})
+	}
+}
+
+func FuzzParseStat(f *testing.F) {
+	f.Add([]byte("42 (sleep) S 1 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123 1000"))
+	f.Add([]byte("1 ()) Z"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		id, err := parseStat(data)
+		if err == nil && id.Birth == "" {
+			t.Fatal("a parsed stat line must carry a birth")
+		}
+	})
+}
