@@ -1,0 +1,308 @@
+package adapter
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
+)
+
+// The adapter's own configuration keys (the kit owns the contract's).
+const (
+	KeyHypervisor      = "hypervisor"
+	KeyAccel           = "accel"
+	KeyKernel          = "kernel"
+	KeyQEMUBinary      = "qemu_binary"
+	KeyLibkrunPath     = "libkrun_path"
+	KeyAgentPath       = "agent_path"
+	KeyStateDir        = "state_dir"
+	KeyCacheDir        = "cache_dir"
+	KeyRegistryMirrors = "registry_mirrors"
+	KeyBootTimeoutMS   = "boot_timeout_ms"
+)
+
+// ConfigKeys lists the adapter's own keys, for sandboxkit.Options.
+func ConfigKeys() []string {
+	return []string{
+		KeyHypervisor, KeyAccel, KeyKernel, KeyQEMUBinary, KeyLibkrunPath, KeyAgentPath,
+		KeyStateDir, KeyCacheDir, KeyRegistryMirrors, KeyBootTimeoutMS,
+	}
+}
+
+// Choices of hypervisor and accel.
+const (
+	Auto = "auto"
+)
+
+// DefaultBootTimeout bounds a boot to the agent's hello. Under TCG a boot
+// takes about 2 s on an idle host; several concurrent boots on a loaded
+// two-core host take a good deal longer, and a cold image adds nothing
+// here (it is installed before the VM starts).
+const DefaultBootTimeout = 60 * time.Second
+
+// maxBootTimeoutMS is an hour: longer is a mistake, not a setting.
+const maxBootTimeoutMS = 3_600_000
+
+// Config is the adapter's own configuration, defaults applied.
+type Config struct {
+	// Hypervisor is auto, libkrun or qemu.
+	Hypervisor string
+	// Accel is auto, kvm, hvf or tcg.
+	Accel string
+	// Kernel is the guest kernel; empty means the newest one FindKernel
+	// finds under /boot.
+	Kernel string
+	// QEMUBinary is the emulator; empty means qemu-system-<arch> on PATH.
+	QEMUBinary string
+	// LibkrunPath is libkrun's shared library; empty means the default
+	// search.
+	LibkrunPath string
+	// AgentPath is the guest agent binary; empty means beside the adapter,
+	// then ~/.iii/lib.
+	AgentPath string
+	// StateDir holds one directory per VM (default ~/.iii/sandbox).
+	StateDir string
+	// CacheDir holds images and initramfs archives (default ~/.iii/cache).
+	CacheDir string
+	// RegistryMirrors maps registry hosts to mirror base URLs.
+	RegistryMirrors map[string]string
+	// BootTimeout bounds a boot to the agent's hello.
+	BootTimeout time.Duration
+}
+
+// ConfigError is a rejected key.
+type ConfigError struct {
+	Key    string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("key %q: %s", e.Key, e.Reason)
+}
+
+func cfgErr(key, format string, args ...any) error {
+	return &ConfigError{Key: key, Reason: fmt.Sprintf(format, args...)}
+}
+
+// sandboxDirLen is the length of a sandbox's state directory name (a UUID).
+const sandboxDirLen = 36
+
+// ParseConfig reads the adapter's keys fail-closed: a key of the wrong type,
+// an unknown choice, a relative path or a combination that cannot work is
+// an error naming the key. home expands a leading "~/" in paths; goos is
+// the host OS the choices are checked against.
+func ParseConfig(keys map[string]json.RawMessage, home, goos string) (*Config, error) {
+	cfg := &Config{
+		Hypervisor:      Auto,
+		Accel:           Auto,
+		RegistryMirrors: map[string]string{},
+		BootTimeout:     DefaultBootTimeout,
+	}
+	names := make([]string, 0, len(keys))
+	for k := range keys {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, key := range names {
+		v := bytes.TrimSpace(keys[key])
+		if string(v) == "null" {
+			continue
+		}
+		var err error
+		switch key {
+		case KeyHypervisor:
+			cfg.Hypervisor, err = parseChoice(key, v, Auto, backend.Libkrun, backend.QEMU)
+		case KeyAccel:
+			cfg.Accel, err = parseChoice(key, v, Auto, backend.AccelKVM, backend.AccelHVF, backend.AccelTCG)
+		case KeyKernel:
+			cfg.Kernel, err = parsePath(key, v, home)
+		case KeyQEMUBinary:
+			cfg.QEMUBinary, err = parsePath(key, v, home)
+		case KeyLibkrunPath:
+			cfg.LibkrunPath, err = parsePath(key, v, home)
+		case KeyAgentPath:
+			cfg.AgentPath, err = parsePath(key, v, home)
+		case KeyStateDir:
+			cfg.StateDir, err = parsePath(key, v, home)
+		case KeyCacheDir:
+			cfg.CacheDir, err = parsePath(key, v, home)
+		case KeyRegistryMirrors:
+			cfg.RegistryMirrors, err = parseMirrors(key, v)
+		case KeyBootTimeoutMS:
+			var ms uint64
+			ms, err = parseUint(key, v, 1, maxBootTimeoutMS)
+			cfg.BootTimeout = time.Duration(ms) * time.Millisecond
+		default:
+			err = cfgErr(key, "not a sandbox-libkrun key")
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if home == "" && (cfg.StateDir == "" || cfg.CacheDir == "") {
+		return nil, cfgErr(KeyStateDir, "no home directory to put the default state_dir and cache_dir in; set both")
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join(home, ".iii", "sandbox")
+	}
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = filepath.Join(home, ".iii", "cache")
+	}
+	if err := cfg.check(goos); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// check refuses combinations that cannot work on goos.
+func (c *Config) check(goos string) error {
+	switch {
+	case c.Accel == backend.AccelHVF && goos != "darwin":
+		return cfgErr(KeyAccel, "hvf is macOS's hypervisor; on %s use auto, kvm or tcg", goos)
+	case c.Accel == backend.AccelKVM && goos != "linux":
+		return cfgErr(KeyAccel, "kvm is Linux's hypervisor; on %s use auto, hvf or tcg", goos)
+	case c.Hypervisor == backend.Libkrun && c.Accel == backend.AccelTCG:
+		return cfgErr(KeyAccel, "libkrun runs on the host's hypervisor (kvm or hvf) and cannot emulate; use hypervisor: qemu for tcg")
+	}
+	// The agent socket lives at <state_dir>/<sandbox id>/exec.sock and
+	// must fit a unix socket address.
+	sock := len(c.StateDir) + 1 + sandboxDirLen + 1 + len(backend.SocketName)
+	if sock >= backend.MaxSocketPath {
+		return cfgErr(KeyStateDir, "%s is too long: VM sockets under it would be %d bytes, and unix sockets allow fewer than %d; use a path of at most %d bytes",
+			c.StateDir, sock, backend.MaxSocketPath, backend.MaxSocketPath-1-sandboxDirLen-2-len(backend.SocketName))
+	}
+	if c.StateDir == c.CacheDir {
+		return cfgErr(KeyStateDir, "must differ from cache_dir: stale VM directories in state_dir are removed at start")
+	}
+	return nil
+}
+
+func parseChoice(key string, v json.RawMessage, choices ...string) (string, error) {
+	s, err := parseString(key, v)
+	if err != nil {
+		return "", err
+	}
+	if !slices.Contains(choices, s) {
+		return "", cfgErr(key, "%q is not one of %s", truncate(s, 40), strings.Join(choices, ", "))
+	}
+	return s, nil
+}
+
+func parseString(key string, v json.RawMessage) (string, error) {
+	var s string
+	if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return "", cfgErr(key, "must be a string, got %s", kind(v))
+	}
+	return s, nil
+}
+
+// parsePath reads an absolute path; "~/" at its start is the home
+// directory. Relative paths are refused: the adapter's working directory is
+// whatever the engine's was, which nobody configuring it can rely on.
+func parsePath(key string, v json.RawMessage, home string) (string, error) {
+	s, err := parseString(key, v)
+	if err != nil {
+		return "", err
+	}
+	if strings.ContainsAny(s, "\x00\n") {
+		return "", cfgErr(key, "holds a NUL or newline")
+	}
+	if rest, ok := strings.CutPrefix(s, "~/"); ok {
+		if home == "" {
+			return "", cfgErr(key, "%q starts with ~/ but there is no home directory", s)
+		}
+		s = filepath.Join(home, rest)
+	}
+	if !filepath.IsAbs(s) {
+		return "", cfgErr(key, "%q is not an absolute path (a leading ~/ means the home directory)", truncate(s, 80))
+	}
+	// QEMU's option syntax splits on commas, so no path the VM uses may
+	// hold one.
+	if strings.Contains(s, ",") {
+		return "", cfgErr(key, "%q holds a comma, which QEMU options cannot carry", truncate(s, 80))
+	}
+	return filepath.Clean(s), nil
+}
+
+func parseUint(key string, v json.RawMessage, minimum, maximum uint64) (uint64, error) {
+	s := string(v)
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, cfgErr(key, "must be a whole number from %d to %d, got %s", minimum, maximum, kind(v))
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n < minimum || n > maximum {
+		return 0, cfgErr(key, "must be a whole number from %d to %d, got %s", minimum, maximum, truncate(s, 24))
+	}
+	return n, nil
+}
+
+// parseMirrors reads {registry host: base URL}; the image store checks the
+// URLs themselves when it opens.
+func parseMirrors(key string, v json.RawMessage) (map[string]string, error) {
+	if len(v) == 0 || v[0] != '{' {
+		return nil, cfgErr(key, "must be a map of registry host to mirror URL, got %s", kind(v))
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(v, &raw); err != nil {
+		return nil, cfgErr(key, "must be a map of registry host to mirror URL: %v", err)
+	}
+	out := make(map[string]string, len(raw))
+	for host, u := range raw {
+		sub := key + "." + host
+		if host == "" || strings.ContainsAny(host, " /\t\n\x00") {
+			return nil, cfgErr(sub, "%q is not a registry host such as docker.io or 127.0.0.1:5000", truncate(host, 40))
+		}
+		s, err := parseString(sub, bytes.TrimSpace(u))
+		if err != nil {
+			return nil, err
+		}
+		out[host] = s
+	}
+	return out, nil
+}
+
+func kind(v json.RawMessage) string {
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "a list"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// hostGOOS is the OS choices are checked against.
+func hostGOOS() string { return runtime.GOOS }
+
+// sandboxDirName is the state directory name of a sandbox.
+func sandboxDirName(id string) (string, error) {
+	if !runner.ValidDirName(id) || len(id) != sandboxDirLen {
+		return "", fmt.Errorf("sandbox id %q is not a UUID", id)
+	}
+	return id, nil
+}

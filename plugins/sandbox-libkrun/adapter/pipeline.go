@@ -1,0 +1,390 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
+	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
+)
+
+// Names of the boot steps, in their default order.
+const (
+	StepSelectBackend   = "select-backend"
+	StepResolveImage    = "resolve-image"
+	StepBuildInitramfs  = "build-initramfs"
+	StepPrepareStateDir = "prepare-state-dir"
+	StepSpawnRunner     = "spawn-runner"
+	StepConnectAgent    = "connect-agent"
+	StepConfigureGuest  = "configure-guest"
+)
+
+// Boot is one sandbox being booted: what the steps of the pipeline read
+// and fill in, in order.
+type Boot struct {
+	Provider *Provider
+	Spec     sandboxkit.BootSpec
+	// Selection is the back end (select-backend).
+	Selection *selection
+	// Image is the installed image (resolve-image).
+	Image *images.Image
+	// Initrd is the initramfs (build-initramfs).
+	Initrd string
+	// Dir is the VM's state directory (prepare-state-dir).
+	Dir *runner.Dir
+	// VM is the VM's specification and Runner its runner (spawn-runner).
+	VM     backend.Spec
+	Runner *runner.Process
+	// Agent is the connection to the guest agent (connect-agent).
+	Agent *agentclient.Client
+	// Env and Workdir are the exec defaults: the image's environment
+	// with the create request's merged over it, and the image's working
+	// directory (configure-guest).
+	Env     []string
+	Workdir string
+	// Timings records how long each step took, in order.
+	Timings []StepTiming
+
+	undo []func()
+}
+
+// StepTiming is how long one boot step took.
+type StepTiming struct {
+	Step     string
+	Duration time.Duration
+}
+
+// OnFailure registers fn to undo a step's work if a later step fails; undo
+// runs in reverse order.
+func (b *Boot) OnFailure(fn func()) { b.undo = append(b.undo, fn) }
+
+func (b *Boot) rollback() {
+	for i := len(b.undo) - 1; i >= 0; i-- {
+		b.undo[i]()
+	}
+	b.undo = nil
+}
+
+// BootStep is one named step of the boot pipeline.
+type BootStep struct {
+	Name string
+	Run  func(ctx context.Context, b *Boot) error
+}
+
+// BootSteps is the boot pipeline: named steps run in order, which tests
+// (and future back ends) can list, replace, remove or insert into.
+type BootSteps []BootStep
+
+// DefaultBootSteps is how a sandbox boots.
+func DefaultBootSteps() BootSteps {
+	return BootSteps{
+		{StepSelectBackend, stepSelectBackend},
+		{StepResolveImage, stepResolveImage},
+		{StepBuildInitramfs, stepBuildInitramfs},
+		{StepPrepareStateDir, stepPrepareStateDir},
+		{StepSpawnRunner, stepSpawnRunner},
+		{StepConnectAgent, stepConnectAgent},
+		{StepConfigureGuest, stepConfigureGuest},
+	}
+}
+
+// Names lists the steps in order.
+func (s BootSteps) Names() []string {
+	out := make([]string, len(s))
+	for i, st := range s {
+		out[i] = st.Name
+	}
+	return out
+}
+
+func (s BootSteps) index(name string) (int, error) {
+	for i, st := range s {
+		if st.Name == name {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("no boot step %q (steps: %s)", name, strings.Join(s.Names(), ", "))
+}
+
+// Replace returns the pipeline with step name's function replaced.
+func (s BootSteps) Replace(name string, run func(context.Context, *Boot) error) (BootSteps, error) {
+	i, err := s.index(name)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(s)
+	out[i].Run = run
+	return out, nil
+}
+
+// Remove returns the pipeline without step name.
+func (s BootSteps) Remove(name string) (BootSteps, error) {
+	i, err := s.index(name)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Delete(slices.Clone(s), i, i+1), nil
+}
+
+// InsertBefore returns the pipeline with step inserted before step name.
+func (s BootSteps) InsertBefore(name string, step BootStep) (BootSteps, error) {
+	i, err := s.index(name)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Insert(slices.Clone(s), i, step), nil
+}
+
+// InsertAfter returns the pipeline with step inserted after step name.
+func (s BootSteps) InsertAfter(name string, step BootStep) (BootSteps, error) {
+	i, err := s.index(name)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Insert(slices.Clone(s), i+1, step), nil
+}
+
+// Run runs the steps in order. When one fails, what the earlier steps did
+// is undone (the runner killed, the state directory removed) and its
+// error returned: an S-code error keeps its code, a canceled context stays
+// the context's error, anything else becomes S300 naming the step.
+func (s BootSteps) Run(ctx context.Context, b *Boot) error {
+	for _, st := range s {
+		err := ctx.Err()
+		if err == nil {
+			t0 := time.Now()
+			err = st.Run(ctx, b)
+			b.Timings = append(b.Timings, StepTiming{st.Name, time.Since(t0)})
+		}
+		if err == nil {
+			continue
+		}
+		b.rollback()
+		var ce *contract.Error
+		switch {
+		case errors.As(err, &ce):
+			return ce
+		case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+			return err
+		}
+		return contract.NewError(contract.S300, "sandbox boot step %s failed: %v", st.Name, err)
+	}
+	return nil
+}
+
+func stepSelectBackend(ctx context.Context, b *Boot) error {
+	sel, err := b.Provider.selected(ctx)
+	if err != nil {
+		return err
+	}
+	b.Selection = sel
+	return nil
+}
+
+// minMemoryMB is the least memory a guest kernel and the agent boot in.
+const minMemoryMB = 64
+
+func stepResolveImage(ctx context.Context, b *Boot) error {
+	if b.Spec.MemoryMB < minMemoryMB {
+		return contract.NewError(contract.S400, "memory_mb %d is below %d, the least a sandbox VM boots in", b.Spec.MemoryMB, minMemoryMB)
+	}
+	img, err := b.Provider.store.Ensure(ctx, b.Spec.Image.OCIRef, images.EnsureOptions{AutoInstall: b.Spec.AutoInstall})
+	if err != nil {
+		var ie *images.InstallError
+		switch {
+		case errors.Is(err, images.ErrNotInstalled):
+			return contract.NewError(contract.S101, "image %s (%s): %v", b.Spec.Image.Name, b.Spec.Image.OCIRef, err)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.As(err, &ie):
+			return contract.NewError(contract.S102, "image %s: %v", b.Spec.Image.Name, err)
+		}
+		return contract.NewError(contract.S102, "image %s (%s) could not be installed: %v; retry later", b.Spec.Image.Name, b.Spec.Image.OCIRef, err)
+	}
+	b.Image = img
+	return nil
+}
+
+func stepBuildInitramfs(ctx context.Context, b *Boot) error {
+	sel := b.Selection
+	if fileExists(sel.Initrd) {
+		b.Initrd = sel.Initrd
+		return nil
+	}
+	// The cache was cleaned under a running adapter: build it again.
+	p, err := buildInitramfs(ctx, &sel.Kernel, sel.Agent, b.Provider.cfg.CacheDir)
+	if err != nil {
+		return err
+	}
+	b.Initrd = p
+	return nil
+}
+
+func stepPrepareStateDir(_ context.Context, b *Boot) error {
+	name, err := sandboxDirName(b.Spec.ID)
+	if err != nil {
+		return err
+	}
+	d, err := runner.CreateDir(b.Provider.cfg.StateDir, name)
+	if err != nil {
+		return err
+	}
+	b.Dir = d
+	b.OnFailure(func() {
+		if err := d.Remove(); err != nil {
+			b.Provider.log.Warn("removing the state directory of a failed boot", "error", err)
+		}
+	})
+	return nil
+}
+
+func stepSpawnRunner(ctx context.Context, b *Boot) error {
+	sel := b.Selection
+	b.VM = backend.Spec{
+		ID:           b.Spec.ID,
+		CPUs:         int(b.Spec.CPUs),
+		MemoryMiB:    int(b.Spec.MemoryMB),
+		Kernel:       sel.Kernel.Path,
+		KernelConfig: sel.Kernel.Config,
+		Initrd:       b.Initrd,
+		RootDisk:     b.Image.RootfsPath,
+		RootFSType:   "erofs",
+		Network:      b.Spec.Network,
+		Hostname:     "sandbox-" + b.Spec.ID[:8],
+		StateDir:     b.Dir.Path,
+		Accel:        sel.Accel,
+		QEMUBinary:   sel.QEMUBinary,
+		LibkrunPath:  sel.LibkrunPath,
+	}
+	proc, err := runner.Spawn(ctx, runner.SpawnOptions{
+		Executable: b.Provider.exe,
+		Dir:        b.Dir,
+		Config:     runner.Config{Version: runner.ConfigVersion, Backend: sel.Backend, Spec: b.VM},
+	})
+	if err != nil {
+		return err
+	}
+	b.Runner = proc
+	b.OnFailure(func() {
+		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := proc.Kill(kctx); err != nil {
+			b.Provider.log.Warn("killing the runner of a failed boot", "pid", proc.PID, "error", err)
+		}
+	})
+	return nil
+}
+
+func stepConnectAgent(ctx context.Context, b *Boot) error {
+	cctx, cancel := context.WithTimeout(ctx, b.Provider.cfg.BootTimeout)
+	defer cancel()
+	c, err := dialAgent(cctx, b.Runner, b.VM.SocketPath(), b.Provider.log.With("sandbox_id", b.Spec.ID))
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return contract.NewError(contract.S300, "the sandbox VM did not start (%s with %s, boot_timeout_ms %d): %v%s",
+			b.Selection.Backend, b.Selection.Accel, b.Provider.cfg.BootTimeout.Milliseconds(), err, vmTails(b.Dir.Path, 20))
+	}
+	b.Agent = c
+	b.OnFailure(func() { _ = c.Close() })
+	return nil
+}
+
+func stepConfigureGuest(ctx context.Context, b *Boot) error {
+	if b.Spec.Network {
+		if _, err := b.Agent.ConfigureNetwork(ctx, agentproto.NetRequest{}); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return contract.NewError(contract.S300, "configure the sandbox's network: %v", err)
+		}
+	}
+	// Execs run as root; like container runtimes, give them root's HOME
+	// unless the image says otherwise.
+	b.Env = MergeEnv([]string{"HOME=/root"}, b.Image.Config.Env, b.Spec.Env)
+	b.Workdir = b.Image.Config.WorkingDir
+	if b.Workdir == "" {
+		b.Workdir = "/"
+	}
+	return nil
+}
+
+// MergeEnv merges "K=V" lists: a later entry replaces an earlier one with
+// the same key in its place, new keys are appended in order. Entries
+// without "=" are dropped (the contract's decoder never lets one through).
+func MergeEnv(lists ...[]string) []string {
+	var out []string
+	at := map[string]int{}
+	for _, l := range lists {
+		for _, kv := range l {
+			k, _, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				continue
+			}
+			if i, seen := at[k]; seen {
+				out[i] = kv
+				continue
+			}
+			at[k] = len(out)
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// vmTails returns the ends of a VM's logs, for error messages: the runner's
+// own log, QEMU's stderr and the guest console.
+func vmTails(dir string, lines int) string {
+	var b strings.Builder
+	for _, f := range []struct{ name, label string }{
+		{runner.LogName, "runner log"},
+		{backend.StderrName, "qemu stderr"},
+		{backend.ConsoleName, "guest console"},
+	} {
+		if t := tailFile(filepath.Join(dir, f.name), lines); t != "" {
+			fmt.Fprintf(&b, "\n--- %s (last lines) ---\n%s", f.label, t)
+		}
+	}
+	return b.String()
+}
+
+// tailFile returns the last n lines of a file, reading at most 16 KiB.
+func tailFile(p string, n int) string {
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const window = 16 << 10
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-window, 0)
+	data, err := io.ReadAll(io.NewSectionReader(f, off, window))
+	if err != nil {
+		return ""
+	}
+	s := strings.TrimRight(strings.ToValidUTF8(string(data), "?"), "\n")
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,110 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/contract"
+)
+
+func TestDefaultBootSteps(t *testing.T) {
+	assert.DeepEqual(t, DefaultBootSteps().Names(), []string{
+		"select-backend", "resolve-image", "build-initramfs", "prepare-state-dir",
+		"spawn-runner", "connect-agent", "configure-guest",
+	})
+}
+
+func TestBootStepsEdit(t *testing.T) {
+	base := DefaultBootSteps()
+	noop := func(context.Context, *Boot) error { return nil }
+
+	removed, err := base.Remove(StepBuildInitramfs)
+	assert.NilError(t, err)
+	assert.Check(t, !contains(removed.Names(), StepBuildInitramfs))
+	assert.Equal(t, len(base), 7, "Remove must not change the original")
+
+	before, err := base.InsertBefore(StepSpawnRunner, BootStep{"check", noop})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, before.Names()[3:6], []string{"prepare-state-dir", "check", "spawn-runner"})
+	after, err := base.InsertAfter(StepConfigureGuest, BootStep{"last", noop})
+	assert.NilError(t, err)
+	assert.Equal(t, after.Names()[7], "last")
+	replaced, err := base.Replace(StepConnectAgent, noop)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, replaced.Names(), base.Names())
+
+	for _, f := range []func() (BootSteps, error){
+		func() (BootSteps, error) { return base.Remove("nope") },
+		func() (BootSteps, error) { return base.Replace("nope", noop) },
+		func() (BootSteps, error) { return base.InsertBefore("nope", BootStep{"x", noop}) },
+		func() (BootSteps, error) { return base.InsertAfter("nope", BootStep{"x", noop}) },
+	} {
+		_, err := f()
+		assert.ErrorContains(t, err, `no boot step "nope"`)
+	}
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// recorder builds steps that log what ran and what was undone.
+type recorder struct{ log []string }
+
+func (r *recorder) step(name string, err error) BootStep {
+	return BootStep{name, func(_ context.Context, b *Boot) error {
+		r.log = append(r.log, "run "+name)
+		if err != nil {
+			return err
+		}
+		b.OnFailure(func() { r.log = append(r.log, "undo "+name) })
+		return nil
+	}}
+}
+
+func TestBootStepsRun(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail error
+		code contract.Code
+		msg  string
+	}{
+		{"an S-code keeps its code", contract.NewError(contract.S101, "image missing"), contract.S101, "image missing"},
+		{"anything else is S300 naming the step", errors.New("disk full"), contract.S300, "sandbox boot step c failed: disk full"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &recorder{}
+			steps := BootSteps{r.step("a", nil), r.step("b", nil), r.step("c", tc.fail), r.step("d", nil)}
+			b := &Boot{}
+			err := steps.Run(context.Background(), b)
+			assert.Assert(t, contract.IsCode(err, tc.code), "%v", err)
+			assert.ErrorContains(t, err, tc.msg)
+			assert.DeepEqual(t, r.log, []string{"run a", "run b", "run c", "undo b", "undo a"})
+			assert.Check(t, is.Len(b.Timings, 3))
+		})
+	}
+	t.Run("success keeps the work", func(t *testing.T) {
+		r := &recorder{}
+		b := &Boot{}
+		assert.NilError(t, BootSteps{r.step("a", nil), r.step("b", nil)}.Run(context.Background(), b))
+		assert.DeepEqual(t, r.log, []string{"run a", "run b"})
+		assert.DeepEqual(t, []string{b.Timings[0].Step, b.Timings[1].Step}, []string{"a", "b"})
+	})
+	t.Run("a canceled context stops the pipeline and stays itself", func(t *testing.T) {
+		r := &recorder{}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancelling := BootStep{"cancel", func(context.Context, *Boot) error { cancel(); return nil }}
+		err := BootSteps{r.step("a", nil), cancelling, r.step("b", nil)}.Run(ctx, &Boot{})
+		assert.Assert(t, errors.Is(err, context.Canceled), "%v", err)
+		assert.DeepEqual(t, r.log, []string{"run a", "undo a"})
+	})
+}

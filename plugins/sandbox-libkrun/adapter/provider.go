@@ -1,0 +1,366 @@
+package adapter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/catalog"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
+	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
+)
+
+// Name and Version identify the adapter. The 0.3 line implements sandbox
+// contract 1.1 (the 0.2 line was contract 1.0); 0.3.1 is the first release
+// that never exposes the project token to VM workers (the 0.26 upgrade
+// guide), and what `compose::add worker=iii-sandbox` pins with '^0.3'.
+const (
+	Name    = "sandbox-libkrun"
+	Version = "0.3.1"
+)
+
+// Options configure a Provider.
+type Options struct {
+	Log hclog.Logger
+	// Executable is the adapter binary runners are started from; empty
+	// means os.Executable().
+	Executable string
+	// Home is the user's home directory, for the defaults under ~/.iii;
+	// empty means os.UserHomeDir().
+	Home string
+	// Steps replaces the boot pipeline (tests); nil means
+	// DefaultBootSteps().
+	Steps BootSteps
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Provider is sandbox-libkrun's sandboxkit.Provider: it boots each sandbox
+// as a microVM under its own runner process.
+type Provider struct {
+	log   hclog.Logger
+	exe   string
+	home  string
+	steps BootSteps
+	now   func() time.Time
+
+	// Set once by Configure.
+	cfg   *Config
+	store *images.Store
+
+	// bg ends with Shutdown; selection attempts run under it.
+	bg       context.Context
+	bgCancel context.CancelFunc
+
+	mu sync.Mutex
+	// The back-end selection: sel once it succeeded; selErr is the last
+	// failure; selRun is closed when the attempt under way ends.
+	sel    *selection
+	selErr error
+	selRun chan struct{}
+	// sandboxes are the booted ones whose clean-up has not finished, for
+	// Shutdown.
+	sandboxes map[*sandbox]struct{}
+	leftovers []runner.Leftover
+	closed    bool
+}
+
+var _ sandboxkit.Provider = (*Provider)(nil)
+
+// NewProvider returns a Provider; it does nothing until Configure.
+func NewProvider(opts Options) (*Provider, error) {
+	p := &Provider{log: opts.Log, exe: opts.Executable, home: opts.Home, steps: opts.Steps, now: opts.Now, sandboxes: map[*sandbox]struct{}{}}
+	if p.log == nil {
+		p.log = hclog.NewNullLogger()
+	}
+	if p.exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find the adapter's own binary (runners are started from it): %w", err)
+		}
+		p.exe = exe
+	}
+	if p.home == "" {
+		// No home is fine when state_dir and cache_dir are set.
+		p.home, _ = os.UserHomeDir()
+	}
+	if p.steps == nil {
+		p.steps = DefaultBootSteps()
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	p.bg, p.bgCancel = context.WithCancel(context.Background())
+	return p, nil
+}
+
+// Presets implements sandboxkit.Provider: the catalog package's presets,
+// so the list lives in one place.
+func (p *Provider) Presets() []contract.CatalogImage {
+	var out []contract.CatalogImage
+	for _, e := range catalog.Presets() {
+		out = append(out, contract.CatalogImage{Name: e.Name, OCIRef: e.OCIRef})
+	}
+	return out
+}
+
+// Configure implements sandboxkit.Provider: it parses the adapter's keys,
+// opens the image cache, cleans what a crashed earlier run left in
+// state_dir, and starts choosing the back end in the background (the
+// first create waits for it).
+func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessage) error {
+	cfg, err := ParseConfig(keys, p.home, hostGOOS())
+	if err != nil {
+		return err
+	}
+	store, err := images.Open(images.Options{Root: cfg.CacheDir, Mirrors: cfg.RegistryMirrors, Logger: p.log})
+	if err != nil {
+		// The store checks the mirror URLs; its message names the
+		// mirror key it refused.
+		key := KeyCacheDir
+		if strings.HasPrefix(err.Error(), KeyRegistryMirrors) {
+			key = KeyRegistryMirrors
+		}
+		return &ConfigError{Key: key, Reason: err.Error()}
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		_ = store.Close()
+		return &ConfigError{Key: KeyStateDir, Reason: err.Error()}
+	}
+	leftovers := runner.CleanLeftovers(ctx, cfg.StateDir, p.log)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cfg != nil || p.closed {
+		_ = store.Close()
+		return errors.New("the provider is already configured or shut down")
+	}
+	p.cfg, p.store, p.leftovers = cfg, store, leftovers
+	p.startSelectionLocked()
+	return nil
+}
+
+// startSelectionLocked starts a selection attempt unless one is running.
+func (p *Provider) startSelectionLocked() chan struct{} {
+	if p.selRun != nil {
+		return p.selRun
+	}
+	done := make(chan struct{})
+	p.selRun = done
+	go func() {
+		start := p.now()
+		sel, err := p.selectBackend(p.bg)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		switch {
+		case err != nil && p.bg.Err() != nil:
+			p.selErr = contract.NewError(contract.S300, "the sandbox adapter is shutting down")
+		case err != nil:
+			p.selErr = err
+			p.log.Error("no usable VM back end", "error", err.Error())
+		default:
+			p.sel, p.selErr = sel, nil
+			p.log.Info("VM back end chosen", "hypervisor", sel.Backend, "accel", sel.Accel, "kernel", sel.Kernel.Path,
+				"skipped", sel.Skipped, "probe_cached", sel.ProbeCached, "ms", p.now().Sub(start).Milliseconds())
+		}
+		p.selRun = nil
+		close(done)
+	}()
+	return done
+}
+
+// selected waits for the back-end selection. A failed selection is tried
+// again by the next caller: the operator may have installed what was
+// missing.
+func (p *Provider) selected(ctx context.Context) (*selection, error) {
+	p.mu.Lock()
+	if p.sel != nil {
+		s := p.sel
+		p.mu.Unlock()
+		return s, nil
+	}
+	if p.closed {
+		p.mu.Unlock()
+		return nil, contract.NewError(contract.S300, "the sandbox adapter is shutting down")
+	}
+	done := p.startSelectionLocked()
+	p.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sel != nil {
+		return p.sel, nil
+	}
+	if p.selErr == nil {
+		return nil, contract.NewError(contract.S300, "the sandbox adapter is shutting down")
+	}
+	return nil, contract.AsError(p.selErr, contract.S300)
+}
+
+// Info implements sandboxkit.Provider. It never waits: while the back end
+// is being chosen, backend_state says so.
+func (p *Provider) Info(context.Context) map[string]any {
+	m := map[string]any{"isolation": "microvm"}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cfg == nil {
+		m["backend_state"] = "unconfigured"
+		return m
+	}
+	m["state_dir"] = p.cfg.StateDir
+	m["cache_dir"] = p.cfg.CacheDir
+	m["hypervisor_config"] = p.cfg.Hypervisor
+	m["accel_config"] = p.cfg.Accel
+	m["boot_timeout_ms"] = p.cfg.BootTimeout.Milliseconds()
+	m["live_vms"] = len(p.sandboxes)
+	if len(p.leftovers) > 0 {
+		m["leftovers_cleaned"] = len(p.leftovers)
+	}
+	switch {
+	case p.sel != nil:
+		m["backend_state"] = "ready"
+		for k, v := range p.sel.facts() {
+			m[k] = v
+		}
+	case p.selRun != nil:
+		m["backend_state"] = "selecting"
+		if p.selErr != nil {
+			m["backend_error"] = p.selErr.Error()
+		}
+	case p.selErr != nil:
+		m["backend_state"] = "failed"
+		m["backend_error"] = p.selErr.Error()
+	}
+	return m
+}
+
+// Boot implements sandboxkit.Provider: it runs the boot pipeline.
+func (p *Provider) Boot(ctx context.Context, spec sandboxkit.BootSpec) (sandboxkit.Sandbox, error) {
+	p.mu.Lock()
+	if p.cfg == nil || p.closed {
+		p.mu.Unlock()
+		return nil, contract.NewError(contract.S300, "the sandbox adapter is not configured or is shutting down")
+	}
+	p.mu.Unlock()
+	b := &Boot{Provider: p, Spec: spec}
+	if err := p.steps.Run(ctx, b); err != nil {
+		return nil, err
+	}
+	sb := newSandbox(p, b)
+	args := []any{"sandbox_id", spec.ID, "image", spec.Image.Name}
+	for _, st := range b.Timings {
+		args = append(args, st.Step+"_ms", st.Duration.Milliseconds())
+	}
+	p.log.Info("sandbox VM ready", args...)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		b.rollback()
+		return nil, contract.NewError(contract.S300, "the sandbox adapter is shutting down")
+	}
+	p.sandboxes[sb] = struct{}{}
+	p.mu.Unlock()
+	return sb, nil
+}
+
+// forget drops a stopped sandbox.
+func (p *Provider) forget(sb *sandbox) {
+	p.mu.Lock()
+	delete(p.sandboxes, sb)
+	p.mu.Unlock()
+}
+
+// closing marks the provider as shutting down: no new boots, and stops
+// skip the guest's graceful power-off (the host gives an adapter only a
+// couple of seconds to exit before it kills it).
+func (p *Provider) closing() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.bgCancel()
+}
+
+func (p *Provider) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+// Shutdown stops every sandbox and waits for each one's clean-up (also of
+// those the kit already stopped without waiting), ends the back-end
+// selection and closes the image cache.
+func (p *Provider) Shutdown(ctx context.Context) error {
+	p.closing()
+	p.mu.Lock()
+	var live []*sandbox
+	for sb := range p.sandboxes {
+		live = append(live, sb)
+	}
+	run := p.selRun
+	p.mu.Unlock()
+	errs := make([]error, len(live))
+	var wg sync.WaitGroup
+	for i, sb := range live {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = sb.Stop(ctx, true)
+		}()
+	}
+	wg.Wait()
+	if run != nil {
+		select {
+		case <-run:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("waiting for the back-end selection to end: %w", ctx.Err()))
+		}
+	}
+	if p.store != nil {
+		_ = p.store.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// Adapter is the complete sandbox-libkrun adapter: the kit's Manager over a
+// Provider, and a Shutdown that stops both.
+type Adapter struct {
+	*sandboxkit.Manager
+	provider *Provider
+}
+
+// New builds the adapter.
+func New(opts Options) (*Adapter, error) {
+	p, err := NewProvider(opts)
+	if err != nil {
+		return nil, err
+	}
+	m := sandboxkit.New(p, sandboxkit.Options{
+		Name:               Name,
+		Version:            Version,
+		Logger:             opts.Log,
+		ProviderConfigKeys: ConfigKeys(),
+	})
+	return &Adapter{Manager: m, provider: p}, nil
+}
+
+// Provider returns the adapter's provider.
+func (a *Adapter) Provider() *Provider { return a.provider }
+
+// Shutdown stops every sandbox and what the adapter started.
+func (a *Adapter) Shutdown(ctx context.Context) error {
+	a.provider.closing()
+	return errors.Join(a.Manager.Shutdown(ctx), a.provider.Shutdown(ctx))
+}

@@ -1,0 +1,333 @@
+package adapter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
+	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
+)
+
+// How a sandbox stops: the guest is asked to power off (short, since a
+// tmpfs upper layer has nothing worth flushing), then the runner is let go
+// and finally killed.
+const (
+	shutdownTimeout = 2 * time.Second
+	// powerOffWait is how long a QEMU VM gets to exit after the guest
+	// accepted the power-off (ACPI S5 on microvm ends QEMU).
+	powerOffWait = 3 * time.Second
+	// releaseGrace is how long a runner gets to kill its VM and exit
+	// after its lifeline closes, before it is SIGKILLed.
+	releaseGrace = 2 * time.Second
+	// stopBudget bounds the whole clean-up of one sandbox.
+	stopBudget = 30 * time.Second
+)
+
+// sandbox is one running VM, as the kit sees it.
+type sandbox struct {
+	p       *Provider
+	id      string
+	backend string
+	dir     *runner.Dir
+	proc    *runner.Process
+	agent   *agentclient.Client
+	env     []string
+	workdir string
+
+	once    sync.Once
+	cleaned chan struct{}
+	stopErr error
+}
+
+var _ sandboxkit.Sandbox = (*sandbox)(nil)
+
+func newSandbox(p *Provider, b *Boot) *sandbox {
+	return &sandbox{
+		p: p, id: b.Spec.ID, backend: b.Selection.Backend,
+		dir: b.Dir, proc: b.Runner, agent: b.Agent,
+		env: b.Env, workdir: b.Workdir,
+		cleaned: make(chan struct{}),
+	}
+}
+
+// Done implements sandboxkit.Sandbox: the VM is gone when its runner has
+// exited.
+func (s *sandbox) Done() <-chan struct{} { return s.proc.Done() }
+
+// LastActivity implements sandboxkit.Sandbox. Network activity is not
+// measured yet, so only the kit's own operations count.
+func (s *sandbox) LastActivity() time.Time { return time.Time{} }
+
+// Stop implements sandboxkit.Sandbox. The clean-up runs once, in the
+// background; with wait, Stop returns when it is complete: the VM and its
+// runner gone, the state directory removed.
+func (s *sandbox) Stop(ctx context.Context, wait bool) error {
+	s.once.Do(func() { go s.stop() })
+	if !wait {
+		return nil
+	}
+	select {
+	case <-s.cleaned:
+		return s.stopErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *sandbox) stop() {
+	defer close(s.cleaned)
+	defer s.p.forget(s)
+	ctx, cancel := context.WithTimeout(context.Background(), stopBudget)
+	defer cancel()
+	log := s.p.log.With("sandbox_id", s.id)
+
+	select {
+	case <-s.proc.Done():
+	default:
+		if s.p.isClosed() {
+			// The adapter is going: the runner kills the VM at once.
+			break
+		}
+		sctx, scancel := context.WithTimeout(ctx, shutdownTimeout)
+		err := s.agent.Shutdown(sctx)
+		scancel()
+		// libkrun on x86_64 has no ACPI: a powered-off guest halts but
+		// its VMM stays, so only QEMU is worth waiting for.
+		if err == nil && s.backend == backend.QEMU {
+			t := time.NewTimer(powerOffWait)
+			select {
+			case <-s.proc.Done():
+			case <-t.C:
+				log.Debug("the VM did not exit after the guest powered off; killing it")
+			}
+			t.Stop()
+		}
+	}
+	_ = s.agent.Close()
+	var errs []error
+	if err := s.proc.Stop(ctx, releaseGrace); err != nil {
+		errs = append(errs, fmt.Errorf("stop the VM runner (pid %d): %w", s.proc.PID, err))
+	}
+	if err := s.dir.Remove(); err != nil {
+		errs = append(errs, err)
+	}
+	s.stopErr = errors.Join(errs...)
+	if s.stopErr != nil {
+		log.Warn("sandbox clean-up incomplete", "error", s.stopErr)
+	}
+}
+
+// Exec implements sandboxkit.Sandbox.
+func (s *sandbox) Exec(ctx context.Context, spec sandboxkit.ExecSpec) (sandboxkit.ExecResult, error) {
+	req := agentclient.ExecRequest{
+		Argv:           spec.Argv,
+		Env:            MergeEnv(s.env, spec.Env),
+		Workdir:        spec.Workdir,
+		Timeout:        spec.Timeout,
+		MaxOutputBytes: contract.ExecOutputCap,
+	}
+	if req.Workdir == "" {
+		req.Workdir = s.workdir
+	}
+	if spec.Stdin != nil {
+		req.Stdin = bytes.NewReader(spec.Stdin)
+	}
+	res, err := s.agent.Exec(ctx, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return sandboxkit.ExecResult{}, ctx.Err()
+		}
+		return sandboxkit.ExecResult{}, agentclient.ContractError(err, "exec")
+	}
+	out := sandboxkit.ExecResult{
+		Stdout:          res.Stdout,
+		Stderr:          res.Stderr,
+		StdoutTruncated: res.StdoutTruncated,
+		StderrTruncated: res.StderrTruncated,
+		TimedOut:        res.TimedOut,
+	}
+	// A process killed by a signal (or by the timeout) has no exit code.
+	if !res.TimedOut && res.Signal == 0 {
+		code := res.ExitCode
+		out.ExitCode = &code
+	}
+	return out, nil
+}
+
+// fsErr maps an agent error for fs operation op.
+func fsErr(ctx context.Context, err error, op string) error {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return ctx.Err()
+	}
+	return agentclient.ContractError(err, op)
+}
+
+func entryOf(e agentproto.FsEntry) contract.FsEntry {
+	mode, _ := contract.ParseMode(e.Mode)
+	return contract.FsEntry{Name: e.Name, IsDir: e.IsDir, Size: uint64(max(e.Size, 0)), Mode: mode, Mtime: e.Mtime, IsSymlink: e.IsSymlink}
+}
+
+// FsLs implements sandboxkit.Sandbox.
+func (s *sandbox) FsLs(ctx context.Context, req *contract.FsLsRequest) (*contract.FsLsResponse, error) {
+	res, err := s.agent.Ls(ctx, req.Path)
+	if err != nil {
+		return nil, fsErr(ctx, err, agentproto.OpLs)
+	}
+	out := &contract.FsLsResponse{Entries: make([]contract.FsEntry, 0, len(res.Entries))}
+	for _, e := range res.Entries {
+		out.Entries = append(out.Entries, entryOf(e))
+	}
+	return out, nil
+}
+
+// FsStat implements sandboxkit.Sandbox.
+func (s *sandbox) FsStat(ctx context.Context, req *contract.FsStatRequest) (*contract.FsEntry, error) {
+	res, err := s.agent.Stat(ctx, req.Path)
+	if err != nil {
+		return nil, fsErr(ctx, err, agentproto.OpStat)
+	}
+	e := entryOf(*res)
+	return &e, nil
+}
+
+// FsMkdir implements sandboxkit.Sandbox.
+func (s *sandbox) FsMkdir(ctx context.Context, req *contract.FsMkdirRequest) (*contract.FsMkdirResponse, error) {
+	res, err := s.agent.Mkdir(ctx, req.Path, req.Mode.String(), req.Parents)
+	if err != nil {
+		return nil, fsErr(ctx, err, agentproto.OpMkdir)
+	}
+	return &contract.FsMkdirResponse{Created: res.Created}, nil
+}
+
+// FsWrite implements sandboxkit.Sandbox.
+func (s *sandbox) FsWrite(ctx context.Context, req *contract.FsWriteRequest, content io.Reader) (*contract.FsWriteResponse, error) {
+	res, err := s.agent.WriteFile(ctx, &agentproto.FSRequest{Path: req.Path, Mode: req.Mode.String(), Parents: req.Parents}, content)
+	if err != nil {
+		return nil, fsErr(ctx, err, agentproto.OpWrite)
+	}
+	return &contract.FsWriteResponse{BytesWritten: uint64(max(res.BytesWritten, 0)), Path: res.Path}, nil
+}
+
+// FsRead implements sandboxkit.Sandbox. The file's bytes stream from the
+// guest as the caller reads them.
+func (s *sandbox) FsRead(ctx context.Context, req *contract.FsReadRequest) (*contract.FsReadMeta, io.ReadCloser, error) {
+	meta, body, err := s.agent.ReadFile(ctx, req.Path)
+	if err != nil {
+		return nil, nil, fsErr(ctx, err, agentproto.OpRead)
+	}
+	mode, _ := contract.ParseMode(meta.Mode)
+	return &contract.FsReadMeta{Size: uint64(max(meta.Size, 0)), Mode: mode, Mtime: meta.Mtime}, &readBody{rc: body}, nil
+}
+
+// readBody reports a read cut off mid-file as the contract's S218 (the
+// stream aborted; retryable), and the agent's own S-codes as they are.
+type readBody struct{ rc io.ReadCloser }
+
+func (r *readBody) Read(p []byte) (int, error) {
+	n, err := r.rc.Read(p)
+	if err == nil || errors.Is(err, io.EOF) {
+		return n, err
+	}
+	var ae *agentproto.Error
+	if errors.As(err, &ae) && len(ae.Code) > 0 && ae.Code[0] == 'S' {
+		return n, agentclient.ContractError(err, agentproto.OpRead)
+	}
+	return n, contract.NewError(contract.S218, "reading the file from the sandbox was cut off: %v; retry", err)
+}
+
+func (r *readBody) Close() error { return r.rc.Close() }
+
+// FsRm implements sandboxkit.Sandbox.
+func (s *sandbox) FsRm(ctx context.Context, req *contract.FsRmRequest) (*contract.FsRmResponse, error) {
+	res, err := s.agent.Rm(ctx, req.Path, req.Recursive)
+	if err != nil {
+		return nil, fsErr(ctx, err, agentproto.OpRm)
+	}
+	return &contract.FsRmResponse{Removed: res.Removed}, nil
+}
+
+// FsChmod implements sandboxkit.Sandbox.
+func (s *sandbox) FsChmod(ctx context.Context, req *contract.FsChmodRequest) (*contract.FsChmodResponse, error) {
+	r := &agentproto.FSRequest{Path: req.Path, Mode: req.Mode.String(), Recursive: &req.Recursive}
+	if req.UID != nil {
+		uid := int(*req.UID)
+		r.UID = &uid
+	}
+	if req.GID != nil {
+		gid := int(*req.GID)
+		r.GID = &gid
+	}
+	res, err := s.agent.Chmod(ctx, r)
+	if err != nil {
+		return nil, fsErr(ctx, err, agentproto.OpChmod)
+	}
+	return &contract.FsChmodResponse{Updated: uint64(max(res.Updated, 0))}, nil
+}
+
+// FsMv implements sandboxkit.Sandbox.
+func (s *sandbox) FsMv(ctx context.Context, req *contract.FsMvRequest) (*contract.FsMvResponse, error) {
+	res, err := s.agent.Mv(ctx, req.Src, req.Dst, req.Overwrite)
+	if err != nil {
+		return nil, fsErr(ctx, err, agentproto.OpMv)
+	}
+	return &contract.FsMvResponse{Moved: res.Moved}, nil
+}
+
+// clampInt turns a contract count into the agent's int; 0 keeps meaning
+// "the default".
+func clampInt(n uint64) int {
+	if n > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int(n)
+}
+
+// FsGrep implements sandboxkit.Sandbox.
+func (s *sandbox) FsGrep(ctx context.Context, req *contract.FsGrepRequest) (*contract.FsGrepResponse, error) {
+	res, err := s.agent.Grep(ctx, &agentproto.FSRequest{
+		Path: req.Path, Pattern: req.Pattern, Recursive: &req.Recursive, IgnoreCase: req.IgnoreCase,
+		IncludeGlob: req.IncludeGlob, ExcludeGlob: req.ExcludeGlob,
+		MaxMatches: clampInt(req.MaxMatches), MaxLineBytes: clampInt(req.MaxLineBytes),
+	})
+	if err != nil {
+		return nil, fsErr(ctx, err, agentproto.OpGrep)
+	}
+	out := &contract.FsGrepResponse{Matches: make([]contract.GrepMatch, 0, len(res.Matches)), Truncated: res.Truncated}
+	for _, m := range res.Matches {
+		out.Matches = append(out.Matches, contract.GrepMatch{Path: m.Path, Line: uint64(max(m.Line, 0)), Content: m.Content})
+	}
+	return out, nil
+}
+
+// FsSed implements sandboxkit.Sandbox.
+func (s *sandbox) FsSed(ctx context.Context, req *contract.FsSedRequest) (*contract.FsSedResponse, error) {
+	res, err := s.agent.Sed(ctx, &agentproto.FSRequest{
+		Files: req.Files, Path: req.Path, Recursive: &req.Recursive,
+		IncludeGlob: req.IncludeGlob, ExcludeGlob: req.ExcludeGlob,
+		Pattern: req.Pattern, Replacement: &req.Replacement, Regex: &req.Regex,
+		FirstOnly: req.FirstOnly, IgnoreCase: req.IgnoreCase,
+	})
+	if err != nil {
+		return nil, fsErr(ctx, err, agentproto.OpSed)
+	}
+	out := &contract.FsSedResponse{Results: make([]contract.SedResult, 0, len(res.Results)), TotalReplacements: uint64(max(res.TotalReplacements, 0))}
+	for _, r := range res.Results {
+		// Over a directory the contract lists the files sed changed or
+		// failed on; the agent also reports the ones it left alone.
+		if req.Path != "" && r.Success && r.Replacements == 0 {
+			continue
+		}
+		out.Results = append(out.Results, contract.SedResult{Path: r.Path, Replacements: uint64(max(r.Replacements, 0)), Success: r.Success, Error: r.Error})
+	}
+	return out, nil
+}

@@ -1,0 +1,152 @@
+// Package backend declares what a hypervisor back end of sandbox-libkrun
+// does: run one VM inside a VM runner process (the adapter binary re-exec'd
+// with the hidden __vm-run subcommand, one per sandbox).
+//
+// Both back ends fit the same shape. QEMU runs the VM in a child process
+// that the runner supervises; libkrun turns the runner itself into the VM
+// (krun_start_enter never returns and exits the process when the guest
+// stops). Either way the runner's life is the VM's life, which is what lets
+// the adapter treat "the runner exited" as "the VM is gone", and kill one
+// process group to be sure.
+package backend
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// Back-end names, as the adapter's `hypervisor` configuration key spells
+// them.
+const (
+	QEMU    = "qemu"
+	Libkrun = "libkrun"
+)
+
+// Accelerators.
+const (
+	AccelKVM = "kvm"
+	AccelHVF = "hvf"
+	AccelTCG = "tcg"
+)
+
+// File names inside a VM's state directory that every back end uses, so the
+// adapter finds the agent and the logs without knowing which back end ran.
+const (
+	// SocketName is the unix socket that carries the guest agent's
+	// "iii.exec" port: QEMU serves it itself, the libkrun back end relays
+	// a console port to it.
+	SocketName = "exec.sock"
+	// ConsoleName is the guest's serial console log.
+	ConsoleName = "console.log"
+	// StderrName is the VMM's own stderr (QEMU's; libkrun logs to the
+	// runner's stderr instead).
+	StderrName = "qemu.stderr"
+)
+
+// MaxSocketPath bounds the agent socket path. sun_path holds 108 bytes on
+// Linux and 104 on macOS, NUL included; a margin keeps every platform happy.
+const MaxSocketPath = 100
+
+// Spec is one VM, with everything resolved: the runner passes it to the
+// back end as is.
+type Spec struct {
+	// ID names the VM in logs (the sandbox id).
+	ID string `json:"id"`
+	// CPUs and MemoryMiB size the VM.
+	CPUs      int `json:"cpus"`
+	MemoryMiB int `json:"memory_mib"`
+	// Kernel and Initrd boot the VM; the initramfs's /init is the guest
+	// agent.
+	Kernel string `json:"kernel"`
+	Initrd string `json:"initrd"`
+	// KernelConfig is the kernel's build configuration, when known; the
+	// libkrun back end checks it can find libkrun's devices.
+	KernelConfig string `json:"kernel_config,omitempty"`
+	// RootDisk is the image's block image, attached read-only as the first
+	// disk (/dev/vda); the agent lays a tmpfs upper layer over it, so
+	// writes never reach the file. Empty boots the initramfs alone (the
+	// accelerator probe does).
+	RootDisk   string `json:"root_disk,omitempty"`
+	RootFSType string `json:"root_fs_type,omitempty"`
+	// Network gives the guest a NIC with outbound access; without it the
+	// VM has no network device at all.
+	Network bool `json:"network,omitempty"`
+	// Hostname is the guest's host name (iii.hostname on the kernel
+	// command line); empty leaves the kernel's default.
+	Hostname string `json:"hostname,omitempty"`
+	// StateDir holds the agent socket and the logs.
+	StateDir string `json:"state_dir"`
+	// Accel is kvm, hvf or tcg; the libkrun back end accepts only the
+	// host's hardware accelerator.
+	Accel string `json:"accel"`
+	// QEMUBinary is the emulator (QEMU back end).
+	QEMUBinary string `json:"qemu_binary,omitempty"`
+	// LibkrunPath is the library to load (libkrun back end); empty means
+	// the default search.
+	LibkrunPath string `json:"libkrun_path,omitempty"`
+	// Debug keeps the kernel's and the agent's console output verbose.
+	Debug bool `json:"debug,omitempty"`
+}
+
+// SocketPath is the agent socket of the VM.
+func (s *Spec) SocketPath() string { return filepath.Join(s.StateDir, SocketName) }
+
+// Validate checks what every back end relies on.
+func (s *Spec) Validate() error {
+	bad := func(format string, args ...any) error { return fmt.Errorf("invalid VM spec: "+format, args...) }
+	switch {
+	case s.ID == "":
+		return bad("no id")
+	case s.CPUs < 1 || s.CPUs > 256:
+		return bad("cpus %d is outside 1..256", s.CPUs)
+	case s.MemoryMiB < 64 || s.MemoryMiB > 1<<20:
+		return bad("memory %d MiB is outside 64..1048576", s.MemoryMiB)
+	case s.Kernel == "" || s.Initrd == "":
+		return bad("kernel and initrd are required")
+	case s.StateDir == "" || !filepath.IsAbs(s.StateDir):
+		return bad("state dir %q must be an absolute path", s.StateDir)
+	case len(s.SocketPath()) >= MaxSocketPath:
+		return bad("agent socket path %s is %d bytes; unix sockets allow fewer than %d: use a shorter state_dir", s.SocketPath(), len(s.SocketPath()), MaxSocketPath)
+	}
+	switch s.Accel {
+	case AccelKVM, AccelHVF, AccelTCG:
+	default:
+		return bad("accelerator %q: want kvm, hvf or tcg", s.Accel)
+	}
+	for _, p := range []string{s.Kernel, s.Initrd, s.KernelConfig, s.RootDisk, s.QEMUBinary, s.LibkrunPath} {
+		if p != "" && !filepath.IsAbs(p) {
+			return bad("path %q must be absolute", p)
+		}
+	}
+	if strings.ContainsAny(s.Hostname, " \t\n\"") {
+		return bad("hostname %q holds spaces or quotes", s.Hostname)
+	}
+	return nil
+}
+
+// Started is what a back end reports once the VM exists (before the guest
+// has booted).
+type Started struct {
+	// VMPID is the process that is the VM: QEMU's pid, or the runner's own
+	// for a back end that runs the VM in process.
+	VMPID int
+}
+
+// Backend runs VMs. Implementations live beside the runner; the adapter
+// only names one (Name) in the runner's configuration.
+type Backend interface {
+	// Name is the back end's name (QEMU, Libkrun).
+	Name() string
+	// Run boots the VM of spec in this process's care and supervises it
+	// until it ends or ctx ends. started is called once, as soon as the VM
+	// process exists. When ctx ends, Run kills the VM and returns. Run
+	// returns nil when the guest powered itself off, an error otherwise.
+	//
+	// A back end whose VM runs inside the calling process (libkrun) does
+	// not return from a successful boot: the process exits when the guest
+	// stops, and the runner exits the process itself when ctx ends. Such a
+	// back end calls started before it hands the thread to the VM.
+	Run(ctx context.Context, spec Spec, started func(Started)) error
+}

@@ -1,0 +1,142 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/libkrun"
+)
+
+// Libkrun is the libkrun back end as a runner runs it: the runner process
+// becomes the VM (krun_start_enter never returns), and relays the guest
+// agent's console port, a socketpair libkrun holds the other end of, to
+// the unix socket the adapter dials, as QEMU serves it for the QEMU back
+// end.
+type Libkrun struct {
+	// Log receives libkrun's and the relay's messages.
+	Log hclog.Logger
+}
+
+var _ backend.Backend = Libkrun{}
+
+// Name implements backend.Backend.
+func (Libkrun) Name() string { return backend.Libkrun }
+
+// LibkrunSpec maps a Spec to the libkrun back end's, minus the channel
+// callback Run supplies.
+func LibkrunSpec(spec backend.Spec) (libkrun.Spec, error) {
+	arch := runtime.GOARCH
+	format, err := libkrun.DetectKernelFile(spec.Kernel, arch)
+	if err != nil {
+		return libkrun.Spec{}, err
+	}
+	cmdline, err := libkrun.BuildCmdline(libkrun.CmdlineOptions{
+		Arch:       arch,
+		RootDisk:   spec.RootDisk != "",
+		RootFSType: spec.RootFSType,
+		Hostname:   spec.Hostname,
+		Debug:      spec.Debug,
+	})
+	if err != nil {
+		return libkrun.Spec{}, err
+	}
+	return libkrun.Spec{
+		VCPUs:        spec.CPUs,
+		MemoryMiB:    spec.MemoryMiB,
+		Kernel:       spec.Kernel,
+		KernelFormat: format,
+		KernelConfig: spec.KernelConfig,
+		Initramfs:    spec.Initrd,
+		Cmdline:      cmdline,
+		RootDisk:     spec.RootDisk,
+		Env:          []string{},
+		Network:      spec.Network,
+		ConsoleLog:   spec.StateDir + "/" + backend.ConsoleName,
+		Verbosity:    "warn",
+	}, nil
+}
+
+// Run implements backend.Backend. It returns only when the VM could not
+// start. Once it has started, the VM is this process: when ctx ends (the
+// adapter let go) Run exits the process, which ends the VM with it.
+func (l Libkrun) Run(ctx context.Context, spec backend.Spec, started func(backend.Started)) error {
+	log := l.Log
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	ks, err := LibkrunSpec(spec)
+	if err != nil {
+		return err
+	}
+	lib, err := libkrun.Open(libkrun.Options{Path: spec.LibkrunPath})
+	if err != nil {
+		return err
+	}
+	_ = os.Remove(spec.SocketPath())
+	ln, err := net.Listen("unix", spec.SocketPath())
+	if err != nil {
+		return fmt.Errorf("listen on the agent socket: %w", err)
+	}
+	defer ln.Close()
+	ks.Log = log
+	ks.OnChannel = func(host *os.File) error {
+		conn, err := net.FileConn(host)
+		_ = host.Close() // FileConn holds its own descriptor
+		if err != nil {
+			return fmt.Errorf("agent channel: %w", err)
+		}
+		go relay(ln, conn, log)
+		// A VM inside this process cannot be killed apart from it.
+		go func() {
+			<-ctx.Done()
+			log.Info("the adapter let go of the VM; exiting", "cause", context.Cause(ctx))
+			os.Exit(ExitOK)
+		}()
+		started(backend.Started{VMPID: os.Getpid()})
+		return nil
+	}
+	return lib.Boot(ctx, ks)
+}
+
+// relay joins each client of ln, one at a time, to the guest's channel.
+// The channel stays open across clients, so the guest never sees a client
+// leave; the adapter keeps one connection for a VM's life, and the agent's
+// magic lets a later client skip what an earlier one left half-sent.
+func relay(ln net.Listener, guest net.Conn, log hclog.Logger) {
+	defer guest.Close()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				log.Warn("agent socket accept failed", "error", err)
+			}
+			return
+		}
+		done := make(chan error, 2)
+		go func() { _, err := io.Copy(c, guest); done <- err }()
+		go func() { _, err := io.Copy(guest, c); done <- err }()
+		first := <-done
+		_ = c.Close()
+		// Unblock whichever copy still reads from the guest, then keep
+		// the channel for the next client.
+		if dl, ok := guest.(interface{ SetReadDeadline(time.Time) error }); ok {
+			_ = dl.SetReadDeadline(time.Now())
+		}
+		<-done
+		if dl, ok := guest.(interface{ SetReadDeadline(time.Time) error }); ok {
+			_ = dl.SetReadDeadline(time.Time{})
+		}
+		if first != nil && !errors.Is(first, net.ErrClosed) && !errors.Is(first, os.ErrDeadlineExceeded) {
+			log.Debug("agent client relay ended", "error", first)
+		}
+	}
+}

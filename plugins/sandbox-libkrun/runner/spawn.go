@@ -1,0 +1,186 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sdk"
+)
+
+// Subcommand is the hidden first argument that makes the adapter binary a
+// runner: `<adapter> __vm-run <state dir>`.
+const Subcommand = "__vm-run"
+
+// lifelineFD is where a runner finds the read end of its lifeline: the
+// first of exec.Cmd.ExtraFiles.
+const lifelineFD = 3
+
+// SpawnOptions start one runner.
+type SpawnOptions struct {
+	// Executable is the adapter binary (os.Executable()).
+	Executable string
+	// Dir is the VM's state directory, already created and locked.
+	Dir *Dir
+	// Config is written to Dir as runner.json (0600).
+	Config Config
+	// Env is the runner's environment; nil means this process's, without
+	// the go-plugin variables that are meant for the adapter alone.
+	Env []string
+}
+
+// Process is a runner as its adapter sees it.
+type Process struct {
+	PID int
+	dir string
+
+	lifeline *os.File // write end; closing it tells the runner to go
+	lmu      sync.Mutex
+
+	done    chan struct{}
+	waitErr error
+}
+
+// Spawn writes the runner's configuration and starts it. The runner runs
+// in a session of its own (setsid), with the read end of a lifeline pipe
+// this Process holds the write end of; its stdout and stderr go to
+// runner.log. Spawn returns once the process has started; the VM boots in
+// the background.
+func Spawn(ctx context.Context, opts SpawnOptions) (*Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if opts.Dir == nil || opts.Executable == "" {
+		return nil, errors.New("runner: Spawn needs a state directory and an executable")
+	}
+	cfg, err := opts.Config.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(opts.Dir.File(ConfigName), cfg, 0o600); err != nil {
+		return nil, fmt.Errorf("write the runner configuration: %w", err)
+	}
+	logf, err := os.OpenFile(opts.Dir.File(LogName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the runner log: %w", err)
+	}
+	defer logf.Close() // the child has its own descriptor
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("lifeline pipe: %w", err)
+	}
+	env := opts.Env
+	if env == nil {
+		env = RunnerEnv(os.Environ())
+	}
+	cmd := exec.Command(opts.Executable, Subcommand, opts.Dir.Path)
+	cmd.Env = env
+	cmd.Dir = "/"
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.ExtraFiles = []*os.File{r}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	// The runner has its own copy of the read end; this process keeps
+	// only the write end, so that its death is the runner's EOF.
+	_ = r.Close()
+	if err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("start the VM runner %s: %w", opts.Executable, err)
+	}
+	p := &Process{PID: cmd.Process.Pid, dir: opts.Dir.Path, lifeline: w, done: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// RunnerEnv is env without what only the adapter should see: go-plugin's
+// handshake variables (a runner is not a plugin) and the engine's lifeline
+// number.
+func RunnerEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "PLUGIN_") || k == contract.HandshakeMagicCookieKey || k == sdk.EnvLifelineFD {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// Done is closed once the runner has exited (and been reaped).
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// ExitErr is how the runner exited; valid once Done is closed.
+func (p *Process) ExitErr() error {
+	select {
+	case <-p.done:
+		return p.waitErr
+	default:
+		return nil
+	}
+}
+
+// Release closes the lifeline: the runner kills its VM and exits. It is
+// safe to call more than once.
+func (p *Process) Release() {
+	p.lmu.Lock()
+	defer p.lmu.Unlock()
+	if p.lifeline != nil {
+		_ = p.lifeline.Close()
+		p.lifeline = nil
+	}
+}
+
+// Kill SIGKILLs the runner's session and the VM process it recorded (after
+// checking the pid really is this directory's VM), then waits for the
+// runner to be reaped, up to ctx.
+func (p *Process) Kill(ctx context.Context) error {
+	p.Release()
+	select {
+	case <-p.done:
+	default:
+		kill(p.PID)
+	}
+	if pid, err := ReadPID(p.dir + "/" + VMPIDName); err == nil && pid != p.PID && BelongsTo(procArgs(pid), p.dir) {
+		kill(pid)
+	}
+	return p.Wait(ctx)
+}
+
+// Wait waits for the runner to exit.
+func (p *Process) Wait(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stop ends the runner gently, then firmly: close the lifeline and give
+// the runner grace to kill its VM and exit, then SIGKILL everything.
+func (p *Process) Stop(ctx context.Context, grace time.Duration) error {
+	p.Release()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
+	defer cancel()
+	return p.Kill(kctx)
+}

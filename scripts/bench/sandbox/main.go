@@ -1,0 +1,424 @@
+// Command sandbox measures sandbox-libkrun beside the floors measured in
+// the same run, and prints each figure, its floor and their ratio:
+//
+//   - P4: sandbox::create to ready, through the real adapter plugin (a
+//     go-plugin subprocess, a runner, QEMU), beside a raw QEMU boot of the
+//     same kernel, initramfs and root image to the guest agent's hello.
+//   - P6: exec `true` round trip (p50, p99) on a live sandbox through the
+//     adapter, beside the guest's own fork+exec+wait of the same program
+//     (as the agent measures it), and sandbox::run print(2+2) (p50).
+//   - P7: host memory per idle sandbox: runner RSS + QEMU RSS, of which the
+//     guest RAM the VM touched, TCG's translation buffer, and the rest.
+//
+// It builds the adapter and the guest agent from this tree. Run
+// scripts/build-images.sh first (the python image), then:
+//
+//	go run ./scripts/bench/sandbox [-boots 5] [-execs 200] [-runs 5]
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/initramfs"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox bench:", err)
+		os.Exit(1)
+	}
+}
+
+const pythonRef = "docker.io/iiidev/python:latest"
+
+type options struct {
+	boots, execs, runs int
+	accel              string
+	memoryMB           int
+}
+
+func run() error {
+	var o options
+	flag.IntVar(&o.boots, "boots", 5, "creates (and raw boots) to time; the median is printed")
+	flag.IntVar(&o.execs, "execs", 200, "exec round trips to time")
+	flag.IntVar(&o.runs, "runs", 5, "sandbox::run calls to time")
+	flag.StringVar(&o.accel, "accel", "auto", "accel for the adapter (auto probes; the floor uses what the adapter chose)")
+	flag.IntVar(&o.memoryMB, "memory-mb", 512, "VM memory")
+	flag.Parse()
+	ctx := context.Background()
+
+	root, err := images.DefaultRoot()
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("/tmp", "sbb")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	bin, err := build(work)
+	if err != nil {
+		return err
+	}
+	cache := filepath.Join(work, "cache")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return err
+	}
+	if err := os.Symlink(filepath.Join(root, "oci"), filepath.Join(cache, "oci")); err != nil {
+		return err
+	}
+	state := filepath.Join(work, "s")
+
+	a, stop, err := startAdapter(bin, map[string]any{
+		"image_allowlist": []string{"python"}, "state_dir": state, "cache_dir": cache, "accel": o.accel,
+		"default_memory_mb": o.memoryMB, "max_concurrent_sandboxes": 4,
+	})
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	// The first create installs the image and chooses the back end; it is
+	// reported, not counted.
+	t0 := time.Now()
+	first, err := create(ctx, a)
+	if err != nil {
+		return err
+	}
+	firstMS := time.Since(t0)
+	info, err := a.Info(ctx)
+	if err != nil {
+		return err
+	}
+	accel, _ := info.Facts["accel"].(string)
+	fmt.Printf("host: %s/%s, %d CPUs; back end %v with %s; VM memory %d MiB\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), info.Facts["hypervisor"], accel, o.memoryMB)
+	fmt.Printf("first create (installs the image, chooses the back end): %s\n", fmtD(firstMS))
+	if _, err := a.Stop(ctx, &contract.StopRequest{SandboxID: first, Wait: true}); err != nil {
+		return err
+	}
+
+	// P4.
+	img, err := imageFile(cache)
+	if err != nil {
+		return err
+	}
+	var creates, raws []time.Duration
+	for range o.boots {
+		t := time.Now()
+		id, err := create(ctx, a)
+		if err != nil {
+			return err
+		}
+		creates = append(creates, time.Since(t))
+		if _, err := a.Stop(ctx, &contract.StopRequest{SandboxID: id, Wait: true}); err != nil {
+			return err
+		}
+		d, err := rawBoot(ctx, work, bin, accel, img, o.memoryMB, nil)
+		if err != nil {
+			return err
+		}
+		raws = append(raws, d)
+	}
+	cm, rm := median(creates), median(raws)
+	fmt.Println("P4 cold sandbox::create to ready (median of", o.boots, "runs)")
+	row("sandbox::create (plugin, runner, QEMU, agent hello)", cm, "raw QEMU boot to agent hello", rm, 1.2)
+
+	// P6.
+	id, err := create(ctx, a)
+	if err != nil {
+		return err
+	}
+	var rtt []time.Duration
+	for i := range o.execs + 5 {
+		t := time.Now()
+		out, err := a.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"true"}})
+		if err != nil {
+			return err
+		}
+		if !out.Success {
+			return fmt.Errorf("exec true failed: %+v", out)
+		}
+		if i >= 5 { // the first runs fill the guest's caches
+			rtt = append(rtt, time.Since(t))
+		}
+	}
+	var guest []time.Duration
+	if _, err := rawBoot(ctx, work, bin, accel, img, o.memoryMB, func(c *agentclient.Client) error {
+		for i := range o.execs + 5 {
+			res, err := c.Exec(ctx, agentclient.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute})
+			if err != nil {
+				return err
+			}
+			if i >= 5 {
+				guest = append(guest, res.Duration)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	fmt.Println("P6 exec `true` round trip on a live sandbox (", o.execs, "execs)")
+	row("exec p50 (plugin gRPC, kit, agent)", pct(rtt, 50), "guest fork+exec+wait p50", pct(guest, 50), 2)
+	row("exec p99", pct(rtt, 99), "guest fork+exec+wait p99", pct(guest, 99), 0)
+
+	var runs []time.Duration
+	for range o.runs {
+		t := time.Now()
+		out, err := a.Run(ctx, &contract.RunRequest{Image: "python", Lang: "python", Code: "print(2+2)"})
+		if err != nil {
+			return err
+		}
+		if out.Stdout != "4\n" {
+			return fmt.Errorf("run printed %q", out.Stdout)
+		}
+		runs = append(runs, time.Since(t))
+	}
+	fmt.Printf("  sandbox::run print(2+2) p50 (create, write, python3 cold, stop): %s over %d runs\n", fmtD(pct(runs, 50)), o.runs)
+
+	// P7: the sandbox of P6 has been idle-ish; give it a moment.
+	time.Sleep(5 * time.Second)
+	if err := memory(filepath.Join(state, id), o.memoryMB); err != nil {
+		return err
+	}
+	_, err = a.Stop(ctx, &contract.StopRequest{SandboxID: id, Wait: true})
+	return err
+}
+
+func row(what string, v time.Duration, floorWhat string, floor time.Duration, goal float64) {
+	ratio := v.Seconds() / floor.Seconds()
+	g := ""
+	if goal > 0 {
+		verdict := "met"
+		if ratio > goal {
+			verdict = "NOT met"
+		}
+		g = fmt.Sprintf("  (goal <= %.1fx: %s)", goal, verdict)
+	}
+	fmt.Printf("  %-52s %10s | floor: %-30s %10s | ratio %.2fx%s\n", what, fmtD(v), floorWhat, fmtD(floor), ratio, g)
+}
+
+func fmtD(d time.Duration) string {
+	if d < time.Millisecond {
+		return fmt.Sprintf("%.0f µs", float64(d.Nanoseconds())/1e3)
+	}
+	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1e3)
+}
+
+func median(s []time.Duration) time.Duration { return pct(s, 50) }
+
+func pct(s []time.Duration, p int) time.Duration {
+	c := append([]time.Duration(nil), s...)
+	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
+	i := (len(c)*p + 99) / 100
+	return c[max(min(i, len(c))-1, 0)]
+}
+
+// build compiles the adapter and the guest agent beside it.
+func build(dir string) (string, error) {
+	bin := filepath.Join(dir, "bin", "sandbox-libkrun")
+	if out, err := exec.Command("go", "build", "-trimpath", "-o", bin, "./plugins/sandbox-libkrun/cmd/sandbox-libkrun").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the adapter (run from the repository root): %v\n%s", err, out)
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "bin", adapter.AgentName(runtime.GOARCH)), "./plugins/sandbox-libkrun/cmd/iii-guest-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the guest agent: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// startAdapter runs the adapter as the engine does and configures it.
+func startAdapter(bin string, config map[string]any) (contract.Adapter, func(), error) {
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  contract.Handshake(),
+		VersionedPlugins: contract.VersionedPlugins(nil),
+		Cmd:              exec.Command(bin),
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		StartTimeout:     time.Minute,
+		Logger:           hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn}),
+	})
+	rpc, err := client.Client()
+	if err != nil {
+		client.Kill()
+		return nil, nil, err
+	}
+	raw, err := rpc.Dispense(contract.PluginName)
+	if err != nil {
+		client.Kill()
+		return nil, nil, err
+	}
+	a := raw.(contract.Adapter)
+	b, _ := json.Marshal(config)
+	if err := a.Configure(context.Background(), b); err != nil {
+		client.Kill()
+		return nil, nil, err
+	}
+	return a, client.Kill, nil
+}
+
+func create(ctx context.Context, a contract.Adapter) (string, error) {
+	out, err := a.Create(ctx, &contract.CreateRequest{Image: "python"})
+	if err != nil {
+		return "", err
+	}
+	return out.SandboxID, nil
+}
+
+// imageFile is the installed python image's block file.
+func imageFile(cache string) (string, error) {
+	m, _ := filepath.Glob(filepath.Join(cache, "images", "sha256", "*", "rootfs.erofs"))
+	if len(m) == 0 {
+		return "", fmt.Errorf("no installed image under %s", cache)
+	}
+	return m[0], nil
+}
+
+// rawBoot boots QEMU directly (no plugin, no runner) with the arguments a
+// runner uses, the same kernel, initramfs and image, and times it to the
+// agent's hello; then it runs use, if given, on the connection.
+func rawBoot(ctx context.Context, work, bin, accel, img string, memoryMB int, use func(*agentclient.Client) error) (time.Duration, error) {
+	k, err := qemu.FindKernel("/boot", "/lib/modules", runtime.GOARCH)
+	if err != nil {
+		return 0, err
+	}
+	agent := filepath.Join(filepath.Dir(bin), adapter.AgentName(runtime.GOARCH))
+	initrd, err := initramfs.Build(ctx, initramfs.Options{AgentPath: agent, ModulesDir: k.ModulesDir, KernelConfig: k.Config, CacheDir: filepath.Join(work, "cache", "initramfs")})
+	if err != nil {
+		return 0, err
+	}
+	dir, err := os.MkdirTemp(work, "raw")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	cfg := runner.QEMUConfig(backend.Spec{ID: "raw", CPUs: 1, MemoryMiB: memoryMB, Kernel: k.Path, Initrd: initrd,
+		RootDisk: img, RootFSType: "erofs", StateDir: dir, Accel: accel})
+	start := time.Now()
+	vm, err := qemu.Launch(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer vm.Kill()
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	c, err := vm.Connect(cctx, agentclient.Options{})
+	if err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	defer c.Close()
+	if use != nil {
+		return d, use(c)
+	}
+	return d, nil
+}
+
+// memory reports a VM's host memory: the runner's and QEMU's resident
+// sets, and how QEMU's splits into guest RAM, TCG's code buffer and the
+// rest.
+func memory(dir string, memoryMB int) error {
+	rpid, err := runner.ReadPID(filepath.Join(dir, runner.RunnerPIDName))
+	if err != nil {
+		return err
+	}
+	vpid, err := runner.ReadPID(filepath.Join(dir, runner.VMPIDName))
+	if err != nil {
+		return err
+	}
+	rrss, err := statusKB(rpid, "VmRSS")
+	if err != nil {
+		return err
+	}
+	vrss, err := statusKB(vpid, "VmRSS")
+	if err != nil {
+		return err
+	}
+	guest, tb, err := qemuMappings(vpid, memoryMB)
+	if err != nil {
+		return err
+	}
+	mb := func(kb int) string { return fmt.Sprintf("%.1f MB", float64(kb)/1024) }
+	fmt.Println("P7 host memory of one idle sandbox (python image, after the P6 execs)")
+	fmt.Printf("  runner RSS %s + QEMU RSS %s = %s\n", mb(rrss), mb(vrss), mb(rrss+vrss))
+	fmt.Printf("  of QEMU's: guest RAM touched %s (of %d MiB), TCG translation buffer %s (capped at 64 MiB), rest %s\n",
+		mb(guest), memoryMB, mb(tb), mb(vrss-guest-tb))
+	return nil
+}
+
+func statusKB(pid int, key string) (int, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && k == key {
+			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return 0, fmt.Errorf("no %s for pid %d", key, pid)
+}
+
+// qemuMappings sums the resident size of QEMU's guest RAM mapping (an
+// anonymous mapping of exactly the VM's memory) and of its TCG code buffer
+// (the anonymous read-write-execute mapping, tb-size large).
+func qemuMappings(pid, memoryMB int) (guest, tb int, err error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	var perms string
+	anon := false
+	size := 0
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		if strings.Contains(fields[0], "-") && len(fields) >= 5 {
+			// A mapping's header: range perms offset dev inode [path].
+			perms, anon = fields[1], len(fields) == 5
+			continue
+		}
+		switch fields[0] {
+		case "Size:":
+			size, _ = strconv.Atoi(fields[1])
+		case "Rss:":
+			rss, _ := strconv.Atoi(fields[1])
+			switch {
+			case anon && size == memoryMB*1024:
+				guest += rss
+			case anon && perms == "rwxp":
+				tb += rss
+			}
+		}
+	}
+	return guest, tb, sc.Err()
+}
