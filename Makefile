@@ -5,19 +5,25 @@ BIN := $(CURDIR)/bin
 VERSION ?= 0.26.0
 LDFLAGS := -X github.com/iii-sandbox/iii/internal/version.Version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
-# Binaries built into bin/ for the host.
-CMDS := iii
+HOST_ARCH := $(shell $(GO) env GOARCH)
 
 .PHONY: help build test bench demo fmt vet fuzz setup setup-test cross clean proto
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
 
-build: ## Build every binary into bin/.
+build: ## Build every binary into bin/: iii, the adapters, the guest agent.
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/iii ./cmd/iii
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/sandbox-libkrun ./plugins/sandbox-libkrun/cmd/sandbox-libkrun
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/sandbox-hostdir ./plugins/sdk/examples/hostdir/cmd/sandbox-hostdir
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(HOST_ARCH) $(GO) build -trimpath -ldflags '-s -w' \
+		-o $(BIN)/iii-guest-agent-linux-$(HOST_ARCH) ./plugins/sandbox-libkrun/cmd/iii-guest-agent
 
-setup-test: ## Install what the tests need (idempotent): npm packages for SDK tests.
+setup: ## Install what sandboxes need (QEMU, a kernel, tools) and build the preset images (idempotent).
+	./scripts/setup.sh
+
+setup-test: setup ## Install what the tests need too (idempotent): the pinned Node SDK.
 	./scripts/setup-test.sh
 
 test: setup-test build vet cross ## Set up, build and run the whole test suite.
@@ -39,9 +45,15 @@ vet: ## go vet and a gofmt check.
 fuzz: ## Run every fuzz target for a short while.
 	./scripts/fuzz.sh
 
-cross: ## Cross-compile every binary for darwin/arm64 and linux/arm64.
-	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/...
-	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/...
+cross: ## Cross-compile every binary for darwin/arm64 and linux/arm64 (the guest agent: linux only).
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/iii
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/sandbox-libkrun
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./plugins/sdk/examples/hostdir/cmd/sandbox-hostdir
+	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/iii
+	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/sandbox-libkrun
+	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./plugins/sdk/examples/hostdir/cmd/sandbox-hostdir
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/iii-guest-agent
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/iii-guest-agent
 
 proto: ## Regenerate the gRPC code from contract/proto with pinned generators.
 	./scripts/proto.sh

@@ -11,6 +11,3 @@ if ! cmp -s "$nodesdk/package-lock.json" "$stamp" 2>/dev/null; then
   (cd "$nodesdk" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
   cp "$nodesdk/package-lock.json" "$stamp"
 fi
-
-# The preset images (python, node) built from Debian packages into the local OCI store.
-"$root/scripts/build-images.sh" -q
