@@ -44,10 +44,11 @@ call() { "$bin/iii" call --port "$port" --timeout-ms 300000 "$@"; }
 echo "demo: starting the sandbox-libkrun adapter in namespace default"
 call engine::adapters::start --json "{\"adapter\":\"sandbox-libkrun\",\"namespace\":\"default\",\"path\":\"$bin/sandbox-libkrun\",
   \"config\":{\"image_allowlist\":[\"python\",\"node\"],\"state_dir\":\"$work/sandbox\"}}" | jq -c '{adapter, state, pid}'
-call sandbox-libkrun::adapter::info | jq -c '{adapter, adapter_version, contract, backend, accel}' || true
 
 echo "demo: iii call sandbox::run image=python lang=python code='print(2+2)'"
 result="$(call sandbox::run image=python lang=python code='print(2+2)')"
 echo "$result" | jq -c '{exit_code, success, duration_ms, stdout_truncated}'
+echo "demo: the back end that ran it:"
+call sandbox-libkrun::adapter::info | jq -c '{adapter, adapter_version, contract, hypervisor, accel, skipped}'
 echo "demo: the sandbox printed:"
 echo "$result" | jq -r .stdout
