@@ -8,9 +8,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
 )
 
 // nodeContainer is a containers: entry for a Node test worker.
@@ -82,7 +84,18 @@ func TestFiveNodeWorkersOrderSupervisionDown(t *testing.T) {
 	}
 	assert.DeepEqual(t, got, []string{"db=ready", "api=ready", "jobs=ready", "web=ready", "edge=ready"})
 
-	starts := lines(t, orderFile)
+	// A worker is ready as soon as the engine lists it, which can be a
+	// moment before its script has written its own lines: wait for them.
+	var starts []string
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		starts = lines(t, orderFile)
+		for _, w := range []string{"db", "api", "jobs", "web", "edge"} {
+			if indexOf(starts, "start "+w) < 0 {
+				return poll.Continue("%s has not written its start line: %v", w, starts)
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(10*time.Second))
 	pos := func(s string) int { return indexOf(starts, s) }
 	for _, edge := range [][2]string{{"db", "api"}, {"db", "jobs"}, {"api", "web"}, {"web", "edge"}} {
 		assert.Check(t, pos("start "+edge[0]) >= 0 && pos("start "+edge[0]) < pos("dep "+edge[1]+" "+edge[0]+" ready"),
