@@ -314,6 +314,25 @@ func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply fu
 	}()
 }
 
+// callLocalInPlace runs a non-inline in-process handler on the calling
+// goroutine, with the same bookkeeping as runLocal.
+func (e *Engine) callLocalInPlace(ctx context.Context, f *function, call *Call) callResult {
+	owner := f.owner
+	stopped := callResult{err: &protocol.ErrorBody{Code: protocol.CodeInvocationStopped,
+		Message: "worker " + owner.id + " detached before answering " + f.id}}
+	if !e.tasks.add() {
+		return stopped
+	}
+	defer e.tasks.done()
+	owner.active.Add(1)
+	defer owner.active.Add(-1)
+	res := callHandler(ctx, f.handler, call)
+	if owner.ctx.Err() != nil {
+		return stopped
+	}
+	return res
+}
+
 // callHandler runs h, turning its error into the wire error body and a
 // panic into invocation_failed rather than a crashed engine.
 func callHandler(ctx context.Context, h Handler, call *Call) (res callResult) {
@@ -352,18 +371,16 @@ func (e *Engine) invokeResolved(ctx context.Context, f *function, call *Call) (j
 			}
 			return unwrap(r)
 		}
-		ch := make(chan callResult, 1)
-		e.runLocal(hctx, f, call, func(r callResult) { ch <- r })
-		select {
-		case r := <-ch:
-			if ctx.Err() != nil {
-				// The handler gave up because the caller did.
-				return nil, ctx.Err()
-			}
-			return unwrap(r)
-		case <-ctx.Done():
+		// The caller waits anyway, so the handler runs on its goroutine:
+		// no handoff on the in-process hop (the router's forward to an
+		// adapter). The owner detaching cancels hctx; handlers honour their
+		// context, and the answer is then invocation_stopped.
+		r := e.callLocalInPlace(hctx, f, call)
+		if ctx.Err() != nil {
+			// The handler gave up because the caller did.
 			return nil, ctx.Err()
 		}
+		return unwrap(r)
 	}
 	if f.http != nil {
 		return nil, httpNotInvokable(f)
