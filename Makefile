@@ -6,6 +6,10 @@ VERSION ?= 0.26.0
 LDFLAGS := -X github.com/iii-sandbox/iii/internal/version.Version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 HOST_ARCH := $(shell $(GO) env GOARCH)
+# The sandbox-libkrun package published into bin/registry, the registry `iii` uses by default.
+# Keep ADAPTER_VERSION equal to adapter.Version (plugins/sandbox-libkrun/adapter/provider.go).
+ADAPTER_VERSION ?= 0.3.1
+SANDBOX_LIBKRUN_DEFAULTS := {"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}
 
 .PHONY: help build test bench demo fmt vet fuzz setup setup-test cross clean proto
 
@@ -19,6 +23,10 @@ build: ## Build every binary into bin/: iii, the adapters, the guest agent.
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/sandbox-hostdir ./plugins/sdk/examples/hostdir/cmd/sandbox-hostdir
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(HOST_ARCH) $(GO) build -trimpath -ldflags '-s -w' \
 		-o $(BIN)/iii-guest-agent-linux-$(HOST_ARCH) ./plugins/sandbox-libkrun/cmd/iii-guest-agent
+	$(GO) run ./scripts/publish -registry $(BIN)/registry -name sandbox-libkrun -version $(ADAPTER_VERSION) \
+		-description 'The sandbox adapter that runs sandboxes and worker VMs as microVMs' \
+		-default-config '$(SANDBOX_LIBKRUN_DEFAULTS)' \
+		$(BIN)/sandbox-libkrun $(BIN)/iii-guest-agent-linux-$(HOST_ARCH)
 
 setup: ## Install what sandboxes need (QEMU, a kernel, tools) and build the preset images (idempotent).
 	./scripts/setup.sh

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/daemon"
+	"github.com/iii-sandbox/iii/compose/packages"
 	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -94,6 +96,13 @@ func composeLogger(e env) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "compose", Output: e.stderr, Level: level})
 }
 
+// progressOn renders package downloads on w: a redrawn bar when w is a
+// terminal, plain lines otherwise.
+func progressOn(w io.Writer) packages.Progress {
+	f, ok := w.(*os.File)
+	return packages.Printer(w, ok && packages.IsTerminal(f))
+}
+
 func runCompose(ctx context.Context, e env, f *composeFlags) error {
 	err := daemon.Run(ctx, daemon.Options{
 		Namespace: f.namespace,
@@ -104,6 +113,7 @@ func runCompose(ctx context.Context, e env, f *composeFlags) error {
 		LookupEnv: os.LookupEnv,
 		Logger:    composeLogger(e),
 		Out:       e.stdout,
+		Packages:  daemon.PackageOptions{Progress: progressOn(e.stderr)},
 	})
 	if err != nil {
 		return &exitError{code: exitFailure, msg: err.Error()}
@@ -301,8 +311,18 @@ func newComposeBuildCmd(e env, parent *composeFlags) *cobra.Command {
 	var frozen bool
 	cmd := &cobra.Command{
 		Use:   "build",
-		Short: "Validate the compose file and prepare its package workers (no engine, no workers started)",
-		Args:  cobra.NoArgs,
+		Short: "Validate the compose file, prepare worker-compose.lock and download every package:// worker",
+		Long: `iii compose build reads and validates the compose file, prepares worker-compose.lock beside
+it (resolving what the lock does not cover yet), and downloads every package:// worker into the
+shared package cache, verifying each artefact's SHA-256. It connects to no engine, starts no
+worker and runs no hook; iii compose --up then starts from the cache.
+
+--frozen never resolves and never writes: the lock must match the compose file
+(COMPOSE_LOCK_REQUIRED, COMPOSE_LOCK_OUT_OF_DATE), and missing packages are downloaded only from
+the locked URLs and checked against the locked digests.`,
+		Example: `  iii compose build
+  iii compose build -f ./deploy/worker-compose.yaml --frozen`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var bad []string
 			for _, name := range []string{"engine", "namespace", "up"} {
@@ -315,38 +335,48 @@ func newComposeBuildCmd(e env, parent *composeFlags) *cobra.Command {
 					"iii compose build prepares packages offline and serves nothing, so %s do not go with it; run `iii compose build` alone, then `iii compose --up`",
 					strings.Join(bad, " and "))))
 			}
-			return runComposeBuild(e, file)
+			return runComposeBuild(cmd.Context(), e, file, cmd.Flags().Changed("file"), frozen)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", composefile.FileName, "the compose file")
-	cmd.Flags().BoolVar(&frozen, "frozen", false, "check the lock instead of writing it")
+	cmd.Flags().BoolVar(&frozen, "frozen", false, "check the lock instead of writing it; never edit the compose file")
 	return cmd
 }
 
-// runComposeBuild validates the file and reports its package workers.
-// The sandbox adapter ships beside iii; any other package needs the
-// registry client, which this build does not have yet.
-func runComposeBuild(e env, path string) error {
-	f, err := composefile.Load(path, os.LookupEnv)
+// runComposeBuild prepares the lock and the package cache and says, per
+// container, what it did.
+func runComposeBuild(ctx context.Context, e env, file string, fileGiven, frozen bool) error {
+	if !fileGiven {
+		file = ""
+	}
+	res, err := daemon.Build(ctx, daemon.BuildOptions{
+		File: file, Frozen: frozen, LookupEnv: os.LookupEnv, Out: e.stdout,
+		Packages: daemon.PackageOptions{Progress: progressOn(e.stderr)},
+	})
 	if err != nil {
 		return &exitError{code: exitFailure, msg: err.Error()}
 	}
-	var missing []string
-	for _, key := range f.Order {
-		c := f.Containers[key]
+	if res.AdapterAdded != "" {
+		fmt.Fprintf(e.stdout, "%s: added to %s (the project needs the sandbox adapter)\n", res.AdapterAdded, res.File)
+	}
+	for _, c := range res.Containers {
 		switch {
-		case c.Source.Kind != composefile.SourcePackage:
-			fmt.Fprintf(e.stdout, "%s: path:// worker, nothing to build\n", key)
-		case strings.HasPrefix(c.Source.Name, "sandbox-"):
-			fmt.Fprintf(e.stdout, "%s: sandbox adapter, run by the engine's plugin host (found beside iii)\n", key)
+		case c.Package == "":
+			fmt.Fprintf(e.stdout, "%s: path:// worker, nothing to build\n", c.Container)
+		case c.Reused:
+			fmt.Fprintf(e.stdout, "%s: %s (%s), in the package cache: %s\n", c.Container, c.Package, c.Type, c.Dir)
 		default:
-			missing = append(missing, key)
+			fmt.Fprintf(e.stdout, "%s: %s (%s), downloaded and verified: %s\n", c.Container, c.Package, c.Type, c.Dir)
 		}
 	}
-	if len(missing) > 0 {
-		return &exitError{code: exitFailure, msg: compose.New(compose.CodePackageNotResolved, fmt.Sprintf(
-			"%s: cannot resolve %s: iii compose build needs the package registry client, which this build does not have yet",
-			f.Path, strings.Join(missing, ", "))).Error()}
+	switch {
+	case res.Lock == "":
+	case frozen:
+		fmt.Fprintf(e.stdout, "lock %s matches (frozen)\n", res.Lock)
+	case res.LockWritten:
+		fmt.Fprintf(e.stdout, "lock %s written\n", res.Lock)
+	default:
+		fmt.Fprintf(e.stdout, "lock %s is up to date\n", res.Lock)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/compose/registry"
 )
 
 // composeWait bounds the waits of the Compose scripts (Node workers and
@@ -52,6 +53,21 @@ func adapterDir() (string, error) {
 			return "", composeBins.err
 		}
 	}
+	// A directory registry with both adapters, as `make build` publishes
+	// bin/registry: the scripts' package:// workers resolve from it
+	// ($III_REGISTRY).
+	reg := filepath.Join(dir, "registry")
+	for _, p := range []registry.Publication{
+		{Name: "sandbox-libkrun", Version: "0.3.1", Files: []registry.PublishFile{{Path: filepath.Join(dir, "sandbox-libkrun")}},
+			DefaultConfig: json.RawMessage(`{"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}`)},
+		{Name: "sandbox-hostdir", Version: "1.0.0", Files: []registry.PublishFile{{Path: filepath.Join(dir, "sandbox-hostdir")}}},
+	} {
+		p.Kind, p.Target, p.Tags, p.Now = registry.KindBinary, registry.HostPlatform().Target(), []string{registry.TagLatest}, time.Now()
+		if _, err := registry.Publish(reg, p); err != nil {
+			composeBins.err = fmt.Errorf("publish %s: %v", p.Name, err)
+			return "", composeBins.err
+		}
+	}
 	composeBins.dir = dir
 	return dir, nil
 }
@@ -64,6 +80,8 @@ func adapterDir() (string, error) {
 //	III_SDK_URL            the Node SDK's entry point (file URL)
 //	NODE_WORKER            the command that runs the Node test worker
 //	PLUGINS                sandbox-hostdir and sandbox-libkrun (also $III_PLUGIN_PATH)
+//	III_REGISTRY           $PLUGINS/registry: sandbox-libkrun 0.3.1, sandbox-hostdir 1.0.0
+//	TARGET                 this host's target triple
 func TestComposeScripts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the Compose scripts start engines, adapters and Node workers")
@@ -101,6 +119,8 @@ func TestComposeScripts(t *testing.T) {
 			e.Defer(func() { _ = os.RemoveAll(home) })
 			e.Setenv("HOME", home)
 			e.Setenv("PLUGINS", plugins)
+			e.Setenv("III_REGISTRY", filepath.Join(plugins, "registry"))
+			e.Setenv("TARGET", registry.HostPlatform().Target())
 			e.Setenv("III_PLUGIN_PATH", plugins)
 			e.Setenv("III_SDK_URL", (&url.URL{Scheme: "file", Path: sdk}).String())
 			e.Setenv("NODE_WORKER", node+" "+filepath.Join(root, "compose", "daemon", "testdata", "node", "worker.mjs"))

@@ -24,22 +24,10 @@ const (
 // the plugin host waits for the adapter's handshake and configuration.
 const adapterStartTimeout = 2 * time.Minute
 
-// shippedDefaults are the default configurations the adapter packages
-// ship (the lowest configuration layer). Until the package registry
-// lands, Compose carries the one of sandbox-libkrun itself.
-func shippedDefaults(adapter string) (any, bool) {
-	if adapter != composefile.AdapterPackage {
-		return nil, false
-	}
-	v, _ := decodeJSON([]byte(`{"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}`))
-	return v, true
-}
-
 // isAdapter reports whether a container is a sandbox adapter package that
 // the engine's plugin host runs (engine::adapters::*) instead of a host
 // process: sandbox-libkrun, the adapter engine.sandbox names, or any
-// package named sandbox-*. The registry will say this itself once it
-// lands.
+// package named sandbox-* (the index format has no field that says so).
 func (p *project) isAdapter(f *composefile.File, decl *composefile.Container) bool {
 	if decl == nil || decl.Source.Kind != composefile.SourcePackage {
 		return false
@@ -66,12 +54,13 @@ func (p *project) adapterRefOf(f *composefile.File, decl *composefile.Container)
 // for an adapter it runs.
 func EntryID(ns, adapter string) string { return ns + "-" + adapter }
 
-// adapterConfig merges the adapter's layers: the package defaults, the
-// entry the engine holds for it now, then config_override. A key removed
+// adapterConfig merges the adapter's layers: the package's default
+// configuration (from the lock), the entry the engine holds for it now,
+// then config_override. A key removed
 // from config_override therefore keeps its current value.
-func (p *project) adapterConfig(ctx context.Context, ref *adapterRef, decl *composefile.Container) (any, error) {
+func (p *project) adapterConfig(ctx context.Context, ref *adapterRef, decl *composefile.Container, pi *pkgInfo) (any, error) {
 	var l layers
-	l.defaults, l.hasDef = shippedDefaults(ref.name)
+	l.defaults, l.hasDef = pi.defaults()
 	v, ok, err := fetchEntry(ctx, p.d.eng, EntryID(ref.ns, ref.name), decl.Key)
 	if err != nil {
 		return nil, err
@@ -96,27 +85,31 @@ func (p *project) adapterConfig(ctx context.Context, ref *adapterRef, decl *comp
 }
 
 // startAdapter starts an adapter container through the engine's plugin
-// host, with its merged configuration, and waits until the adapter runs.
-func (p *project) startAdapter(ctx context.Context, f *composefile.File, c *container) error {
+// host, from its package's executable in the cache and with its merged
+// configuration, and waits until the adapter runs.
+func (p *project) startAdapter(ctx context.Context, f *composefile.File, c *container, pi *pkgInfo) error {
 	decl := c.decl
 	ref := p.adapterRefOf(f, decl)
-	cfg, err := p.adapterConfig(ctx, ref, decl)
+	cfg, err := p.adapterConfig(ctx, ref, decl, pi)
 	if err != nil {
 		return err
 	}
-	req := map[string]any{"adapter": ref.name, "namespace": ref.ns, "config": cfg}
+	req := map[string]any{"adapter": ref.name, "namespace": ref.ns, "config": cfg, "path": pi.inst.Executable}
 	_, err = p.d.eng.Call(ctx, fnAdaptersStart, req, callTimeout(adapterStartTimeout))
 	var eb *protocol.ErrorBody
 	if errors.As(err, &eb) && eb.Code == codeAdapterAlreadyStarted {
-		// Left running by an earlier Compose (the engine outlived it):
-		// take it over with this configuration.
-		_, err = p.d.eng.Call(ctx, fnAdaptersRestart, req, callTimeout(adapterStartTimeout))
+		// Left running by an earlier Compose (the engine outlived it),
+		// maybe from another version: stop it and start this package
+		// with this configuration (a restart would keep its old binary).
+		if err = p.stopAdapter(ctx, ref); err == nil {
+			_, err = p.d.eng.Call(ctx, fnAdaptersStart, req, callTimeout(adapterStartTimeout))
+		}
 	}
 	if err != nil {
 		return adapterFailed(decl.Key, ref, err)
 	}
 	p.mu.Lock()
-	c.adapter, c.owned = ref, true
+	c.adapter, c.owned, c.adapterPath = ref, true, pi.inst.Executable
 	p.mu.Unlock()
 	p.setState(c, state.StatusStarting, nil)
 	if err := p.waitAdapter(ctx, c, ref, decl.StartupTimeout); err != nil {
@@ -134,19 +127,32 @@ func adapterFailed(key string, ref *adapterRef, err error) error {
 
 // restartAdapter restarts a running adapter with its freshly merged
 // configuration (compose::restart worker=<adapter>); every sandbox it ran
-// ends.
+// ends. It keeps to the locked package: when that is not the binary the
+// adapter runs, the adapter is stopped and started from the locked one.
 func (p *project) restartAdapter(ctx context.Context, f *composefile.File, c *container) error {
 	decl := c.decl
 	ref := p.adapterRefOf(f, decl)
-	cfg, err := p.adapterConfig(ctx, ref, decl)
+	pi, err := p.packageOf(ctx, f, decl.Key)
 	if err != nil {
 		return err
 	}
+	cfg, err := p.adapterConfig(ctx, ref, decl, pi)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	samePath := c.adapterPath == pi.inst.Executable
+	p.mu.Unlock()
 	req := map[string]any{"adapter": ref.name, "namespace": ref.ns, "config": cfg}
-	_, err = p.d.eng.Call(ctx, fnAdaptersRestart, req, callTimeout(adapterStartTimeout))
 	var eb *protocol.ErrorBody
-	if errors.As(err, &eb) && eb.Code == codeAdapterNotStarted {
-		_, err = p.d.eng.Call(ctx, fnAdaptersStart, req, callTimeout(adapterStartTimeout))
+	if samePath {
+		_, err = p.d.eng.Call(ctx, fnAdaptersRestart, req, callTimeout(adapterStartTimeout))
+	}
+	if !samePath || (errors.As(err, &eb) && eb.Code == codeAdapterNotStarted) {
+		req["path"] = pi.inst.Executable
+		if err = p.stopAdapter(ctx, ref); err == nil {
+			_, err = p.d.eng.Call(ctx, fnAdaptersStart, req, callTimeout(adapterStartTimeout))
+		}
 	}
 	if err != nil {
 		err = adapterFailed(decl.Key, ref, err)
@@ -157,7 +163,7 @@ func (p *project) restartAdapter(ctx context.Context, f *composefile.File, c *co
 		return err
 	}
 	p.mu.Lock()
-	c.adapter, c.owned = ref, true
+	c.adapter, c.owned, c.adapterPath = ref, true, pi.inst.Executable
 	p.mu.Unlock()
 	if err := p.waitAdapter(ctx, c, ref, decl.StartupTimeout); err != nil {
 		p.stopOne(ctx, c, asComposeError(err))

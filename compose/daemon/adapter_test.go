@@ -74,7 +74,7 @@ func TestAdapterContainer(t *testing.T) {
 	good := "      image_allowlist: [shell]\n      custom_images: { mysh: 'host:/bin/sh' }\n      state_dir: " + state + "\n"
 	dir := newProject(t, compose(good))
 	file := filepath.Join(dir, "worker-compose.yaml")
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Registry: publishedRegistry(t)}})
 
 	run := func() (string, error) {
 		raw, err := c.Call(context.Background(), "sandbox::run", map[string]any{"image": "shell", "lang": "shell", "code": "echo hi"})

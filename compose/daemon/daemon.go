@@ -23,6 +23,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/packages"
 	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/compose/state"
 	"github.com/iii-sandbox/iii/internal/version"
@@ -74,6 +75,9 @@ type Options struct {
 	Out io.Writer
 	// OnServe, when set, is told once the daemon serves (tests use it).
 	OnServe func(Info)
+	// Packages configure the registry, the package cache and download
+	// progress (default: plain lines on Out).
+	Packages PackageOptions
 }
 
 // Info describes a serving daemon.
@@ -97,6 +101,7 @@ type Daemon struct {
 	lookup   func(string) (string, bool)
 	exe      string
 
+	pk      *packageManager
 	eng     engineCaller
 	cl      *client.Client // nil in unit tests
 	reaper  *proc.Reaper   // nil in unit tests
@@ -149,6 +154,11 @@ func newDaemon(opts Options) *Daemon {
 		opts: opts, log: opts.Logger, out: opts.Out, cwd: opts.Cwd, lookup: opts.LookupEnv, exe: opts.Executable,
 		projects: map[string]*project{}, stopReq: make(chan struct{}),
 	}
+	po := opts.Packages
+	if po.Progress == nil {
+		po.Progress = packages.Printer(opts.Out, false)
+	}
+	d.pk = newPackageManager(po, opts.LookupEnv, opts.Executable)
 	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
 	return d
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/registry"
 	"github.com/iii-sandbox/iii/compose/state"
 )
 
@@ -31,6 +33,13 @@ type addition struct {
 	key    string
 	kind   composefile.SourceKind
 	fields map[string]*yaml.Node
+	// src is the registry package of a package:// addition.
+	src composefile.Source
+	// latest asks for the package's latest version, written exact.
+	latest bool
+	// generated marks a dependency the registry graph of another addition
+	// pulled in.
+	generated bool
 }
 
 func scalar(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s} }
@@ -44,16 +53,17 @@ func versionNode(s string) *yaml.Node {
 }
 
 // parseWorkerSpec reads a worker spec string: iii-sandbox (the adapter
-// alias), path://dir, ./dir or /dir (a path worker), or a package name
-// with an optional @selector (only the sandbox adapter packages, until the
-// registry lands).
+// alias), path://dir, ./dir or /dir (a path worker), or a registry package:
+// name, name@selector, host/name[@selector], or package://… . An unpinned
+// package is marked for resolving to its exact latest version (the sandbox
+// adapter instead gets the contract range Compose pins it to).
 func parseWorkerSpec(spec string) (*addition, error) {
 	s := strings.TrimSpace(spec)
 	bad := func(why string) error {
 		return compose.New(compose.CodeInvalidWorkerSpec, fmt.Sprintf("worker spec %q: %s", clip(spec, 120), why))
 	}
 	if s == "" {
-		return nil, bad("it is empty; pass a directory (./workers/api), path://dir, or iii-sandbox")
+		return nil, bad("it is empty; pass a directory (./workers/api), path://dir, a registry package (name, name@version, host/name) or iii-sandbox")
 	}
 	if s == AliasSandbox {
 		return adapterAddition(composefile.AdapterPackage, composefile.AdapterSelector), nil
@@ -72,36 +82,51 @@ func parseWorkerSpec(spec string) (*addition, error) {
 		}
 		return &addition{key: key, kind: composefile.SourcePath, fields: map[string]*yaml.Node{"worker": scalar("path://" + dir)}}, nil
 	}
+	if strings.Contains(s, "://") && !strings.HasPrefix(s, "package://") {
+		return nil, bad("only path:// and package:// references are workers")
+	}
 	ref := strings.TrimPrefix(s, "package://")
 	name, sel, hasSel := strings.Cut(ref, "@")
 	if hasSel && sel == "" {
-		return nil, bad("nothing after @; write name@<version or range>")
+		return nil, bad("nothing after @; write name@<version, range or tag>")
 	}
-	base := path.Base(name)
-	if name == "" || base == "." || base == "/" {
-		return nil, bad("no package name")
-	}
-	if strings.HasPrefix(base, "sandbox-") {
-		if !hasSel {
-			if base != composefile.AdapterPackage {
-				return nil, bad("a version is needed (name@<range>) without a package registry to resolve the latest")
-			}
-			sel = composefile.AdapterSelector
+	if hasSel {
+		if err := registry.CheckSelector(sel); err != nil {
+			return nil, bad(err.Error())
 		}
-		a := adapterAddition(base, sel)
-		if name != base {
-			a.fields["worker"] = scalar("package://" + name)
-		}
-		return a, nil
 	}
-	return nil, compose.New(compose.CodePackageNotResolved, fmt.Sprintf(
-		"worker spec %q names a registry package, and this build of Compose has no package registry client yet; add path:// workers, or %s for the sandbox adapter",
-		clip(spec, 120), AliasSandbox))
+	host, base := "", name
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		host, base = name[:i], name[i+1:]
+		if host == "" || strings.Contains(host, "/") || !registryHostRE.MatchString(host) {
+			return nil, bad("write name, name@version or <registry-host>/name")
+		}
+	}
+	if !registry.PathSafe(base) {
+		return nil, bad("a package name has letters, digits, ., _ and -, starting with a letter or digit")
+	}
+	a := &addition{key: base, kind: composefile.SourcePackage, fields: map[string]*yaml.Node{"worker": scalar("package://" + name)},
+		src: composefile.Source{Kind: composefile.SourcePackage, Registry: host, Name: base}}
+	switch {
+	case hasSel:
+		a.fields["version"] = versionNode(sel)
+	case base == composefile.AdapterPackage:
+		// The adapter is pinned to the sandbox contract this engine
+		// serves, not to whatever version is newest.
+		a.fields["version"] = versionNode(composefile.AdapterSelector)
+	default:
+		a.latest = true
+	}
+	return a, nil
 }
+
+// registryHostRE is a registry host with an optional port.
+var registryHostRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?$`)
 
 func adapterAddition(name, sel string) *addition {
 	return &addition{key: name, kind: composefile.SourcePackage, fields: map[string]*yaml.Node{
-		"worker": scalar("package://" + name), "version": versionNode(sel)}}
+		"worker": scalar("package://" + name), "version": versionNode(sel)},
+		src: composefile.Source{Kind: composefile.SourcePackage, Name: name}}
 }
 
 // parseContainerObject reads a compose::add container object.
@@ -143,7 +168,13 @@ func parseContainerObject(raw json.RawMessage) (*addition, error) {
 			if old := a.fields["version"]; old != nil && strings.Contains(worker, "@") && old.Value != s {
 				return nil, compose.New(compose.CodeInvalidWorkerSpec, fmt.Sprintf("version %q disagrees with the @%s in worker %q", s, old.Value, worker))
 			}
+			if a.kind == composefile.SourcePackage {
+				if err := registry.CheckSelector(s); err != nil {
+					return nil, compose.New(compose.CodeInvalidWorkerSpec, fmt.Sprintf("version: %v", err))
+				}
+			}
 			a.fields[k] = versionNode(s)
+			a.latest = false
 			continue
 		}
 		n := &yaml.Node{}
@@ -541,15 +572,25 @@ func (a *addition) merged(existing *yaml.Node) *yaml.Node {
 	return out
 }
 
+// parse validates the edited text as a full compose file, without
+// writing it.
+func (d *composeDoc) parse(lookup func(string) (string, bool)) (*composefile.File, error) {
+	f, err := composefile.Parse(d.bytes(), d.path, lookup)
+	if err != nil {
+		ce := asComposeError(err)
+		return nil, compose.New(ce.Code, "the edit was not written, because the edited file would not load: "+ce.Message)
+	}
+	return f, nil
+}
+
 // commit validates the edited text as a full compose file and writes it
 // atomically, keeping the file's mode. A file that would not load is not
 // written.
 func (d *composeDoc) commit(lookup func(string) (string, bool)) (*composefile.File, error) {
 	data := d.bytes()
-	f, err := composefile.Parse(data, d.path, lookup)
+	f, err := d.parse(lookup)
 	if err != nil {
-		ce := asComposeError(err)
-		return nil, compose.New(ce.Code, "the edit was not written, because the edited file would not load: "+ce.Message)
+		return nil, err
 	}
 	if err := state.WriteFileAtomic(d.path, data, d.mode); err != nil {
 		return nil, compose.New(compose.CodeIOError, fmt.Sprintf("write %s: %v", d.path, err))

@@ -17,6 +17,7 @@ import (
 func TestParseWorkerSpec(t *testing.T) {
 	tests := []struct {
 		spec, key, worker, version, code string
+		latest                           bool
 	}{
 		{spec: "iii-sandbox", key: "sandbox-libkrun", worker: "package://sandbox-libkrun", version: "^0.3"},
 		{spec: "sandbox-libkrun", key: "sandbox-libkrun", worker: "package://sandbox-libkrun", version: "^0.3"},
@@ -26,9 +27,17 @@ func TestParseWorkerSpec(t *testing.T) {
 		{spec: "./workers/api", key: "api", worker: "path://./workers/api"},
 		{spec: "/srv/workers/api/", key: "api", worker: "path:///srv/workers/api/"},
 		{spec: "path://../shared", key: "shared", worker: "path://../shared"},
-		{spec: "state", code: compose.CodePackageNotResolved},
-		{spec: "state@0.21.4", code: compose.CodePackageNotResolved},
-		{spec: "sandbox-other", code: compose.CodeInvalidWorkerSpec},
+		{spec: "state", key: "state", worker: "package://state", latest: true},
+		{spec: "state@0.21.4", key: "state", worker: "package://state", version: "0.21.4"},
+		{spec: "state@next", key: "state", worker: "package://state", version: "next"},
+		{spec: "127.0.0.1:8080/state@^1", key: "state", worker: "package://127.0.0.1:8080/state", version: "^1"},
+		{spec: "package://reg.example/state", key: "state", worker: "package://reg.example/state", latest: true},
+		{spec: "sandbox-other", key: "sandbox-other", worker: "package://sandbox-other", latest: true},
+		{spec: "state@^^", code: compose.CodeInvalidWorkerSpec},
+		{spec: "a/b/c", code: compose.CodeInvalidWorkerSpec},
+		{spec: "../x", key: "x", worker: "path://../x"},
+		{spec: "http://x/y", code: compose.CodeInvalidWorkerSpec},
+		{spec: "st ate", code: compose.CodeInvalidWorkerSpec},
 		{spec: "", code: compose.CodeInvalidWorkerSpec},
 		{spec: "path://", code: compose.CodeInvalidWorkerSpec},
 		{spec: "./", code: compose.CodeInvalidWorkerSpec},
@@ -46,6 +55,7 @@ func TestParseWorkerSpec(t *testing.T) {
 		if tc.version != "" {
 			assert.Check(t, is.Equal(a.fields["version"].Value, tc.version), tc.spec)
 		}
+		assert.Check(t, is.Equal(a.latest, tc.latest), tc.spec)
 	}
 }
 

@@ -2,15 +2,16 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/lockfile"
 )
 
 type addResult struct {
@@ -43,14 +44,35 @@ func (d *Daemon) fnAdd(ctx context.Context, r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	lockPath := lockfile.PathFor(canonicalOr(path))
+	old, err := lockfile.Read(lockPath)
+	if err != nil {
+		return nil, err
+	}
+	seed := old.Clone()
+	if seed == nil {
+		seed = lockfile.New()
+	}
+	for _, a := range adds {
+		if old := doc.existingNode(a.key); old != nil {
+			if oldKind := kindOf(old); oldKind != "" && oldKind != a.kind {
+				return nil, compose.New(compose.CodeWorkerSourceChanged, fmt.Sprintf(
+					"container %q is a %s:// worker in %s; compose::add cannot make it a %s:// one. Remove it first (compose::remove worker=%s), then add it again",
+					a.key, oldKind, path, a.kind, a.key))
+			}
+		}
+	}
+	rs := d.pk.newResolver()
+	if adds, err = d.resolveAdditions(ctx, rs, doc, adds, seed); err != nil {
+		return nil, err
+	}
 	res := &addResult{File: path, Added: []string{}, Changed: []string{}, Unchanged: []string{}}
 	for _, a := range adds {
 		old := doc.existingNode(a.key)
 		if old != nil {
 			if oldKind := kindOf(old); oldKind != "" && oldKind != a.kind {
 				return nil, compose.New(compose.CodeWorkerSourceChanged, fmt.Sprintf(
-					"container %q is a %s:// worker in %s; compose::add cannot make it a %s:// one. Remove it first (compose::remove worker=%s), then add it again",
-					a.key, oldKind, path, a.kind, a.key))
+					"container %q (a dependency) is a %s:// worker in %s, not a %s:// one; rename it", a.key, oldKind, path, a.kind))
 			}
 		}
 		next := a.merged(old)
@@ -74,12 +96,37 @@ func (d *Daemon) fnAdd(ctx context.Context, r *request) (any, error) {
 	if len(res.Added)+len(res.Changed) == 0 {
 		return res, nil
 	}
-	f, err := doc.commit(d.lookup)
+	// The edited file loads, its packages resolve and are downloaded and
+	// verified before the file or the lock is written.
+	f, err := doc.parse(d.lookup)
 	if err != nil {
+		return nil, err
+	}
+	d.applyNamespace(f)
+	lock, err := rs.plan(ctx, f, seed, nil)
+	if err != nil {
+		return nil, err
+	}
+	var install []string
+	for _, key := range append(append([]string{}, res.Added...), res.Changed...) {
+		if f.Containers[key].Source.Kind == composefile.SourcePackage {
+			install = append(install, key)
+		}
+	}
+	pkgs, err := d.pk.install(ctx, f, lock, install)
+	if err != nil {
+		return nil, err
+	}
+	if f, err = doc.commit(d.lookup); err != nil {
 		return nil, err
 	}
 	res.File, res.Edited = f.Path, true
 	d.applyNamespace(f)
+	if len(lock.Containers) > 0 || old != nil {
+		if _, err := lockfile.Write(lockfile.PathFor(f.Path), lock); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.checkEngineSection(f); err != nil {
 		return res, nil
 	}
@@ -91,6 +138,10 @@ func (d *Daemon) fnAdd(ctx context.Context, r *request) (any, error) {
 		return nil, err
 	}
 	defer p.release()
+	p.mu.Lock()
+	frozen := p.frozen
+	p.mu.Unlock()
+	p.setPackages(pkgs, frozen)
 	for _, key := range res.Changed {
 		p.mu.Lock()
 		c := p.cs[key]
@@ -106,6 +157,100 @@ func (d *Daemon) fnAdd(ctx context.Context, r *request) (any, error) {
 	}
 	res.Up = up
 	return res, nil
+}
+
+// resolveAdditions resolves the registry packages compose::add adds: an
+// unpinned one is written as its exact latest version (a tag or range
+// stays as given), a root of kind engine or image is refused, and each
+// root's registry dependencies are added as generated containers (shared
+// ones once, engine-kind ones skipped) with start_after edges, recorded
+// in the lock's graphs.
+func (d *Daemon) resolveAdditions(ctx context.Context, rs *resolver, doc *composeDoc, adds []*addition, seed *lockfile.Lock) ([]*addition, error) {
+	var cur *composefile.File
+	adding := map[string]bool{}
+	for _, a := range adds {
+		adding[a.key] = true
+	}
+	out := adds
+	gen := generatedKeys(seed.Graphs)
+	for _, a := range adds {
+		if a.kind != composefile.SourcePackage {
+			continue
+		}
+		if cur == nil {
+			var err error
+			if cur, err = composefile.Parse(doc.bytes(), doc.path, d.lookup); err != nil {
+				return nil, err
+			}
+		}
+		if a.latest {
+			idx, _, err := rs.index(ctx, a.src)
+			if err != nil {
+				return nil, forContainer(a.key, err)
+			}
+			v, err := latestExact(idx)
+			if err != nil {
+				return nil, forContainer(a.key, err)
+			}
+			a.fields["version"] = versionNode(v)
+			a.latest = false
+		}
+		worker := a.fields["worker"].Value
+		e, ver, err := rs.entry(ctx, a.src, worker, a.fields["version"].Value)
+		if err != nil {
+			return nil, forContainer(a.key, err)
+		}
+		seed.Containers[a.key] = e
+		nodes, edges, err := rs.expand(ctx, a.key, a.src, ver, cur, nil)
+		if err != nil {
+			return nil, forContainer(a.key, err)
+		}
+		for _, k := range sortedMapKeys(nodes) {
+			n := nodes[k]
+			if n.declared || adding[k] {
+				continue
+			}
+			adding[k] = true
+			out = append(out, generatedAddition(n))
+			seed.Containers[k] = n.entry
+		}
+		if len(edges) > 0 {
+			var after []string
+			if n := a.fields["start_after"]; n != nil {
+				for _, it := range n.Content {
+					after = append(after, it.Value)
+				}
+			} else if old := child(doc.existingNode(a.key), "start_after"); old != nil {
+				for _, it := range old.Content {
+					after = append(after, it.Value)
+				}
+			}
+			for _, e := range edges {
+				if !contains(after, e) {
+					after = append(after, e)
+				}
+			}
+			a.fields["start_after"] = flowList(after)
+		}
+		// An added package is an explicit registry root: its graph
+		// records what it pulled in (itself at least).
+		if seed.Graphs == nil {
+			seed.Graphs = map[string][]string{}
+		}
+		seed.Graphs[a.key] = graphOf(a.key, nodes, gen)
+	}
+	return out, nil
+}
+
+// canonicalOr resolves symlinks in p, or returns it as it is.
+func canonicalOr(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		return real
+	}
+	return p
 }
 
 // reparse reads the edited lines back into a tree.
@@ -219,53 +364,4 @@ func (d *Daemon) fnRemove(ctx context.Context, r *request) (any, error) {
 	}
 	res.Up = up
 	return res, nil
-}
-
-// fnUpdate re-resolves package:// workers. Without the registry client
-// (a later step) a package cannot be resolved: the call says so with
-// PACKAGE_NOT_RESOLVED and changes nothing; a path:// target is
-// NOT_A_PACKAGE_CONTAINER.
-func (d *Daemon) fnUpdate(_ context.Context, r *request) (any, error) {
-	f, err := d.loadFile(r)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	if t := strings.TrimSpace(string(r.Workers)); t != "" && t != "null" {
-		var list []string
-		if err := json.Unmarshal(r.Workers, &list); err != nil || len(list) == 0 {
-			return nil, compose.New(CodeInvalidArgument, "compose::update: workers must be a non-empty list of names (name or name@selector)")
-		}
-		names = list
-	} else if s, ok, err := stringArg(fnUpdate, "worker", r.Worker); err != nil {
-		return nil, err
-	} else if ok {
-		names = []string{s}
-	}
-	var targets []string
-	if len(names) == 0 {
-		for _, key := range f.Order {
-			if f.Containers[key].Source.Kind == composefile.SourcePackage {
-				targets = append(targets, key)
-			}
-		}
-		if len(targets) == 0 {
-			return map[string]any{"file": f.Path, "updated": []any{}}, nil
-		}
-	}
-	for _, n := range names {
-		key, _, _ := strings.Cut(n, "@")
-		c, ok := f.Containers[key]
-		if !ok {
-			return nil, unknownContainer(f, key)
-		}
-		if c.Source.Kind != composefile.SourcePackage {
-			return nil, compose.New(compose.CodeNotAPackageContainer, fmt.Sprintf(
-				"container %q is a path:// worker; compose::update updates package:// workers only (a path:// worker runs what its directory holds)", key))
-		}
-		targets = append(targets, key)
-	}
-	return nil, compose.New(compose.CodePackageNotResolved, fmt.Sprintf(
-		"compose::update needs the package registry to resolve %s, and this build of Compose has no registry client yet; nothing was changed",
-		strings.Join(targets, ", ")))
 }

@@ -96,6 +96,7 @@ type adapterStatus struct {
 	Namespace string `json:"namespace"`
 	State     string `json:"state"`
 	PID       int    `json:"pid"`
+	Path      string `json:"path"`
 	LastError string `json:"last_error"`
 }
 

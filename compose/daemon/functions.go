@@ -197,11 +197,6 @@ func (d *Daemon) up(ctx context.Context, f *composefile.File, target string, fro
 	if err := d.checkEngineSection(f); err != nil {
 		return nil, err
 	}
-	if frozen {
-		if err := checkFrozen(f); err != nil {
-			return nil, err
-		}
-	}
 	var targets []string
 	if target != "" {
 		if _, ok := f.Containers[target]; !ok {
@@ -217,35 +212,13 @@ func (d *Daemon) up(ctx context.Context, f *composefile.File, target string, fro
 		return nil, err
 	}
 	defer p.release()
-	return p.up(ctx, f, targets)
-}
-
-// checkFrozen applies --frozen to what this build can check: a project
-// that binds the sandbox router to an adapter in its own namespace must
-// declare that adapter, because a frozen start never edits the file.
-func checkFrozen(f *composefile.File) error {
-	if f.Engine == nil || f.Engine.Empty {
-		return nil
+	// Packages are resolved, locked and downloaded before anything
+	// starts: a registry or digest failure starts nothing.
+	prep, err := d.preparePackages(ctx, p, f, targets, frozen)
+	if err != nil {
+		return nil, err
 	}
-	adapter, ns := composefile.DefaultSandboxAdapter, f.Namespace
-	if f.Engine.Sandbox != nil {
-		adapter = f.Engine.Sandbox.Adapter
-		if f.Engine.Sandbox.Namespace != "" {
-			ns = f.Engine.Sandbox.Namespace
-		}
-	}
-	if f.Engine.Sandbox == nil || ns != f.Namespace {
-		return nil
-	}
-	for _, c := range f.Containers {
-		if c.Source.Kind == composefile.SourcePackage && c.Source.Name == adapter {
-			return nil
-		}
-	}
-	return compose.New(compose.CodeSandboxAdapterNotDeclared, fmt.Sprintf(
-		"%s sets engine.sandbox for its own namespace %q but declares no %s container, and --frozen never edits the file; "+
-			"run once without --frozen, or declare it:\n\ncontainers:\n  %s:\n    worker: package://%s\n    version: '%s'",
-		f.Path, ns, adapter, adapter, adapter, composefile.AdapterSelector))
+	return p.up(ctx, prep.file, targets)
 }
 
 func (d *Daemon) fnDown(ctx context.Context, r *request) (any, error) {
@@ -350,6 +323,17 @@ func (d *Daemon) restartAll(ctx context.Context, r *request) (any, error) {
 			if err := p.acquire(ctx); err != nil {
 				return nil, err
 			}
+			// The packages of the file as it reads now are ready before
+			// anything stops: a failure leaves the project running.
+			p.mu.Lock()
+			frozen := p.frozen
+			p.mu.Unlock()
+			prep, err := d.preparePackages(ctx, p, f, nil, frozen)
+			if err != nil {
+				p.release()
+				return nil, err
+			}
+			f = prep.file
 			down := p.down(ctx, p.currentFile(), nil)
 			res, err := p.up(ctx, f, nil)
 			p.release()

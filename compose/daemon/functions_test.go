@@ -192,9 +192,8 @@ func TestDaemonFunctions(t *testing.T) {
 	assert.NilError(t, call(t, c, "fx", "compose::list", map[string]any{"namespace": "fx"}, nil))
 
 	// Restart with the container alias of a worker the project runs.
-	var up opResult
-	assert.NilError(t, call(t, c, "fx", "compose::up", nil, &up))
-	assert.Equal(t, up.Status, "failed", "the package cannot be resolved without the registry")
+	err = call(t, c, "fx", "compose::up", nil, nil)
+	assert.Equal(t, codeOf(err), compose.CodePackageNotResolved, "the registry has no package state: %v", err)
 	var list struct {
 		Daemon          string `json:"daemon"`
 		DaemonNamespace string `json:"daemon_namespace"`

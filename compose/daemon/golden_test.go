@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,11 +14,13 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/registry"
 )
 
 var (
 	uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	pidRE  = regexp.MustCompile(`pid \d+`)
+	shaRE  = regexp.MustCompile(`[0-9a-f]{64}`)
 )
 
 // normalize makes a message stable across runs.
@@ -27,6 +30,13 @@ func normalizeMessage(msg string, repl ...string) string {
 			msg = strings.ReplaceAll(msg, repl[i], repl[i+1])
 		}
 	}
+	for _, reg := range []string{fixtures.empty, fixtures.registry} {
+		if reg != "" {
+			msg = strings.ReplaceAll(msg, reg, "$REGISTRY")
+		}
+	}
+	msg = strings.ReplaceAll(msg, testTarget(), "$TARGET")
+	msg = shaRE.ReplaceAllString(msg, "$$SHA256")
 	msg = uuidRE.ReplaceAllString(msg, "$$UUID")
 	msg = pidRE.ReplaceAllString(msg, "pid $$PID")
 	return msg
@@ -213,9 +223,77 @@ func TestErrorMessagesGolden(t *testing.T) {
 			dir := newProject(t, "namespace: gp\nengine:\n  sandbox: { adapter: sandbox-libkrun }\ncontainers: {}\n")
 			f, err := composefile.Load(filepath.Join(dir, "worker-compose.yaml"), nil)
 			assert.NilError(t, err)
-			return checkFrozen(f), []string{dir, "$DIR"}
+			return adapterNotDeclared(f, nil, true), []string{dir, "$DIR"}
 		}},
 	}
+	// The package codes: a project with one package container, on a
+	// registry and platform of the scenario's choosing.
+	pkgUp := func(t *testing.T, body string, po PackageOptions, frozen bool) (error, []string) {
+		dir := proj(t, body)
+		startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: po})
+		var payload any
+		if frozen {
+			payload = map[string]any{"frozen": true}
+		}
+		return upError(t, c, "gp", payload), []string{dir, "$DIR"}
+	}
+	pkgScenario := func(name, body string, po func(t *testing.T) PackageOptions, frozen bool) scenario {
+		return scenario{name, func(t *testing.T) (error, []string) { return pkgUp(t, body, po(t), frozen) }}
+	}
+	published := func(t *testing.T) PackageOptions { return PackageOptions{Registry: publishedRegistry(t)} }
+	onPlatform := func(p registry.Platform) func(t *testing.T) PackageOptions {
+		return func(t *testing.T) PackageOptions { return PackageOptions{Registry: publishedRegistry(t), Platform: &p} }
+	}
+	state := "  state:\n    worker: package://state\n    version: '0.21.4'\n"
+	scenarios = append(scenarios,
+		pkgScenario("COMPOSE_LOCK_REQUIRED", state, published, true),
+		scenario{"COMPOSE_LOCK_OUT_OF_DATE", func(t *testing.T) (error, []string) {
+			dir := proj(t, state+"  w:\n    worker: path://./w\n", "w")
+			writeFile(t, dir, "worker-compose.lock", "version: 1\ncontainers:\n  state:\n    worker: package://state\n    requested: '0.21.3'\n"+
+				"    resolved: {name: state, version: 0.21.3, type: binary, artifacts: {x: {url: s.tar.gz, sha256: '"+strings.Repeat("a", 64)+"'}}}\n"+
+				"  gone:\n    worker: package://gone\n    requested: '1'\n    resolved: {name: gone, version: 1.0.0, type: binary, artifacts: {x: {url: g, sha256: '"+strings.Repeat("b", 64)+"'}}}\n")
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return upError(t, c, "gp", map[string]any{"frozen": true}), []string{dir, "$DIR"}
+		}},
+		scenario{"INVALID_COMPOSE_LOCK", func(t *testing.T) (error, []string) {
+			dir := proj(t, state)
+			writeFile(t, dir, "worker-compose.lock", "version: 2\ncontainers: {}\n")
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return upError(t, c, "gp", nil), []string{dir, "$DIR"}
+		}},
+		scenario{"SANDBOX_ADAPTER_NOT_DECLARED_vm", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  vmw:\n    worker: path://./vmw\n", "vmw")
+			writeFile(t, dir, "vmw/iii.worker.yaml", "runtime:\n  base_image: python\n")
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			return upError(t, c, "gp", map[string]any{"frozen": true}), []string{dir, "$DIR"}
+		}},
+		pkgScenario("REGISTRY_UNREACHABLE", state, func(*testing.T) PackageOptions { return PackageOptions{Registry: "http://127.0.0.1:1/"} }, false),
+		pkgScenario("ENGINE_WORKER_IS_BUILTIN", "  configuration:\n    worker: package://configuration\n    version: latest\n", published, false),
+		pkgScenario("UNSUPPORTED_PACKAGE_KIND", "  img:\n    worker: package://img\n    version: '*'\n", published, false),
+		pkgScenario("UNSUPPORTED_PLATFORM", "  sandbox-hostdir:\n    worker: package://sandbox-hostdir\n    version: '^1'\n",
+			onPlatform(registry.Platform{GOOS: "linux", GOARCH: "amd64", Musl: true}), false),
+		pkgScenario("UNSUPPORTED_PLATFORM_intel_mac", "  sandbox-hostdir:\n    worker: package://sandbox-hostdir\n    version: '^1'\n",
+			onPlatform(registry.Platform{GOOS: "darwin", GOARCH: "amd64"}), false),
+		pkgScenario("BUNDLE_NEEDS_A_VM", "  bnd:\n    worker: package://bnd\n    version: '1.0.0'\n    runtime: host\n",
+			onPlatform(registry.Platform{GOOS: "windows", GOARCH: "amd64"}), false),
+		pkgScenario("RUNTIME_REQUIRES_BUNDLE", "  go-worker:\n    worker: package://go-worker\n    version: '1.0.0'\n    runtime: host\n", published, false),
+		scenario{"PACKAGE_DIGEST_MISMATCH", func(t *testing.T) (error, []string) {
+			reg := registryCopy(t)
+			art := filepath.Join(reg, "packages", "go-worker", "1.0.0", "go-worker-1.0.0-"+testTarget()+".tar.gz")
+			assert.NilError(t, os.Remove(art))
+			assert.NilError(t, os.WriteFile(art, []byte("not what was published"), 0o644))
+			err, repl := pkgUp(t, "  go-worker:\n    worker: package://go-worker\n    version: '1.0.0'\n", PackageOptions{Registry: reg}, false)
+			return err, append(repl, reg, "$REGISTRY")
+		}},
+		scenario{"PACKAGE_ARTIFACT_EMPTY", func(t *testing.T) (error, []string) {
+			reg := registryCopy(t)
+			_, err := registry.Publish(reg, registry.Publication{Name: "docs", Kind: registry.KindBinary, Version: "1.0.0", Target: testTarget(),
+				Files: []registry.PublishFile{{Path: writeTemp(t, "README", "only text")}}})
+			assert.NilError(t, err)
+			err, repl := pkgUp(t, "  docs:\n    worker: package://docs\n    version: '1.0.0'\n", PackageOptions{Registry: reg}, false)
+			return err, append(repl, reg, "$REGISTRY")
+		}},
+	)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			err, repl := sc.run(t)

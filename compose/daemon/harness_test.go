@@ -118,6 +118,14 @@ func startDaemon(t *testing.T, opts Options) *testDaemon {
 	td := &testDaemon{done: make(chan error, 1), out: newSyncBuffer()}
 	served := make(chan Info, 1)
 	opts.OnServe = func(i Info) { served <- i }
+	// Hermetic packages: an empty registry unless the test gives one,
+	// and a cache of its own.
+	if opts.Packages.Registry == "" {
+		opts.Packages.Registry = emptyRegistry(t)
+	}
+	if opts.Packages.Cache == "" {
+		opts.Packages.Cache = t.TempDir()
+	}
 	if opts.Out == nil {
 		opts.Out = td.out
 	}

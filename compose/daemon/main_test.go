@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 	if adapterBins.dir != "" {
 		_ = os.RemoveAll(adapterBins.dir)
 	}
+	removeFixtures()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

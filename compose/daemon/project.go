@@ -15,6 +15,7 @@ import (
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/proc"
+	"github.com/iii-sandbox/iii/compose/registry"
 	"github.com/iii-sandbox/iii/compose/state"
 )
 
@@ -41,26 +42,36 @@ type project struct {
 	// supervision; a channel so waiting respects contexts.
 	turn chan struct{}
 
-	mu   sync.Mutex // guards file, st and cs
+	mu   sync.Mutex // guards file, st, cs, pkgs and frozen
 	file *composefile.File
 	st   *state.State
 	cs   map[string]*container
+	// pkgs are the package containers' lock entries and cache entries,
+	// from the last preparation.
+	pkgs map[string]*pkgInfo
+	// frozen: the project was brought up with --frozen, so its restarts
+	// keep to the lock too.
+	frozen bool
+	// pkgMu serialises the preparations a start makes by itself.
+	pkgMu sync.Mutex
 }
 
 // container is the runtime state of one container key.
 type container struct {
-	key       string
-	state     string
-	decl      *composefile.Container // the declaration it was started with
-	proc      *proc.Process          // host worker
-	adapter   *adapterRef            // adapter container
-	owned     bool
-	foreign   int // pid of a live process from a crashed run whose identity could not be checked
-	log       *proc.Log
-	env       []string // for post_run
-	dir       string
-	lastErr   *compose.Error
-	startedAt time.Time
+	key     string
+	state   string
+	decl    *composefile.Container // the declaration it was started with
+	proc    *proc.Process          // host worker
+	adapter *adapterRef            // adapter container
+	// adapterPath is the binary the adapter was started from.
+	adapterPath string
+	owned       bool
+	foreign     int // pid of a live process from a crashed run whose identity could not be checked
+	log         *proc.Log
+	env         []string // for post_run
+	dir         string
+	lastErr     *compose.Error
+	startedAt   time.Time
 	// reregisterBy is set after the engine connection came back: the
 	// worker must show up in the engine again by then.
 	reregisterBy time.Time
@@ -371,13 +382,20 @@ func (p *project) startOne(ctx context.Context, f *composefile.File, key string)
 	c.startedAt = time.Now()
 	p.mu.Unlock()
 	var err error
-	switch {
-	case p.isAdapter(f, decl):
-		err = p.startAdapter(ctx, f, c)
-	case decl.Source.Kind == composefile.SourcePackage:
-		err = packageUnavailable(key, decl)
-	default:
-		err = p.startHost(ctx, f, c)
+	if decl.Source.Kind == composefile.SourcePackage {
+		var pi *pkgInfo
+		if pi, err = p.packageOf(ctx, f, key); err == nil {
+			switch {
+			case p.isAdapter(f, decl):
+				err = p.startAdapter(ctx, f, c, pi)
+			case pi.entry.Resolved.Type == registry.KindBundle:
+				err = bundleUnsupported(key, pi)
+			default:
+				err = p.startHost(ctx, f, c, pi)
+			}
+		}
+	} else {
+		err = p.startHost(ctx, f, c, nil)
 	}
 	if err != nil {
 		ce := asComposeError(err)
@@ -392,13 +410,51 @@ func (p *project) exitedLocked(c *container) bool {
 	return c.proc != nil && c.proc.Exited()
 }
 
-// packageUnavailable is the error for a package:// container other than
-// the sandbox adapter: resolving packages needs the registry client,
-// which this build does not have yet.
-func packageUnavailable(key string, decl *composefile.Container) error {
-	return compose.New(compose.CodePackageNotResolved, fmt.Sprintf(
-		"container %q: %s cannot be resolved: this build of Compose has no package registry client yet; use a path:// worker, or the %s adapter (found beside iii)",
-		key, decl.Worker, composefile.AdapterPackage))
+// bundleUnsupported is the error for a bundle package: it is resolved,
+// locked and installed, but running it (in a VM through the sandbox
+// adapter's worker::* functions, or on the host with runtime: host) is not
+// part of this build.
+func bundleUnsupported(key string, pi *pkgInfo) error {
+	return compose.New(compose.CodeSpawnFailed, fmt.Sprintf(
+		"container %q: %s %s is a bundle (installed in %s), and this build of Compose does not run bundle workers yet; use a binary package or a path:// worker",
+		key, pi.entry.Resolved.Name, pi.entry.Resolved.Version, pi.inst.Dir))
+}
+
+// packageOf is what a package container runs: what the last preparation
+// installed for it, or, when its declaration changed since (or none ran,
+// as for a project adopted after a crash), a fresh preparation of it.
+func (p *project) packageOf(ctx context.Context, f *composefile.File, key string) (*pkgInfo, error) {
+	decl := f.Containers[key]
+	p.mu.Lock()
+	pi, frozen := p.pkgs[key], p.frozen
+	p.mu.Unlock()
+	if pi != nil && pi.entry.SameDeclaration(decl.Worker, decl.Version) {
+		return pi, nil
+	}
+	p.pkgMu.Lock()
+	defer p.pkgMu.Unlock()
+	prep, err := p.d.pk.prepare(ctx, f, p.d.prepareOpts(frozen, []string{key}))
+	if err != nil {
+		return nil, err
+	}
+	p.setPackages(prep.pkgs, frozen)
+	if pi = prep.pkgs[key]; pi == nil {
+		return nil, compose.New(compose.CodePackageNotInstalled, fmt.Sprintf("container %q: its package was not installed", key))
+	}
+	return pi, nil
+}
+
+// setPackages records what the package containers run.
+func (p *project) setPackages(pkgs map[string]*pkgInfo, frozen bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pkgs == nil {
+		p.pkgs = map[string]*pkgInfo{}
+	}
+	for k, v := range pkgs {
+		p.pkgs[k] = v
+	}
+	p.frozen = frozen
 }
 
 // down stops targets and everything that starts after them (every

@@ -68,12 +68,16 @@ func (d *Daemon) functionDefs() []functionDef {
 			obj(sFile, sNamespace, `"worker":{"type":"string","description":"The container to restart; container is accepted as an alias."}`,
 				`"container":{"type":"string","description":"Alias of worker."}`),
 			sOpResult, 600000, false, d.fnRestart},
-		{fnUpdate, "Resolve package:// workers again and restart what changed.",
-			obj(sFile, sNamespace, `"worker":{"type":"string","description":"name or name@selector"}`,
-				`"workers":{"type":"array","items":{"type":"string"},"minItems":1}`),
-			`{"type":"object","properties":{"updated":{"type":"array"}}}`, 600000, false, d.fnUpdate},
-		{fnAdd, "Add workers to the compose file (comments and quoting kept) and start them: path:// directories, and worker=iii-sandbox for the sandbox adapter.",
-			obj(sFile, sNamespace, `"worker":{"type":"string","description":"A worker spec: ./dir, path://dir, iii-sandbox, sandbox-libkrun[@selector]."}`,
+		{fnUpdate, "Resolve package:// workers again (no worker: every one to its registry's latest; the sandbox adapter to the contract range), download and verify them, update the file and the lock, and restart the project once if content changed.",
+			obj(sFile, sNamespace, `"worker":{"type":"string","description":"name (resolve the selector in the file again) or name@selector (change it)"}`,
+				`"workers":{"type":"array","items":{"type":"string"},"minItems":1,"description":"Several workers; takes precedence over worker."}`),
+			`{"type":"object","required":["file","updated","added","removed","restarted"],"properties":{"file":{"type":"string"},` +
+				`"updated":{"type":"array","items":{"type":"object","required":["container","from","to","detail","changed"],"properties":{` +
+				`"container":{"type":"string"},"from":{"type":"string"},"to":{"type":"string"},"detail":{"type":"string"},"changed":{"type":"boolean"}}}},` +
+				`"added":{"type":"array","items":{"type":"string"}},"removed":{"type":"array","items":{"type":"string"}},"restarted":{"type":"boolean"},` +
+				`"down":` + sOpResult + `,"up":` + sOpResult + `}}`, 600000, false, d.fnUpdate},
+		{fnAdd, "Add workers to the compose file (comments and quoting kept) and start them: path:// directories, registry packages (an unpinned one at its exact latest version, with its registry dependencies), and worker=iii-sandbox for the sandbox adapter.",
+			obj(sFile, sNamespace, `"worker":{"type":"string","description":"A worker spec: ./dir, path://dir, name, name@selector, host/name[@selector], package://..., iii-sandbox."}`,
 				`"workers":{"type":"array","minItems":1,"items":{"oneOf":[{"type":"string"},{"type":"object","required":["worker"]}]}}`),
 			`{"type":"object","required":["file","added","changed","unchanged"],"properties":{"file":{"type":"string"},"added":{"type":"array","items":{"type":"string"}},` +
 				`"changed":{"type":"array","items":{"type":"string"}},"unchanged":{"type":"array","items":{"type":"string"}},"edited":{"type":"boolean"},"up":` + sOpResult + `}}`,

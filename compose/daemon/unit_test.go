@@ -15,6 +15,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/lockfile"
 	"github.com/iii-sandbox/iii/host/config"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -39,7 +40,7 @@ func (f *fakeEngine) Call(_ context.Context, fn string, payload any, _ ...client
 	return json.RawMessage(`{"id":"` + id + `","value":` + v + `}`), nil
 }
 
-// The adapter's layers: sandbox-libkrun's shipped defaults < the entry the
+// The adapter's layers: the package's default_config (from the lock) < the entry the
 // engine holds < config_override. With no entry the defaults show
 // through; a key removed from config_override keeps the entry's value
 // (it does not fall back to the default).
@@ -50,8 +51,11 @@ func TestAdapterConfigLayers(t *testing.T) {
 		"custom_images": map[string]any{"myimg": "ghcr.io/acme/my-app:1.2.3"}}}
 	ref := &adapterRef{name: "sandbox-libkrun", ns: "shop"}
 
+	cfg, err := lockfile.ConfigFromJSON([]byte(`{"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}`))
+	assert.NilError(t, err)
+	pi := &pkgInfo{entry: &lockfile.Entry{Resolved: lockfile.Resolved{DefaultConfig: cfg}}}
 	d.eng = &fakeEngine{entries: map[string]string{}}
-	got, err := p.adapterConfig(context.Background(), ref, decl)
+	got, err := p.adapterConfig(context.Background(), ref, decl, pi)
 	assert.NilError(t, err)
 	want, _ := decodeJSON([]byte(`{"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,
 		"image_allowlist":["python","node","myimg"],"max_concurrent_sandboxes":32,"custom_images":{"myimg":"ghcr.io/acme/my-app:1.2.3"}}`))
@@ -61,15 +65,16 @@ func TestAdapterConfigLayers(t *testing.T) {
 	// custom image and a limit the file no longer sets.
 	d.eng = &fakeEngine{entries: map[string]string{"shop-sandbox-libkrun": `{"custom_images":{"old":"x:1"},"default_cpus":4,"image_allowlist":["python"]}`}}
 	decl.ConfigOverride = map[string]any{"custom_images": map[string]any{"new": "y:2"}}
-	got, err = p.adapterConfig(context.Background(), ref, decl)
+	got, err = p.adapterConfig(context.Background(), ref, decl, pi)
 	assert.NilError(t, err)
 	want, _ = decodeJSON([]byte(`{"auto_install":true,"default_cpus":4,"default_idle_timeout_secs":300,"default_memory_mb":512,
 		"image_allowlist":["python"],"max_concurrent_sandboxes":32,"custom_images":{"old":"x:1","new":"y:2"}}`))
 	assert.DeepEqual(t, got, want)
 
-	// Another adapter has no shipped defaults in this build.
+	// A package whose default_config is null has no default layer.
 	d.eng = &fakeEngine{entries: map[string]string{}}
-	got, err = p.adapterConfig(context.Background(), &adapterRef{name: "sandbox-hostdir", ns: "shop"}, &composefile.Container{Key: "sandbox-hostdir"})
+	got, err = p.adapterConfig(context.Background(), &adapterRef{name: "sandbox-hostdir", ns: "shop"}, &composefile.Container{Key: "sandbox-hostdir"},
+		&pkgInfo{entry: &lockfile.Entry{}})
 	assert.NilError(t, err)
 	assert.DeepEqual(t, got, map[string]any{})
 }

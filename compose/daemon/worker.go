@@ -19,9 +19,10 @@ const (
 	outputFlushWait = 500 * time.Millisecond
 )
 
-// startHost runs a path:// worker as a host process and waits until it
-// registers in the project namespace.
-func (p *project) startHost(ctx context.Context, f *composefile.File, c *container) error {
+// startHost runs a path:// worker, or a binary package (pi) from the
+// package cache, as a host process and waits until it registers in the
+// project namespace.
+func (p *project) startHost(ctx context.Context, f *composefile.File, c *container, pi *pkgInfo) error {
 	decl := c.decl
 	key := c.key
 	live, err := listWorkers(ctx, p.d.eng)
@@ -37,13 +38,25 @@ func (p *project) startHost(ctx context.Context, f *composefile.File, c *contain
 				key, key, p.ns, w.ID))
 		}
 	}
-	command, err := startCommand(key, decl.Source.Path, decl.Scripts.Run)
-	if err != nil {
-		return err
-	}
+	var command string
+	var argv []string
 	dir := decl.WorkingDir
-	if dir == "" {
-		dir = decl.Source.Path
+	if pi != nil {
+		// A package runs its executable straight from the verified cache
+		// entry, in the project directory: the cache entry itself must
+		// stay as installed (it is checked before every reuse).
+		argv = []string{pi.inst.Executable}
+		command = pi.inst.Executable
+		if dir == "" {
+			dir = f.Dir
+		}
+	} else {
+		if command, err = startCommand(key, decl.Source.Path, decl.Scripts.Run); err != nil {
+			return err
+		}
+		if dir == "" {
+			dir = decl.Source.Path
+		}
 	}
 	reserved := map[string]string{
 		envURL:              p.d.url,
@@ -54,7 +67,7 @@ func (p *project) startHost(ctx context.Context, f *composefile.File, c *contain
 		envWorkerName:       key,
 		envIsolation:        "host",
 	}
-	cfgPath, err := p.resolveConfig(ctx, decl)
+	cfgPath, err := p.resolveConfig(ctx, decl, pi)
 	if err != nil {
 		return err
 	}
@@ -83,7 +96,7 @@ func (p *project) startHost(ctx context.Context, f *composefile.File, c *contain
 		}
 	}
 	_ = log.Write(proc.Stderr, []byte(fmt.Sprintf("[compose] starting %s: %s", key, command)))
-	pr, err := proc.Start(proc.Spec{Command: command, Dir: dir, Env: env, Log: log})
+	pr, err := proc.Start(proc.Spec{Command: command, Argv: argv, Dir: dir, Env: env, Log: log})
 	if err != nil {
 		return compose.New(compose.CodeSpawnFailed, fmt.Sprintf("container %q: `%s` could not be started in %s: %v", key, command, dir, err))
 	}
@@ -188,12 +201,14 @@ func (p *project) tail(key string) string {
 	return "; last output:\n  " + strings.Join(lines, "\n  ")
 }
 
-// resolveConfig merges a host worker's configuration layers, writes the
-// result to <state>/config/<key>.yaml and publishes it under config_name.
-// It returns the file's path, or "" when the container has no
-// configuration.
-func (p *project) resolveConfig(ctx context.Context, decl *composefile.Container) (string, error) {
+// resolveConfig merges a host worker's configuration layers (a package's
+// default configuration, the configuration entry, config_override),
+// writes the result to <state>/config/<key>.yaml and publishes it under
+// config_name. It returns the file's path, or "" when the container has
+// no configuration.
+func (p *project) resolveConfig(ctx context.Context, decl *composefile.Container, pi *pkgInfo) (string, error) {
 	var l layers
+	l.defaults, l.hasDef = pi.defaults()
 	existed := false
 	if decl.ConfigName != "" {
 		v, ok, err := fetchEntry(ctx, p.d.eng, decl.ConfigName, decl.Key)
