@@ -52,6 +52,7 @@ and stops on SIGINT or SIGTERM.`,
 
 	root.AddCommand(newCallCmd(e, root.HelpFunc()))
 	root.AddCommand(newComposeCmd(e), newReaperCmd(e))
+	root.AddCommand(newUpdateCmd(e))
 	return root
 }
 
