@@ -289,7 +289,7 @@ func (m *Manager) create(ctx context.Context, req *contract.CreateRequest) (*con
 	m.booting--
 	if err != nil {
 		m.mu.Unlock()
-		m.log.Warn("sandbox failed to boot", "image", img.Name, "error", err)
+		m.log.Warn("sandbox failed to boot", "image", img.Name, "error", err.Error())
 		return nil, contract.AsError(err, contract.S300)
 	}
 	if sb == nil {
