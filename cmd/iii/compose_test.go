@@ -201,12 +201,19 @@ func cmdWaitState(ts *testscript.TestScript, neg bool, args []string) {
 				Containers []struct {
 					Container string `json:"container"`
 					State     string `json:"state"`
+					Owned     bool   `json:"owned"`
 				} `json:"containers"`
 			}
 			if json.Unmarshal(raw, &st) == nil {
 				for _, c := range st.Containers {
 					if c.Container == args[2] {
 						last = c.State
+						// A project whose up is still under way is reported
+						// from the engine's worker list (owned:false): its
+						// containers count only once this daemon owns them.
+						if !c.Owned {
+							last += " (not owned yet)"
+						}
 					}
 				}
 			}
