@@ -94,6 +94,7 @@ func infoToProto(a *AdapterInfo) *pb.InfoResponse {
 		Adapter:        validUTF8(a.Adapter),
 		AdapterVersion: validUTF8(a.AdapterVersion),
 		Contract:       &pb.ContractVersion{Major: a.Contract.Major, Minor: a.Contract.Minor},
+		Capabilities:   validUTF8s(a.Capabilities),
 	}
 	if len(a.Facts) > 0 {
 		if b, err := json.Marshal(a.Facts); err == nil {
@@ -108,6 +109,7 @@ func infoFromProto(p *pb.InfoResponse) *AdapterInfo {
 		Adapter:        p.GetAdapter(),
 		AdapterVersion: p.GetAdapterVersion(),
 		Contract:       ContractVersion{Major: p.GetContract().GetMajor(), Minor: p.GetContract().GetMinor()},
+		Capabilities:   nilIfEmpty(p.GetCapabilities()),
 	}
 	if len(p.GetFactsJson()) > 0 {
 		var facts map[string]any

@@ -41,7 +41,7 @@ func TestConvertRoundTrip(t *testing.T) {
 			return got, v
 		}},
 		{"info", func(t *testing.T) (any, any) {
-			v := &AdapterInfo{Adapter: "a", AdapterVersion: "1", Contract: ContractVersion{1, 1}, Facts: map[string]any{"k": "v", "n": float64(3)}}
+			v := &AdapterInfo{Adapter: "a", AdapterVersion: "1", Contract: ContractVersion{1, 1}, Capabilities: []string{CapabilityWorker}, Facts: map[string]any{"k": "v", "n": float64(3)}}
 			return roundTrip(t, v, infoToProto, infoFromProto, func() *pb.InfoResponse { return &pb.InfoResponse{} }), v
 		}},
 		{"info without facts", func(t *testing.T) (any, any) {

@@ -51,11 +51,21 @@ func newRequest(op string, raw json.RawMessage) (*request, *Error) {
 }
 
 func (r *request) fail(format string, args ...any) *Error {
-	return NewError(r.code, "invalid sandbox::%s request: %s", r.op, fmt.Sprintf(format, args...))
+	return NewError(r.code, "invalid %s request: %s", r.function(), fmt.Sprintf(format, args...))
 }
 
 func (r *request) failCode(code Code, format string, args ...any) *Error {
-	return NewError(code, "invalid sandbox::%s request: %s", r.op, fmt.Sprintf(format, args...))
+	return NewError(code, "invalid %s request: %s", r.function(), fmt.Sprintf(format, args...))
+}
+
+// function names the function in messages: sandbox::<op> for the router's
+// operations, the bare worker::<op> for the worker operations, which
+// callers address through the adapter's own prefix.
+func (r *request) function() string {
+	if IsWorkerOp(r.op) {
+		return r.op
+	}
+	return RouterPrefix + r.op
 }
 
 // jsonKind names the JSON type of a raw value for error messages.

@@ -1,6 +1,8 @@
 // Package contract is the single source of truth for the iii sandbox
 // contract 1.1: the Go request and response types of the sixteen
-// sandbox::<op> functions and adapter::info, the shared decoding and
+// sandbox::<op> functions and adapter::info (and of the six
+// <adapter>::worker::* functions of adapters that run Compose's worker
+// VMs, worker.go), the shared decoding and
 // validation of their JSON payloads, the table of S-codes and the error wire
 // object, the Adapter interface an adapter implements, and the gRPC glue
 // (proto in contract/proto, client, server, go-plugin plugin) that carries

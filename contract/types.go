@@ -533,12 +533,26 @@ type AdapterInfo struct {
 	Adapter        string
 	AdapterVersion string
 	Contract       ContractVersion
-	Facts          map[string]any
+	// Capabilities lists optional function sets the adapter serves
+	// beyond the contract's sixteen operations (CapabilityWorker); the
+	// key is left out when there are none.
+	Capabilities []string
+	Facts        map[string]any
+}
+
+// HasCapability reports whether the adapter announces capability c.
+func (a *AdapterInfo) HasCapability(c string) bool {
+	for _, have := range a.Capabilities {
+		if have == c {
+			return true
+		}
+	}
+	return false
 }
 
 // reservedInfoKeys are adapter::info's fixed keys.
 func isReservedInfoKey(k string) bool {
-	return k == "adapter" || k == "adapter_version" || k == "contract"
+	return k == "adapter" || k == "adapter_version" || k == "contract" || k == "capabilities"
 }
 
 // MarshalJSON writes the fixed keys and the facts as one flat object.
@@ -552,6 +566,9 @@ func (a AdapterInfo) MarshalJSON() ([]byte, error) {
 	out["adapter"] = a.Adapter
 	out["adapter_version"] = a.AdapterVersion
 	out["contract"] = a.Contract
+	if len(a.Capabilities) > 0 {
+		out["capabilities"] = a.Capabilities
+	}
 	return EncodeJSON(out)
 }
 
@@ -571,6 +588,8 @@ func (a *AdapterInfo) UnmarshalJSON(b []byte) error {
 			err = json.Unmarshal(v, &out.AdapterVersion)
 		case "contract":
 			err = json.Unmarshal(v, &out.Contract)
+		case "capabilities":
+			err = json.Unmarshal(v, &out.Capabilities)
 		default:
 			var f any
 			err = json.Unmarshal(v, &f)

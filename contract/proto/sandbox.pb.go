@@ -221,7 +221,10 @@ type InfoResponse struct {
 	Contract       *ContractVersion       `protobuf:"bytes,3,opt,name=contract,proto3" json:"contract,omitempty"`
 	// Back-end facts as one JSON object; its keys become extra top-level keys
 	// of adapter::info.
-	FactsJson     []byte `protobuf:"bytes,4,opt,name=facts_json,json=factsJson,proto3" json:"facts_json,omitempty"`
+	FactsJson []byte `protobuf:"bytes,4,opt,name=facts_json,json=factsJson,proto3" json:"facts_json,omitempty"`
+	// Optional function sets beyond the contract's operations, e.g.
+	// "worker" for worker::*.
+	Capabilities  []string `protobuf:"bytes,10,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -280,6 +283,13 @@ func (x *InfoResponse) GetContract() *ContractVersion {
 func (x *InfoResponse) GetFactsJson() []byte {
 	if x != nil {
 		return x.FactsJson
+	}
+	return nil
+}
+
+func (x *InfoResponse) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
 	}
 	return nil
 }
@@ -2923,6 +2933,885 @@ func (x *FsSedResponse) GetTotalReplacements() uint64 {
 	return 0
 }
 
+type WorkerConfigFile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FileName      string                 `protobuf:"bytes,1,opt,name=file_name,json=fileName,proto3" json:"file_name,omitempty"`
+	Content       string                 `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerConfigFile) Reset() {
+	*x = WorkerConfigFile{}
+	mi := &file_sandbox_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerConfigFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerConfigFile) ProtoMessage() {}
+
+func (x *WorkerConfigFile) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerConfigFile.ProtoReflect.Descriptor instead.
+func (*WorkerConfigFile) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *WorkerConfigFile) GetFileName() string {
+	if x != nil {
+		return x.FileName
+	}
+	return ""
+}
+
+func (x *WorkerConfigFile) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+type WorkerStartRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	VmId      string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Namespace string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Image     string                 `protobuf:"bytes,4,opt,name=image,proto3" json:"image,omitempty"`
+	HostDir   string                 `protobuf:"bytes,5,opt,name=host_dir,json=hostDir,proto3" json:"host_dir,omitempty"`
+	Workdir   string                 `protobuf:"bytes,6,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	Install   string                 `protobuf:"bytes,7,opt,name=install,proto3" json:"install,omitempty"`
+	Command   string                 `protobuf:"bytes,8,opt,name=command,proto3" json:"command,omitempty"`
+	// "K=V" entries.
+	Env []string `protobuf:"bytes,9,rep,name=env,proto3" json:"env,omitempty"`
+	// Absent: no config file is published.
+	Config        *WorkerConfigFile `protobuf:"bytes,10,opt,name=config,proto3" json:"config,omitempty"`
+	Cpus          *uint32           `protobuf:"varint,11,opt,name=cpus,proto3,oneof" json:"cpus,omitempty"`
+	MemoryMb      *uint32           `protobuf:"varint,12,opt,name=memory_mb,json=memoryMb,proto3,oneof" json:"memory_mb,omitempty"`
+	EngineUrl     string            `protobuf:"bytes,13,opt,name=engine_url,json=engineUrl,proto3" json:"engine_url,omitempty"`
+	Exclude       []string          `protobuf:"bytes,14,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	Wait          bool              `protobuf:"varint,15,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerStartRequest) Reset() {
+	*x = WorkerStartRequest{}
+	mi := &file_sandbox_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerStartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerStartRequest) ProtoMessage() {}
+
+func (x *WorkerStartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerStartRequest.ProtoReflect.Descriptor instead.
+func (*WorkerStartRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *WorkerStartRequest) GetVmId() string {
+	if x != nil {
+		return x.VmId
+	}
+	return ""
+}
+
+func (x *WorkerStartRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WorkerStartRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WorkerStartRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *WorkerStartRequest) GetHostDir() string {
+	if x != nil {
+		return x.HostDir
+	}
+	return ""
+}
+
+func (x *WorkerStartRequest) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+func (x *WorkerStartRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+func (x *WorkerStartRequest) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *WorkerStartRequest) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *WorkerStartRequest) GetConfig() *WorkerConfigFile {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *WorkerStartRequest) GetCpus() uint32 {
+	if x != nil && x.Cpus != nil {
+		return *x.Cpus
+	}
+	return 0
+}
+
+func (x *WorkerStartRequest) GetMemoryMb() uint32 {
+	if x != nil && x.MemoryMb != nil {
+		return *x.MemoryMb
+	}
+	return 0
+}
+
+func (x *WorkerStartRequest) GetEngineUrl() string {
+	if x != nil {
+		return x.EngineUrl
+	}
+	return ""
+}
+
+func (x *WorkerStartRequest) GetExclude() []string {
+	if x != nil {
+		return x.Exclude
+	}
+	return nil
+}
+
+func (x *WorkerStartRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+type WorkerStartResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Pid           *int32                 `protobuf:"varint,3,opt,name=pid,proto3,oneof" json:"pid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerStartResponse) Reset() {
+	*x = WorkerStartResponse{}
+	mi := &file_sandbox_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerStartResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerStartResponse) ProtoMessage() {}
+
+func (x *WorkerStartResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerStartResponse.ProtoReflect.Descriptor instead.
+func (*WorkerStartResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *WorkerStartResponse) GetVmId() string {
+	if x != nil {
+		return x.VmId
+	}
+	return ""
+}
+
+func (x *WorkerStartResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *WorkerStartResponse) GetPid() int32 {
+	if x != nil && x.Pid != nil {
+		return *x.Pid
+	}
+	return 0
+}
+
+type WorkerStopRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
+	TimeoutMs     uint64                 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerStopRequest) Reset() {
+	*x = WorkerStopRequest{}
+	mi := &file_sandbox_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerStopRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerStopRequest) ProtoMessage() {}
+
+func (x *WorkerStopRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerStopRequest.ProtoReflect.Descriptor instead.
+func (*WorkerStopRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *WorkerStopRequest) GetVmId() string {
+	if x != nil {
+		return x.VmId
+	}
+	return ""
+}
+
+func (x *WorkerStopRequest) GetTimeoutMs() uint64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type WorkerStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerStatusRequest) Reset() {
+	*x = WorkerStatusRequest{}
+	mi := &file_sandbox_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerStatusRequest) ProtoMessage() {}
+
+func (x *WorkerStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerStatusRequest.ProtoReflect.Descriptor instead.
+func (*WorkerStatusRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *WorkerStatusRequest) GetVmId() string {
+	if x != nil {
+		return x.VmId
+	}
+	return ""
+}
+
+type WorkerStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Namespace     string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Image         string                 `protobuf:"bytes,4,opt,name=image,proto3" json:"image,omitempty"`
+	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	Pid           *int32                 `protobuf:"varint,6,opt,name=pid,proto3,oneof" json:"pid,omitempty"`
+	ExitCode      *int32                 `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	StartedAt     string                 `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	Restarts      uint64                 `protobuf:"varint,9,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	LastError     string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	StateDir      string                 `protobuf:"bytes,11,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerStatusResponse) Reset() {
+	*x = WorkerStatusResponse{}
+	mi := &file_sandbox_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerStatusResponse) ProtoMessage() {}
+
+func (x *WorkerStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerStatusResponse.ProtoReflect.Descriptor instead.
+func (*WorkerStatusResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *WorkerStatusResponse) GetVmId() string {
+	if x != nil {
+		return x.VmId
+	}
+	return ""
+}
+
+func (x *WorkerStatusResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WorkerStatusResponse) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WorkerStatusResponse) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *WorkerStatusResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *WorkerStatusResponse) GetPid() int32 {
+	if x != nil && x.Pid != nil {
+		return *x.Pid
+	}
+	return 0
+}
+
+func (x *WorkerStatusResponse) GetExitCode() int32 {
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
+	}
+	return 0
+}
+
+func (x *WorkerStatusResponse) GetStartedAt() string {
+	if x != nil {
+		return x.StartedAt
+	}
+	return ""
+}
+
+func (x *WorkerStatusResponse) GetRestarts() uint64 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *WorkerStatusResponse) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *WorkerStatusResponse) GetStateDir() string {
+	if x != nil {
+		return x.StateDir
+	}
+	return ""
+}
+
+type WorkerListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerListRequest) Reset() {
+	*x = WorkerListRequest{}
+	mi := &file_sandbox_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerListRequest) ProtoMessage() {}
+
+func (x *WorkerListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerListRequest.ProtoReflect.Descriptor instead.
+func (*WorkerListRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{52}
+}
+
+type WorkerListResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Workers       []*WorkerStatusResponse `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerListResponse) Reset() {
+	*x = WorkerListResponse{}
+	mi := &file_sandbox_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerListResponse) ProtoMessage() {}
+
+func (x *WorkerListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerListResponse.ProtoReflect.Descriptor instead.
+func (*WorkerListResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *WorkerListResponse) GetWorkers() []*WorkerStatusResponse {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+type WorkerLogsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
+	Tail          uint64                 `protobuf:"varint,2,opt,name=tail,proto3" json:"tail,omitempty"`
+	Cursor        *uint64                `protobuf:"varint,3,opt,name=cursor,proto3,oneof" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerLogsRequest) Reset() {
+	*x = WorkerLogsRequest{}
+	mi := &file_sandbox_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerLogsRequest) ProtoMessage() {}
+
+func (x *WorkerLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerLogsRequest.ProtoReflect.Descriptor instead.
+func (*WorkerLogsRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *WorkerLogsRequest) GetVmId() string {
+	if x != nil {
+		return x.VmId
+	}
+	return ""
+}
+
+func (x *WorkerLogsRequest) GetTail() uint64 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+func (x *WorkerLogsRequest) GetCursor() uint64 {
+	if x != nil && x.Cursor != nil {
+		return *x.Cursor
+	}
+	return 0
+}
+
+type WorkerLogEntry struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Seq    uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Time   string                 `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	Stream string                 `protobuf:"bytes,3,opt,name=stream,proto3" json:"stream,omitempty"`
+	// Bytes, not a string: a worker's output need not be UTF-8.
+	Message       []byte `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerLogEntry) Reset() {
+	*x = WorkerLogEntry{}
+	mi := &file_sandbox_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerLogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerLogEntry) ProtoMessage() {}
+
+func (x *WorkerLogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerLogEntry.ProtoReflect.Descriptor instead.
+func (*WorkerLogEntry) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *WorkerLogEntry) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *WorkerLogEntry) GetTime() string {
+	if x != nil {
+		return x.Time
+	}
+	return ""
+}
+
+func (x *WorkerLogEntry) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *WorkerLogEntry) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+type WorkerLogsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
+	Entries       []*WorkerLogEntry      `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	Cursor        uint64                 `protobuf:"varint,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Truncated     bool                   `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	More          bool                   `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerLogsResponse) Reset() {
+	*x = WorkerLogsResponse{}
+	mi := &file_sandbox_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerLogsResponse) ProtoMessage() {}
+
+func (x *WorkerLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerLogsResponse.ProtoReflect.Descriptor instead.
+func (*WorkerLogsResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *WorkerLogsResponse) GetVmId() string {
+	if x != nil {
+		return x.VmId
+	}
+	return ""
+}
+
+func (x *WorkerLogsResponse) GetEntries() []*WorkerLogEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *WorkerLogsResponse) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *WorkerLogsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *WorkerLogsResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+type WorkerRemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerRemoveRequest) Reset() {
+	*x = WorkerRemoveRequest{}
+	mi := &file_sandbox_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerRemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerRemoveRequest) ProtoMessage() {}
+
+func (x *WorkerRemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerRemoveRequest.ProtoReflect.Descriptor instead.
+func (*WorkerRemoveRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *WorkerRemoveRequest) GetVmId() string {
+	if x != nil {
+		return x.VmId
+	}
+	return ""
+}
+
+type WorkerRemoveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
+	Removed       bool                   `protobuf:"varint,2,opt,name=removed,proto3" json:"removed,omitempty"`
+	StateDir      string                 `protobuf:"bytes,3,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerRemoveResponse) Reset() {
+	*x = WorkerRemoveResponse{}
+	mi := &file_sandbox_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerRemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerRemoveResponse) ProtoMessage() {}
+
+func (x *WorkerRemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerRemoveResponse.ProtoReflect.Descriptor instead.
+func (*WorkerRemoveResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *WorkerRemoveResponse) GetVmId() string {
+	if x != nil {
+		return x.VmId
+	}
+	return ""
+}
+
+func (x *WorkerRemoveResponse) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+func (x *WorkerRemoveResponse) GetStateDir() string {
+	if x != nil {
+		return x.StateDir
+	}
+	return ""
+}
+
 var File_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_proto_rawDesc = "" +
@@ -2940,14 +3829,15 @@ const file_sandbox_proto_rawDesc = "" +
 	"\x0fContractVersion\x12\x14\n" +
 	"\x05major\x18\x01 \x01(\rR\x05major\x12\x14\n" +
 	"\x05minor\x18\x02 \x01(\rR\x05minor\"\r\n" +
-	"\vInfoRequest\"\xb3\x01\n" +
+	"\vInfoRequest\"\xd7\x01\n" +
 	"\fInfoResponse\x12\x18\n" +
 	"\aadapter\x18\x01 \x01(\tR\aadapter\x12'\n" +
 	"\x0fadapter_version\x18\x02 \x01(\tR\x0eadapterVersion\x12;\n" +
 	"\bcontract\x18\x03 \x01(\v2\x1f.iii.sandbox.v1.ContractVersionR\bcontract\x12\x1d\n" +
 	"\n" +
-	"facts_json\x18\x04 \x01(\fR\tfactsJsonJ\x04\b\n" +
-	"\x10\x14\"3\n" +
+	"facts_json\x18\x04 \x01(\fR\tfactsJson\x12\"\n" +
+	"\fcapabilities\x18\n" +
+	" \x03(\tR\fcapabilitiesJ\x04\b\v\x10\x14\"3\n" +
 	"\x10ConfigureRequest\x12\x1f\n" +
 	"\vconfig_json\x18\x01 \x01(\fR\n" +
 	"configJson\"\x13\n" +
@@ -3159,8 +4049,85 @@ const file_sandbox_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tR\x05error\"s\n" +
 	"\rFsSedResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.iii.sandbox.v1.SedResultR\aresults\x12-\n" +
-	"\x12total_replacements\x18\x02 \x01(\x04R\x11totalReplacements2\x9c\n" +
+	"\x12total_replacements\x18\x02 \x01(\x04R\x11totalReplacements\"I\n" +
+	"\x10WorkerConfigFile\x12\x1b\n" +
+	"\tfile_name\x18\x01 \x01(\tR\bfileName\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xc5\x03\n" +
+	"\x12WorkerStartRequest\x12\x13\n" +
+	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05image\x18\x04 \x01(\tR\x05image\x12\x19\n" +
+	"\bhost_dir\x18\x05 \x01(\tR\ahostDir\x12\x18\n" +
+	"\aworkdir\x18\x06 \x01(\tR\aworkdir\x12\x18\n" +
+	"\ainstall\x18\a \x01(\tR\ainstall\x12\x18\n" +
+	"\acommand\x18\b \x01(\tR\acommand\x12\x10\n" +
+	"\x03env\x18\t \x03(\tR\x03env\x128\n" +
+	"\x06config\x18\n" +
+	" \x01(\v2 .iii.sandbox.v1.WorkerConfigFileR\x06config\x12\x17\n" +
+	"\x04cpus\x18\v \x01(\rH\x00R\x04cpus\x88\x01\x01\x12 \n" +
+	"\tmemory_mb\x18\f \x01(\rH\x01R\bmemoryMb\x88\x01\x01\x12\x1d\n" +
 	"\n" +
+	"engine_url\x18\r \x01(\tR\tengineUrl\x12\x18\n" +
+	"\aexclude\x18\x0e \x03(\tR\aexclude\x12\x12\n" +
+	"\x04wait\x18\x0f \x01(\bR\x04waitB\a\n" +
+	"\x05_cpusB\f\n" +
+	"\n" +
+	"_memory_mb\"_\n" +
+	"\x13WorkerStartResponse\x12\x13\n" +
+	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x15\n" +
+	"\x03pid\x18\x03 \x01(\x05H\x00R\x03pid\x88\x01\x01B\x06\n" +
+	"\x04_pid\"G\n" +
+	"\x11WorkerStopRequest\x12\x13\n" +
+	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\x04R\ttimeoutMs\"*\n" +
+	"\x13WorkerStatusRequest\x12\x13\n" +
+	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\"\xcf\x02\n" +
+	"\x14WorkerStatusResponse\x12\x13\n" +
+	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05image\x18\x04 \x01(\tR\x05image\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x15\n" +
+	"\x03pid\x18\x06 \x01(\x05H\x00R\x03pid\x88\x01\x01\x12 \n" +
+	"\texit_code\x18\a \x01(\x05H\x01R\bexitCode\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"started_at\x18\b \x01(\tR\tstartedAt\x12\x1a\n" +
+	"\brestarts\x18\t \x01(\x04R\brestarts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\n" +
+	" \x01(\tR\tlastError\x12\x1b\n" +
+	"\tstate_dir\x18\v \x01(\tR\bstateDirB\x06\n" +
+	"\x04_pidB\f\n" +
+	"\n" +
+	"_exit_code\"\x13\n" +
+	"\x11WorkerListRequest\"T\n" +
+	"\x12WorkerListResponse\x12>\n" +
+	"\aworkers\x18\x01 \x03(\v2$.iii.sandbox.v1.WorkerStatusResponseR\aworkers\"d\n" +
+	"\x11WorkerLogsRequest\x12\x13\n" +
+	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x12\n" +
+	"\x04tail\x18\x02 \x01(\x04R\x04tail\x12\x1b\n" +
+	"\x06cursor\x18\x03 \x01(\x04H\x00R\x06cursor\x88\x01\x01B\t\n" +
+	"\a_cursor\"h\n" +
+	"\x0eWorkerLogEntry\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04time\x18\x02 \x01(\tR\x04time\x12\x16\n" +
+	"\x06stream\x18\x03 \x01(\tR\x06stream\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\fR\amessage\"\xad\x01\n" +
+	"\x12WorkerLogsResponse\x12\x13\n" +
+	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x128\n" +
+	"\aentries\x18\x02 \x03(\v2\x1e.iii.sandbox.v1.WorkerLogEntryR\aentries\x12\x16\n" +
+	"\x06cursor\x18\x03 \x01(\x04R\x06cursor\x12\x1c\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x12\x12\n" +
+	"\x04more\x18\x05 \x01(\bR\x04more\"*\n" +
+	"\x13WorkerRemoveRequest\x12\x13\n" +
+	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\"b\n" +
+	"\x14WorkerRemoveResponse\x12\x13\n" +
+	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x18\n" +
+	"\aremoved\x18\x02 \x01(\bR\aremoved\x12\x1b\n" +
+	"\tstate_dir\x18\x03 \x01(\tR\bstateDir2\xab\x0e\n" +
 	"\x0eSandboxAdapter\x12A\n" +
 	"\x04Info\x12\x1b.iii.sandbox.v1.InfoRequest\x1a\x1c.iii.sandbox.v1.InfoResponse\x12P\n" +
 	"\tConfigure\x12 .iii.sandbox.v1.ConfigureRequest\x1a!.iii.sandbox.v1.ConfigureResponse\x12G\n" +
@@ -3179,7 +4146,16 @@ const file_sandbox_proto_rawDesc = "" +
 	"\aFsChmod\x12\x1e.iii.sandbox.v1.FsChmodRequest\x1a\x1f.iii.sandbox.v1.FsChmodResponse\x12A\n" +
 	"\x04FsMv\x12\x1b.iii.sandbox.v1.FsMvRequest\x1a\x1c.iii.sandbox.v1.FsMvResponse\x12G\n" +
 	"\x06FsGrep\x12\x1d.iii.sandbox.v1.FsGrepRequest\x1a\x1e.iii.sandbox.v1.FsGrepResponse\x12D\n" +
-	"\x05FsSed\x12\x1c.iii.sandbox.v1.FsSedRequest\x1a\x1d.iii.sandbox.v1.FsSedResponseB5Z3github.com/iii-sandbox/iii/contract/proto;sandboxpbb\x06proto3"
+	"\x05FsSed\x12\x1c.iii.sandbox.v1.FsSedRequest\x1a\x1d.iii.sandbox.v1.FsSedResponse\x12V\n" +
+	"\vWorkerStart\x12\".iii.sandbox.v1.WorkerStartRequest\x1a#.iii.sandbox.v1.WorkerStartResponse\x12U\n" +
+	"\n" +
+	"WorkerStop\x12!.iii.sandbox.v1.WorkerStopRequest\x1a$.iii.sandbox.v1.WorkerStatusResponse\x12Y\n" +
+	"\fWorkerStatus\x12#.iii.sandbox.v1.WorkerStatusRequest\x1a$.iii.sandbox.v1.WorkerStatusResponse\x12S\n" +
+	"\n" +
+	"WorkerList\x12!.iii.sandbox.v1.WorkerListRequest\x1a\".iii.sandbox.v1.WorkerListResponse\x12S\n" +
+	"\n" +
+	"WorkerLogs\x12!.iii.sandbox.v1.WorkerLogsRequest\x1a\".iii.sandbox.v1.WorkerLogsResponse\x12Y\n" +
+	"\fWorkerRemove\x12#.iii.sandbox.v1.WorkerRemoveRequest\x1a$.iii.sandbox.v1.WorkerRemoveResponseB5Z3github.com/iii-sandbox/iii/contract/proto;sandboxpbb\x06proto3"
 
 var (
 	file_sandbox_proto_rawDescOnce sync.Once
@@ -3193,54 +4169,67 @@ func file_sandbox_proto_rawDescGZIP() []byte {
 	return file_sandbox_proto_rawDescData
 }
 
-var file_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_sandbox_proto_goTypes = []any{
-	(*SandboxError)(nil),        // 0: iii.sandbox.v1.SandboxError
-	(*ContractVersion)(nil),     // 1: iii.sandbox.v1.ContractVersion
-	(*InfoRequest)(nil),         // 2: iii.sandbox.v1.InfoRequest
-	(*InfoResponse)(nil),        // 3: iii.sandbox.v1.InfoResponse
-	(*ConfigureRequest)(nil),    // 4: iii.sandbox.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),   // 5: iii.sandbox.v1.ConfigureResponse
-	(*CreateRequest)(nil),       // 6: iii.sandbox.v1.CreateRequest
-	(*CreateResponse)(nil),      // 7: iii.sandbox.v1.CreateResponse
-	(*ExecRequest)(nil),         // 8: iii.sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),        // 9: iii.sandbox.v1.ExecResponse
-	(*RunFile)(nil),             // 10: iii.sandbox.v1.RunFile
-	(*RunRequest)(nil),          // 11: iii.sandbox.v1.RunRequest
-	(*RunResponse)(nil),         // 12: iii.sandbox.v1.RunResponse
-	(*ListRequest)(nil),         // 13: iii.sandbox.v1.ListRequest
-	(*ListEntry)(nil),           // 14: iii.sandbox.v1.ListEntry
-	(*ListResponse)(nil),        // 15: iii.sandbox.v1.ListResponse
-	(*StopRequest)(nil),         // 16: iii.sandbox.v1.StopRequest
-	(*StopResponse)(nil),        // 17: iii.sandbox.v1.StopResponse
-	(*CatalogListRequest)(nil),  // 18: iii.sandbox.v1.CatalogListRequest
-	(*CatalogImage)(nil),        // 19: iii.sandbox.v1.CatalogImage
-	(*CatalogListResponse)(nil), // 20: iii.sandbox.v1.CatalogListResponse
-	(*FsEntry)(nil),             // 21: iii.sandbox.v1.FsEntry
-	(*FsLsRequest)(nil),         // 22: iii.sandbox.v1.FsLsRequest
-	(*FsLsResponse)(nil),        // 23: iii.sandbox.v1.FsLsResponse
-	(*FsStatRequest)(nil),       // 24: iii.sandbox.v1.FsStatRequest
-	(*FsStatResponse)(nil),      // 25: iii.sandbox.v1.FsStatResponse
-	(*FsMkdirRequest)(nil),      // 26: iii.sandbox.v1.FsMkdirRequest
-	(*FsMkdirResponse)(nil),     // 27: iii.sandbox.v1.FsMkdirResponse
-	(*FsWriteHeader)(nil),       // 28: iii.sandbox.v1.FsWriteHeader
-	(*FsWriteChunk)(nil),        // 29: iii.sandbox.v1.FsWriteChunk
-	(*FsWriteResponse)(nil),     // 30: iii.sandbox.v1.FsWriteResponse
-	(*FsReadRequest)(nil),       // 31: iii.sandbox.v1.FsReadRequest
-	(*FsReadMeta)(nil),          // 32: iii.sandbox.v1.FsReadMeta
-	(*FsReadChunk)(nil),         // 33: iii.sandbox.v1.FsReadChunk
-	(*FsRmRequest)(nil),         // 34: iii.sandbox.v1.FsRmRequest
-	(*FsRmResponse)(nil),        // 35: iii.sandbox.v1.FsRmResponse
-	(*FsChmodRequest)(nil),      // 36: iii.sandbox.v1.FsChmodRequest
-	(*FsChmodResponse)(nil),     // 37: iii.sandbox.v1.FsChmodResponse
-	(*FsMvRequest)(nil),         // 38: iii.sandbox.v1.FsMvRequest
-	(*FsMvResponse)(nil),        // 39: iii.sandbox.v1.FsMvResponse
-	(*FsGrepRequest)(nil),       // 40: iii.sandbox.v1.FsGrepRequest
-	(*GrepMatch)(nil),           // 41: iii.sandbox.v1.GrepMatch
-	(*FsGrepResponse)(nil),      // 42: iii.sandbox.v1.FsGrepResponse
-	(*FsSedRequest)(nil),        // 43: iii.sandbox.v1.FsSedRequest
-	(*SedResult)(nil),           // 44: iii.sandbox.v1.SedResult
-	(*FsSedResponse)(nil),       // 45: iii.sandbox.v1.FsSedResponse
+	(*SandboxError)(nil),         // 0: iii.sandbox.v1.SandboxError
+	(*ContractVersion)(nil),      // 1: iii.sandbox.v1.ContractVersion
+	(*InfoRequest)(nil),          // 2: iii.sandbox.v1.InfoRequest
+	(*InfoResponse)(nil),         // 3: iii.sandbox.v1.InfoResponse
+	(*ConfigureRequest)(nil),     // 4: iii.sandbox.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),    // 5: iii.sandbox.v1.ConfigureResponse
+	(*CreateRequest)(nil),        // 6: iii.sandbox.v1.CreateRequest
+	(*CreateResponse)(nil),       // 7: iii.sandbox.v1.CreateResponse
+	(*ExecRequest)(nil),          // 8: iii.sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),         // 9: iii.sandbox.v1.ExecResponse
+	(*RunFile)(nil),              // 10: iii.sandbox.v1.RunFile
+	(*RunRequest)(nil),           // 11: iii.sandbox.v1.RunRequest
+	(*RunResponse)(nil),          // 12: iii.sandbox.v1.RunResponse
+	(*ListRequest)(nil),          // 13: iii.sandbox.v1.ListRequest
+	(*ListEntry)(nil),            // 14: iii.sandbox.v1.ListEntry
+	(*ListResponse)(nil),         // 15: iii.sandbox.v1.ListResponse
+	(*StopRequest)(nil),          // 16: iii.sandbox.v1.StopRequest
+	(*StopResponse)(nil),         // 17: iii.sandbox.v1.StopResponse
+	(*CatalogListRequest)(nil),   // 18: iii.sandbox.v1.CatalogListRequest
+	(*CatalogImage)(nil),         // 19: iii.sandbox.v1.CatalogImage
+	(*CatalogListResponse)(nil),  // 20: iii.sandbox.v1.CatalogListResponse
+	(*FsEntry)(nil),              // 21: iii.sandbox.v1.FsEntry
+	(*FsLsRequest)(nil),          // 22: iii.sandbox.v1.FsLsRequest
+	(*FsLsResponse)(nil),         // 23: iii.sandbox.v1.FsLsResponse
+	(*FsStatRequest)(nil),        // 24: iii.sandbox.v1.FsStatRequest
+	(*FsStatResponse)(nil),       // 25: iii.sandbox.v1.FsStatResponse
+	(*FsMkdirRequest)(nil),       // 26: iii.sandbox.v1.FsMkdirRequest
+	(*FsMkdirResponse)(nil),      // 27: iii.sandbox.v1.FsMkdirResponse
+	(*FsWriteHeader)(nil),        // 28: iii.sandbox.v1.FsWriteHeader
+	(*FsWriteChunk)(nil),         // 29: iii.sandbox.v1.FsWriteChunk
+	(*FsWriteResponse)(nil),      // 30: iii.sandbox.v1.FsWriteResponse
+	(*FsReadRequest)(nil),        // 31: iii.sandbox.v1.FsReadRequest
+	(*FsReadMeta)(nil),           // 32: iii.sandbox.v1.FsReadMeta
+	(*FsReadChunk)(nil),          // 33: iii.sandbox.v1.FsReadChunk
+	(*FsRmRequest)(nil),          // 34: iii.sandbox.v1.FsRmRequest
+	(*FsRmResponse)(nil),         // 35: iii.sandbox.v1.FsRmResponse
+	(*FsChmodRequest)(nil),       // 36: iii.sandbox.v1.FsChmodRequest
+	(*FsChmodResponse)(nil),      // 37: iii.sandbox.v1.FsChmodResponse
+	(*FsMvRequest)(nil),          // 38: iii.sandbox.v1.FsMvRequest
+	(*FsMvResponse)(nil),         // 39: iii.sandbox.v1.FsMvResponse
+	(*FsGrepRequest)(nil),        // 40: iii.sandbox.v1.FsGrepRequest
+	(*GrepMatch)(nil),            // 41: iii.sandbox.v1.GrepMatch
+	(*FsGrepResponse)(nil),       // 42: iii.sandbox.v1.FsGrepResponse
+	(*FsSedRequest)(nil),         // 43: iii.sandbox.v1.FsSedRequest
+	(*SedResult)(nil),            // 44: iii.sandbox.v1.SedResult
+	(*FsSedResponse)(nil),        // 45: iii.sandbox.v1.FsSedResponse
+	(*WorkerConfigFile)(nil),     // 46: iii.sandbox.v1.WorkerConfigFile
+	(*WorkerStartRequest)(nil),   // 47: iii.sandbox.v1.WorkerStartRequest
+	(*WorkerStartResponse)(nil),  // 48: iii.sandbox.v1.WorkerStartResponse
+	(*WorkerStopRequest)(nil),    // 49: iii.sandbox.v1.WorkerStopRequest
+	(*WorkerStatusRequest)(nil),  // 50: iii.sandbox.v1.WorkerStatusRequest
+	(*WorkerStatusResponse)(nil), // 51: iii.sandbox.v1.WorkerStatusResponse
+	(*WorkerListRequest)(nil),    // 52: iii.sandbox.v1.WorkerListRequest
+	(*WorkerListResponse)(nil),   // 53: iii.sandbox.v1.WorkerListResponse
+	(*WorkerLogsRequest)(nil),    // 54: iii.sandbox.v1.WorkerLogsRequest
+	(*WorkerLogEntry)(nil),       // 55: iii.sandbox.v1.WorkerLogEntry
+	(*WorkerLogsResponse)(nil),   // 56: iii.sandbox.v1.WorkerLogsResponse
+	(*WorkerRemoveRequest)(nil),  // 57: iii.sandbox.v1.WorkerRemoveRequest
+	(*WorkerRemoveResponse)(nil), // 58: iii.sandbox.v1.WorkerRemoveResponse
 }
 var file_sandbox_proto_depIdxs = []int32{
 	1,  // 0: iii.sandbox.v1.InfoResponse.contract:type_name -> iii.sandbox.v1.ContractVersion
@@ -3254,47 +4243,62 @@ var file_sandbox_proto_depIdxs = []int32{
 	32, // 8: iii.sandbox.v1.FsReadChunk.meta:type_name -> iii.sandbox.v1.FsReadMeta
 	41, // 9: iii.sandbox.v1.FsGrepResponse.matches:type_name -> iii.sandbox.v1.GrepMatch
 	44, // 10: iii.sandbox.v1.FsSedResponse.results:type_name -> iii.sandbox.v1.SedResult
-	2,  // 11: iii.sandbox.v1.SandboxAdapter.Info:input_type -> iii.sandbox.v1.InfoRequest
-	4,  // 12: iii.sandbox.v1.SandboxAdapter.Configure:input_type -> iii.sandbox.v1.ConfigureRequest
-	6,  // 13: iii.sandbox.v1.SandboxAdapter.Create:input_type -> iii.sandbox.v1.CreateRequest
-	8,  // 14: iii.sandbox.v1.SandboxAdapter.Exec:input_type -> iii.sandbox.v1.ExecRequest
-	11, // 15: iii.sandbox.v1.SandboxAdapter.Run:input_type -> iii.sandbox.v1.RunRequest
-	13, // 16: iii.sandbox.v1.SandboxAdapter.List:input_type -> iii.sandbox.v1.ListRequest
-	16, // 17: iii.sandbox.v1.SandboxAdapter.Stop:input_type -> iii.sandbox.v1.StopRequest
-	18, // 18: iii.sandbox.v1.SandboxAdapter.CatalogList:input_type -> iii.sandbox.v1.CatalogListRequest
-	22, // 19: iii.sandbox.v1.SandboxAdapter.FsLs:input_type -> iii.sandbox.v1.FsLsRequest
-	24, // 20: iii.sandbox.v1.SandboxAdapter.FsStat:input_type -> iii.sandbox.v1.FsStatRequest
-	26, // 21: iii.sandbox.v1.SandboxAdapter.FsMkdir:input_type -> iii.sandbox.v1.FsMkdirRequest
-	29, // 22: iii.sandbox.v1.SandboxAdapter.FsWrite:input_type -> iii.sandbox.v1.FsWriteChunk
-	31, // 23: iii.sandbox.v1.SandboxAdapter.FsRead:input_type -> iii.sandbox.v1.FsReadRequest
-	34, // 24: iii.sandbox.v1.SandboxAdapter.FsRm:input_type -> iii.sandbox.v1.FsRmRequest
-	36, // 25: iii.sandbox.v1.SandboxAdapter.FsChmod:input_type -> iii.sandbox.v1.FsChmodRequest
-	38, // 26: iii.sandbox.v1.SandboxAdapter.FsMv:input_type -> iii.sandbox.v1.FsMvRequest
-	40, // 27: iii.sandbox.v1.SandboxAdapter.FsGrep:input_type -> iii.sandbox.v1.FsGrepRequest
-	43, // 28: iii.sandbox.v1.SandboxAdapter.FsSed:input_type -> iii.sandbox.v1.FsSedRequest
-	3,  // 29: iii.sandbox.v1.SandboxAdapter.Info:output_type -> iii.sandbox.v1.InfoResponse
-	5,  // 30: iii.sandbox.v1.SandboxAdapter.Configure:output_type -> iii.sandbox.v1.ConfigureResponse
-	7,  // 31: iii.sandbox.v1.SandboxAdapter.Create:output_type -> iii.sandbox.v1.CreateResponse
-	9,  // 32: iii.sandbox.v1.SandboxAdapter.Exec:output_type -> iii.sandbox.v1.ExecResponse
-	12, // 33: iii.sandbox.v1.SandboxAdapter.Run:output_type -> iii.sandbox.v1.RunResponse
-	15, // 34: iii.sandbox.v1.SandboxAdapter.List:output_type -> iii.sandbox.v1.ListResponse
-	17, // 35: iii.sandbox.v1.SandboxAdapter.Stop:output_type -> iii.sandbox.v1.StopResponse
-	20, // 36: iii.sandbox.v1.SandboxAdapter.CatalogList:output_type -> iii.sandbox.v1.CatalogListResponse
-	23, // 37: iii.sandbox.v1.SandboxAdapter.FsLs:output_type -> iii.sandbox.v1.FsLsResponse
-	25, // 38: iii.sandbox.v1.SandboxAdapter.FsStat:output_type -> iii.sandbox.v1.FsStatResponse
-	27, // 39: iii.sandbox.v1.SandboxAdapter.FsMkdir:output_type -> iii.sandbox.v1.FsMkdirResponse
-	30, // 40: iii.sandbox.v1.SandboxAdapter.FsWrite:output_type -> iii.sandbox.v1.FsWriteResponse
-	33, // 41: iii.sandbox.v1.SandboxAdapter.FsRead:output_type -> iii.sandbox.v1.FsReadChunk
-	35, // 42: iii.sandbox.v1.SandboxAdapter.FsRm:output_type -> iii.sandbox.v1.FsRmResponse
-	37, // 43: iii.sandbox.v1.SandboxAdapter.FsChmod:output_type -> iii.sandbox.v1.FsChmodResponse
-	39, // 44: iii.sandbox.v1.SandboxAdapter.FsMv:output_type -> iii.sandbox.v1.FsMvResponse
-	42, // 45: iii.sandbox.v1.SandboxAdapter.FsGrep:output_type -> iii.sandbox.v1.FsGrepResponse
-	45, // 46: iii.sandbox.v1.SandboxAdapter.FsSed:output_type -> iii.sandbox.v1.FsSedResponse
-	29, // [29:47] is the sub-list for method output_type
-	11, // [11:29] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	46, // 11: iii.sandbox.v1.WorkerStartRequest.config:type_name -> iii.sandbox.v1.WorkerConfigFile
+	51, // 12: iii.sandbox.v1.WorkerListResponse.workers:type_name -> iii.sandbox.v1.WorkerStatusResponse
+	55, // 13: iii.sandbox.v1.WorkerLogsResponse.entries:type_name -> iii.sandbox.v1.WorkerLogEntry
+	2,  // 14: iii.sandbox.v1.SandboxAdapter.Info:input_type -> iii.sandbox.v1.InfoRequest
+	4,  // 15: iii.sandbox.v1.SandboxAdapter.Configure:input_type -> iii.sandbox.v1.ConfigureRequest
+	6,  // 16: iii.sandbox.v1.SandboxAdapter.Create:input_type -> iii.sandbox.v1.CreateRequest
+	8,  // 17: iii.sandbox.v1.SandboxAdapter.Exec:input_type -> iii.sandbox.v1.ExecRequest
+	11, // 18: iii.sandbox.v1.SandboxAdapter.Run:input_type -> iii.sandbox.v1.RunRequest
+	13, // 19: iii.sandbox.v1.SandboxAdapter.List:input_type -> iii.sandbox.v1.ListRequest
+	16, // 20: iii.sandbox.v1.SandboxAdapter.Stop:input_type -> iii.sandbox.v1.StopRequest
+	18, // 21: iii.sandbox.v1.SandboxAdapter.CatalogList:input_type -> iii.sandbox.v1.CatalogListRequest
+	22, // 22: iii.sandbox.v1.SandboxAdapter.FsLs:input_type -> iii.sandbox.v1.FsLsRequest
+	24, // 23: iii.sandbox.v1.SandboxAdapter.FsStat:input_type -> iii.sandbox.v1.FsStatRequest
+	26, // 24: iii.sandbox.v1.SandboxAdapter.FsMkdir:input_type -> iii.sandbox.v1.FsMkdirRequest
+	29, // 25: iii.sandbox.v1.SandboxAdapter.FsWrite:input_type -> iii.sandbox.v1.FsWriteChunk
+	31, // 26: iii.sandbox.v1.SandboxAdapter.FsRead:input_type -> iii.sandbox.v1.FsReadRequest
+	34, // 27: iii.sandbox.v1.SandboxAdapter.FsRm:input_type -> iii.sandbox.v1.FsRmRequest
+	36, // 28: iii.sandbox.v1.SandboxAdapter.FsChmod:input_type -> iii.sandbox.v1.FsChmodRequest
+	38, // 29: iii.sandbox.v1.SandboxAdapter.FsMv:input_type -> iii.sandbox.v1.FsMvRequest
+	40, // 30: iii.sandbox.v1.SandboxAdapter.FsGrep:input_type -> iii.sandbox.v1.FsGrepRequest
+	43, // 31: iii.sandbox.v1.SandboxAdapter.FsSed:input_type -> iii.sandbox.v1.FsSedRequest
+	47, // 32: iii.sandbox.v1.SandboxAdapter.WorkerStart:input_type -> iii.sandbox.v1.WorkerStartRequest
+	49, // 33: iii.sandbox.v1.SandboxAdapter.WorkerStop:input_type -> iii.sandbox.v1.WorkerStopRequest
+	50, // 34: iii.sandbox.v1.SandboxAdapter.WorkerStatus:input_type -> iii.sandbox.v1.WorkerStatusRequest
+	52, // 35: iii.sandbox.v1.SandboxAdapter.WorkerList:input_type -> iii.sandbox.v1.WorkerListRequest
+	54, // 36: iii.sandbox.v1.SandboxAdapter.WorkerLogs:input_type -> iii.sandbox.v1.WorkerLogsRequest
+	57, // 37: iii.sandbox.v1.SandboxAdapter.WorkerRemove:input_type -> iii.sandbox.v1.WorkerRemoveRequest
+	3,  // 38: iii.sandbox.v1.SandboxAdapter.Info:output_type -> iii.sandbox.v1.InfoResponse
+	5,  // 39: iii.sandbox.v1.SandboxAdapter.Configure:output_type -> iii.sandbox.v1.ConfigureResponse
+	7,  // 40: iii.sandbox.v1.SandboxAdapter.Create:output_type -> iii.sandbox.v1.CreateResponse
+	9,  // 41: iii.sandbox.v1.SandboxAdapter.Exec:output_type -> iii.sandbox.v1.ExecResponse
+	12, // 42: iii.sandbox.v1.SandboxAdapter.Run:output_type -> iii.sandbox.v1.RunResponse
+	15, // 43: iii.sandbox.v1.SandboxAdapter.List:output_type -> iii.sandbox.v1.ListResponse
+	17, // 44: iii.sandbox.v1.SandboxAdapter.Stop:output_type -> iii.sandbox.v1.StopResponse
+	20, // 45: iii.sandbox.v1.SandboxAdapter.CatalogList:output_type -> iii.sandbox.v1.CatalogListResponse
+	23, // 46: iii.sandbox.v1.SandboxAdapter.FsLs:output_type -> iii.sandbox.v1.FsLsResponse
+	25, // 47: iii.sandbox.v1.SandboxAdapter.FsStat:output_type -> iii.sandbox.v1.FsStatResponse
+	27, // 48: iii.sandbox.v1.SandboxAdapter.FsMkdir:output_type -> iii.sandbox.v1.FsMkdirResponse
+	30, // 49: iii.sandbox.v1.SandboxAdapter.FsWrite:output_type -> iii.sandbox.v1.FsWriteResponse
+	33, // 50: iii.sandbox.v1.SandboxAdapter.FsRead:output_type -> iii.sandbox.v1.FsReadChunk
+	35, // 51: iii.sandbox.v1.SandboxAdapter.FsRm:output_type -> iii.sandbox.v1.FsRmResponse
+	37, // 52: iii.sandbox.v1.SandboxAdapter.FsChmod:output_type -> iii.sandbox.v1.FsChmodResponse
+	39, // 53: iii.sandbox.v1.SandboxAdapter.FsMv:output_type -> iii.sandbox.v1.FsMvResponse
+	42, // 54: iii.sandbox.v1.SandboxAdapter.FsGrep:output_type -> iii.sandbox.v1.FsGrepResponse
+	45, // 55: iii.sandbox.v1.SandboxAdapter.FsSed:output_type -> iii.sandbox.v1.FsSedResponse
+	48, // 56: iii.sandbox.v1.SandboxAdapter.WorkerStart:output_type -> iii.sandbox.v1.WorkerStartResponse
+	51, // 57: iii.sandbox.v1.SandboxAdapter.WorkerStop:output_type -> iii.sandbox.v1.WorkerStatusResponse
+	51, // 58: iii.sandbox.v1.SandboxAdapter.WorkerStatus:output_type -> iii.sandbox.v1.WorkerStatusResponse
+	53, // 59: iii.sandbox.v1.SandboxAdapter.WorkerList:output_type -> iii.sandbox.v1.WorkerListResponse
+	56, // 60: iii.sandbox.v1.SandboxAdapter.WorkerLogs:output_type -> iii.sandbox.v1.WorkerLogsResponse
+	58, // 61: iii.sandbox.v1.SandboxAdapter.WorkerRemove:output_type -> iii.sandbox.v1.WorkerRemoveResponse
+	38, // [38:62] is the sub-list for method output_type
+	14, // [14:38] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_proto_init() }
@@ -3314,13 +4318,17 @@ func file_sandbox_proto_init() {
 		(*FsReadChunk_Data)(nil),
 	}
 	file_sandbox_proto_msgTypes[36].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[47].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[48].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[51].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[54].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_proto_rawDesc), len(file_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

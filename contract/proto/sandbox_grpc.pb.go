@@ -29,24 +29,30 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxAdapter_Info_FullMethodName        = "/iii.sandbox.v1.SandboxAdapter/Info"
-	SandboxAdapter_Configure_FullMethodName   = "/iii.sandbox.v1.SandboxAdapter/Configure"
-	SandboxAdapter_Create_FullMethodName      = "/iii.sandbox.v1.SandboxAdapter/Create"
-	SandboxAdapter_Exec_FullMethodName        = "/iii.sandbox.v1.SandboxAdapter/Exec"
-	SandboxAdapter_Run_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/Run"
-	SandboxAdapter_List_FullMethodName        = "/iii.sandbox.v1.SandboxAdapter/List"
-	SandboxAdapter_Stop_FullMethodName        = "/iii.sandbox.v1.SandboxAdapter/Stop"
-	SandboxAdapter_CatalogList_FullMethodName = "/iii.sandbox.v1.SandboxAdapter/CatalogList"
-	SandboxAdapter_FsLs_FullMethodName        = "/iii.sandbox.v1.SandboxAdapter/FsLs"
-	SandboxAdapter_FsStat_FullMethodName      = "/iii.sandbox.v1.SandboxAdapter/FsStat"
-	SandboxAdapter_FsMkdir_FullMethodName     = "/iii.sandbox.v1.SandboxAdapter/FsMkdir"
-	SandboxAdapter_FsWrite_FullMethodName     = "/iii.sandbox.v1.SandboxAdapter/FsWrite"
-	SandboxAdapter_FsRead_FullMethodName      = "/iii.sandbox.v1.SandboxAdapter/FsRead"
-	SandboxAdapter_FsRm_FullMethodName        = "/iii.sandbox.v1.SandboxAdapter/FsRm"
-	SandboxAdapter_FsChmod_FullMethodName     = "/iii.sandbox.v1.SandboxAdapter/FsChmod"
-	SandboxAdapter_FsMv_FullMethodName        = "/iii.sandbox.v1.SandboxAdapter/FsMv"
-	SandboxAdapter_FsGrep_FullMethodName      = "/iii.sandbox.v1.SandboxAdapter/FsGrep"
-	SandboxAdapter_FsSed_FullMethodName       = "/iii.sandbox.v1.SandboxAdapter/FsSed"
+	SandboxAdapter_Info_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/Info"
+	SandboxAdapter_Configure_FullMethodName    = "/iii.sandbox.v1.SandboxAdapter/Configure"
+	SandboxAdapter_Create_FullMethodName       = "/iii.sandbox.v1.SandboxAdapter/Create"
+	SandboxAdapter_Exec_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/Exec"
+	SandboxAdapter_Run_FullMethodName          = "/iii.sandbox.v1.SandboxAdapter/Run"
+	SandboxAdapter_List_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/List"
+	SandboxAdapter_Stop_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/Stop"
+	SandboxAdapter_CatalogList_FullMethodName  = "/iii.sandbox.v1.SandboxAdapter/CatalogList"
+	SandboxAdapter_FsLs_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/FsLs"
+	SandboxAdapter_FsStat_FullMethodName       = "/iii.sandbox.v1.SandboxAdapter/FsStat"
+	SandboxAdapter_FsMkdir_FullMethodName      = "/iii.sandbox.v1.SandboxAdapter/FsMkdir"
+	SandboxAdapter_FsWrite_FullMethodName      = "/iii.sandbox.v1.SandboxAdapter/FsWrite"
+	SandboxAdapter_FsRead_FullMethodName       = "/iii.sandbox.v1.SandboxAdapter/FsRead"
+	SandboxAdapter_FsRm_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/FsRm"
+	SandboxAdapter_FsChmod_FullMethodName      = "/iii.sandbox.v1.SandboxAdapter/FsChmod"
+	SandboxAdapter_FsMv_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/FsMv"
+	SandboxAdapter_FsGrep_FullMethodName       = "/iii.sandbox.v1.SandboxAdapter/FsGrep"
+	SandboxAdapter_FsSed_FullMethodName        = "/iii.sandbox.v1.SandboxAdapter/FsSed"
+	SandboxAdapter_WorkerStart_FullMethodName  = "/iii.sandbox.v1.SandboxAdapter/WorkerStart"
+	SandboxAdapter_WorkerStop_FullMethodName   = "/iii.sandbox.v1.SandboxAdapter/WorkerStop"
+	SandboxAdapter_WorkerStatus_FullMethodName = "/iii.sandbox.v1.SandboxAdapter/WorkerStatus"
+	SandboxAdapter_WorkerList_FullMethodName   = "/iii.sandbox.v1.SandboxAdapter/WorkerList"
+	SandboxAdapter_WorkerLogs_FullMethodName   = "/iii.sandbox.v1.SandboxAdapter/WorkerLogs"
+	SandboxAdapter_WorkerRemove_FullMethodName = "/iii.sandbox.v1.SandboxAdapter/WorkerRemove"
 )
 
 // SandboxAdapterClient is the client API for SandboxAdapter service.
@@ -78,6 +84,15 @@ type SandboxAdapterClient interface {
 	FsMv(ctx context.Context, in *FsMvRequest, opts ...grpc.CallOption) (*FsMvResponse, error)
 	FsGrep(ctx context.Context, in *FsGrepRequest, opts ...grpc.CallOption) (*FsGrepResponse, error)
 	FsSed(ctx context.Context, in *FsSedRequest, opts ...grpc.CallOption) (*FsSedResponse, error)
+	// <adapter>::worker::* (Compose's worker VMs), served by adapters that
+	// announce the "worker" capability in InfoResponse.capabilities; others
+	// answer with a sandbox error.
+	WorkerStart(ctx context.Context, in *WorkerStartRequest, opts ...grpc.CallOption) (*WorkerStartResponse, error)
+	WorkerStop(ctx context.Context, in *WorkerStopRequest, opts ...grpc.CallOption) (*WorkerStatusResponse, error)
+	WorkerStatus(ctx context.Context, in *WorkerStatusRequest, opts ...grpc.CallOption) (*WorkerStatusResponse, error)
+	WorkerList(ctx context.Context, in *WorkerListRequest, opts ...grpc.CallOption) (*WorkerListResponse, error)
+	WorkerLogs(ctx context.Context, in *WorkerLogsRequest, opts ...grpc.CallOption) (*WorkerLogsResponse, error)
+	WorkerRemove(ctx context.Context, in *WorkerRemoveRequest, opts ...grpc.CallOption) (*WorkerRemoveResponse, error)
 }
 
 type sandboxAdapterClient struct {
@@ -280,6 +295,66 @@ func (c *sandboxAdapterClient) FsSed(ctx context.Context, in *FsSedRequest, opts
 	return out, nil
 }
 
+func (c *sandboxAdapterClient) WorkerStart(ctx context.Context, in *WorkerStartRequest, opts ...grpc.CallOption) (*WorkerStartResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerStartResponse)
+	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerStart_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxAdapterClient) WorkerStop(ctx context.Context, in *WorkerStopRequest, opts ...grpc.CallOption) (*WorkerStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerStatusResponse)
+	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerStop_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxAdapterClient) WorkerStatus(ctx context.Context, in *WorkerStatusRequest, opts ...grpc.CallOption) (*WorkerStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerStatusResponse)
+	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxAdapterClient) WorkerList(ctx context.Context, in *WorkerListRequest, opts ...grpc.CallOption) (*WorkerListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerListResponse)
+	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxAdapterClient) WorkerLogs(ctx context.Context, in *WorkerLogsRequest, opts ...grpc.CallOption) (*WorkerLogsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerLogsResponse)
+	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerLogs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxAdapterClient) WorkerRemove(ctx context.Context, in *WorkerRemoveRequest, opts ...grpc.CallOption) (*WorkerRemoveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerRemoveResponse)
+	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerRemove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxAdapterServer is the server API for SandboxAdapter service.
 // All implementations must embed UnimplementedSandboxAdapterServer
 // for forward compatibility.
@@ -309,6 +384,15 @@ type SandboxAdapterServer interface {
 	FsMv(context.Context, *FsMvRequest) (*FsMvResponse, error)
 	FsGrep(context.Context, *FsGrepRequest) (*FsGrepResponse, error)
 	FsSed(context.Context, *FsSedRequest) (*FsSedResponse, error)
+	// <adapter>::worker::* (Compose's worker VMs), served by adapters that
+	// announce the "worker" capability in InfoResponse.capabilities; others
+	// answer with a sandbox error.
+	WorkerStart(context.Context, *WorkerStartRequest) (*WorkerStartResponse, error)
+	WorkerStop(context.Context, *WorkerStopRequest) (*WorkerStatusResponse, error)
+	WorkerStatus(context.Context, *WorkerStatusRequest) (*WorkerStatusResponse, error)
+	WorkerList(context.Context, *WorkerListRequest) (*WorkerListResponse, error)
+	WorkerLogs(context.Context, *WorkerLogsRequest) (*WorkerLogsResponse, error)
+	WorkerRemove(context.Context, *WorkerRemoveRequest) (*WorkerRemoveResponse, error)
 	mustEmbedUnimplementedSandboxAdapterServer()
 }
 
@@ -372,6 +456,24 @@ func (UnimplementedSandboxAdapterServer) FsGrep(context.Context, *FsGrepRequest)
 }
 func (UnimplementedSandboxAdapterServer) FsSed(context.Context, *FsSedRequest) (*FsSedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FsSed not implemented")
+}
+func (UnimplementedSandboxAdapterServer) WorkerStart(context.Context, *WorkerStartRequest) (*WorkerStartResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WorkerStart not implemented")
+}
+func (UnimplementedSandboxAdapterServer) WorkerStop(context.Context, *WorkerStopRequest) (*WorkerStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WorkerStop not implemented")
+}
+func (UnimplementedSandboxAdapterServer) WorkerStatus(context.Context, *WorkerStatusRequest) (*WorkerStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WorkerStatus not implemented")
+}
+func (UnimplementedSandboxAdapterServer) WorkerList(context.Context, *WorkerListRequest) (*WorkerListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WorkerList not implemented")
+}
+func (UnimplementedSandboxAdapterServer) WorkerLogs(context.Context, *WorkerLogsRequest) (*WorkerLogsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WorkerLogs not implemented")
+}
+func (UnimplementedSandboxAdapterServer) WorkerRemove(context.Context, *WorkerRemoveRequest) (*WorkerRemoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WorkerRemove not implemented")
 }
 func (UnimplementedSandboxAdapterServer) mustEmbedUnimplementedSandboxAdapterServer() {}
 func (UnimplementedSandboxAdapterServer) testEmbeddedByValue()                        {}
@@ -700,6 +802,114 @@ func _SandboxAdapter_FsSed_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxAdapter_WorkerStart_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerStartRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxAdapterServer).WorkerStart(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxAdapter_WorkerStart_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxAdapterServer).WorkerStart(ctx, req.(*WorkerStartRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxAdapter_WorkerStop_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerStopRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxAdapterServer).WorkerStop(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxAdapter_WorkerStop_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxAdapterServer).WorkerStop(ctx, req.(*WorkerStopRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxAdapter_WorkerStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxAdapterServer).WorkerStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxAdapter_WorkerStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxAdapterServer).WorkerStatus(ctx, req.(*WorkerStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxAdapter_WorkerList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxAdapterServer).WorkerList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxAdapter_WorkerList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxAdapterServer).WorkerList(ctx, req.(*WorkerListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxAdapter_WorkerLogs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerLogsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxAdapterServer).WorkerLogs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxAdapter_WorkerLogs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxAdapterServer).WorkerLogs(ctx, req.(*WorkerLogsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxAdapter_WorkerRemove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerRemoveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxAdapterServer).WorkerRemove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxAdapter_WorkerRemove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxAdapterServer).WorkerRemove(ctx, req.(*WorkerRemoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxAdapter_ServiceDesc is the grpc.ServiceDesc for SandboxAdapter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -770,6 +980,30 @@ var SandboxAdapter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FsSed",
 			Handler:    _SandboxAdapter_FsSed_Handler,
+		},
+		{
+			MethodName: "WorkerStart",
+			Handler:    _SandboxAdapter_WorkerStart_Handler,
+		},
+		{
+			MethodName: "WorkerStop",
+			Handler:    _SandboxAdapter_WorkerStop_Handler,
+		},
+		{
+			MethodName: "WorkerStatus",
+			Handler:    _SandboxAdapter_WorkerStatus_Handler,
+		},
+		{
+			MethodName: "WorkerList",
+			Handler:    _SandboxAdapter_WorkerList_Handler,
+		},
+		{
+			MethodName: "WorkerLogs",
+			Handler:    _SandboxAdapter_WorkerLogs_Handler,
+		},
+		{
+			MethodName: "WorkerRemove",
+			Handler:    _SandboxAdapter_WorkerRemove_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

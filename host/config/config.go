@@ -71,6 +71,10 @@ type Config struct {
 	// Sandbox is the top-level sandbox: binding; nil when the section is
 	// absent (no adapter bound, sandbox::* fails with S303).
 	Sandbox *Sandbox
+	// EngineToken is engine_token: when set, engine::adapters::start,
+	// stop and restart require it (docs/project-token.md). The
+	// environment's III_ENGINE_TOKEN wins over it (the server decides).
+	EngineToken string
 }
 
 // Worker is one entry of workers:.
@@ -186,11 +190,11 @@ func (p *parser) parse(data []byte) (*Config, error) {
 		return p.finish(cfg, nil, nil)
 	}
 	if top.Kind != yaml.MappingNode {
-		return nil, p.fail(CodeInvalidConfig, top, "the top level must be a mapping with the keys registration_namespace_grace_ms, workers and sandbox, not a %s", kindName(top))
+		return nil, p.fail(CodeInvalidConfig, top, "the top level must be a mapping with the keys registration_namespace_grace_ms, workers, sandbox and engine_token, not a %s", kindName(top))
 	}
 	var unresolved []unresolvedVar
 	p.expandTree(top, "", &unresolved)
-	var graceNode, workersNode, sandboxNode *yaml.Node
+	var graceNode, workersNode, sandboxNode, tokenNode *yaml.Node
 	sandboxSet := false
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
@@ -201,8 +205,10 @@ func (p *parser) parse(data []byte) (*Config, error) {
 			workersNode = v
 		case "sandbox":
 			sandboxNode, sandboxSet = v, true
+		case "engine_token":
+			tokenNode = v
 		default:
-			return nil, p.fail(CodeInvalidConfig, k, "unknown key %q at the top level; config.yaml has only registration_namespace_grace_ms, workers and sandbox", k.Value)
+			return nil, p.fail(CodeInvalidConfig, k, "unknown key %q at the top level; config.yaml has only registration_namespace_grace_ms, workers, sandbox and engine_token", k.Value)
 		}
 	}
 	entries, err := p.workerEntries(workersNode, unresolved)
@@ -224,6 +230,11 @@ func (p *parser) parse(data []byte) (*Config, error) {
 			return nil, err
 		}
 		cfg.NamespaceGrace = time.Duration(ms) * time.Millisecond
+	}
+	if tokenNode != nil && !isNull(tokenNode) {
+		if cfg.EngineToken, err = p.engineToken(tokenNode); err != nil {
+			return nil, err
+		}
 	}
 	var sandbox *Sandbox
 	if sandboxSet {
@@ -412,6 +423,25 @@ func indent(s, prefix string) string {
 		b.WriteString(line)
 	}
 	return b.String()
+}
+
+// engineToken reads engine_token: a non-empty string without whitespace
+// or control characters (it travels in JSON payloads and environment
+// variables, where such bytes only cause trouble).
+func (p *parser) engineToken(n *yaml.Node) (string, error) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return "", p.fail(CodeInvalidConfig, n, "engine_token must be a string, not a %s", kindName(n))
+	}
+	tok := n.Value
+	if tok == "" {
+		return "", p.fail(CodeInvalidConfig, n, "engine_token is empty; remove the key to run without an engine token")
+	}
+	for _, r := range tok {
+		if r <= ' ' || r == 0x7f {
+			return "", p.fail(CodeInvalidConfig, n, "engine_token holds whitespace or a control character; use printable characters only")
+		}
+	}
+	return tok, nil
 }
 
 func (p *parser) sandbox(n *yaml.Node) (*Sandbox, error) {

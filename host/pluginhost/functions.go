@@ -16,6 +16,8 @@ type adaptersRequest struct {
 	Namespace string
 	Path      string
 	Config    json.RawMessage // nil when absent
+	// Token is the engine token the caller presents (docs/project-token.md).
+	Token string
 }
 
 // decodeAdaptersRequest reads the input object. Unknown keys are ignored
@@ -51,6 +53,9 @@ func decodeAdaptersRequest(data json.RawMessage, withPath, withConfig bool) (ada
 		return out, errBody(CodeInvalidRequest, "adapter is required: the adapter's worker name, e.g. sandbox-libkrun")
 	}
 	if err := str("namespace", &out.Namespace); err != nil {
+		return out, err
+	}
+	if err := str("token", &out.Token); err != nil {
 		return out, err
 	}
 	if withPath {
@@ -102,6 +107,9 @@ func (h *Host) functions() []hostFunction {
 				if err != nil {
 					return nil, err
 				}
+				if err := h.authorize(FnStart, in.Token); err != nil {
+					return nil, err
+				}
 				return statusReply(h.Start(ctx, StartRequest{Adapter: in.Adapter, Namespace: in.Namespace, Path: in.Path, Config: in.Config}))
 			}},
 		{engine.FunctionDef{ID: FnStop, Description: "Stop a sandbox adapter the engine runs; sandbox calls then fail with S301.",
@@ -111,6 +119,9 @@ func (h *Host) functions() []hostFunction {
 				if err != nil {
 					return nil, err
 				}
+				if err := h.authorize(FnStop, in.Token); err != nil {
+					return nil, err
+				}
 				return statusReply(h.Stop(ctx, in.Adapter, in.Namespace))
 			}},
 		{engine.FunctionDef{ID: FnRestart, Description: "Restart a sandbox adapter, with a new config or (config absent) its last one.",
@@ -118,6 +129,9 @@ func (h *Host) functions() []hostFunction {
 			func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
 				in, err := decodeAdaptersRequest(call.Data, false, true)
 				if err != nil {
+					return nil, err
+				}
+				if err := h.authorize(FnRestart, in.Token); err != nil {
 					return nil, err
 				}
 				return statusReply(h.Restart(ctx, in.Adapter, in.Namespace, in.Config))
@@ -133,13 +147,15 @@ func (h *Host) functions() []hostFunction {
 const schemaAdapterProps = `"adapter":{"type":"string","pattern":"^[a-z0-9][a-z0-9_-]{0,63}$","description":"The adapter's worker name and function prefix, e.g. sandbox-libkrun."},` +
 	`"namespace":{"type":"string","pattern":"^[a-z0-9_-]+$","default":"default","description":"The namespace the adapter runs in."}`
 
-const schemaStartIn = `{"type":"object","required":["adapter"],"properties":{` + schemaAdapterProps + `,` +
+const schemaToken = `"token":{"type":"string","description":"The engine token, when the engine has one (engine_token in config.yaml or III_ENGINE_TOKEN); without it, or with another value, the call fails with UNAUTHORIZED."}`
+
+const schemaStartIn = `{"type":"object","required":["adapter"],"properties":{` + schemaAdapterProps + `,` + schemaToken + `,` +
 	`"path":{"type":"string","description":"Absolute path of the adapter binary. Absent: Compose's package cache, ~/.iii/plugins, $III_PLUGIN_PATH, then beside iii."},` +
 	`"config":{"type":"object","description":"The adapter's configuration (e.g. image_allowlist); absent means {}."}}}`
 
-const schemaStopIn = `{"type":"object","required":["adapter"],"properties":{` + schemaAdapterProps + `}}`
+const schemaStopIn = `{"type":"object","required":["adapter"],"properties":{` + schemaAdapterProps + `,` + schemaToken + `}}`
 
-const schemaRestartIn = `{"type":"object","required":["adapter"],"properties":{` + schemaAdapterProps + `,` +
+const schemaRestartIn = `{"type":"object","required":["adapter"],"properties":{` + schemaAdapterProps + `,` + schemaToken + `,` +
 	`"config":{"type":"object","description":"A new configuration; absent keeps the last one."}}}`
 
 const schemaStatusObject = `{"type":"object","required":["adapter","namespace","state","path","restarts"],"properties":{` +

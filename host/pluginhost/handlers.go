@@ -50,6 +50,30 @@ func opTable() map[string]opFunc {
 		contract.OpAdapterInfo: func(ctx context.Context, in *instance, _ json.RawMessage) (any, error) {
 			return in.adapter.Info(ctx)
 		},
+		contract.OpWorkerStart:  workerUnary(contract.DecodeWorkerStartRequest, contract.WorkerAdapter.WorkerStart),
+		contract.OpWorkerStop:   workerUnary(contract.DecodeWorkerStopRequest, contract.WorkerAdapter.WorkerStop),
+		contract.OpWorkerStatus: workerUnary(contract.DecodeWorkerStatusRequest, contract.WorkerAdapter.WorkerStatus),
+		contract.OpWorkerList:   workerUnary(contract.DecodeWorkerListRequest, contract.WorkerAdapter.WorkerList),
+		contract.OpWorkerLogs:   workerUnary(contract.DecodeWorkerLogsRequest, contract.WorkerAdapter.WorkerLogs),
+		contract.OpWorkerRemove: workerUnary(contract.DecodeWorkerRemoveRequest, contract.WorkerAdapter.WorkerRemove),
+	}
+}
+
+// workerUnary adapts a worker decoder and a WorkerAdapter method. The
+// host's gRPC client always has the worker side; the adapter behind it
+// answers S300 if it has none (the host publishes worker::* only for
+// adapters that announce the capability, so that is a stale caller).
+func workerUnary[Req, Resp any](decode func(json.RawMessage) (*Req, error), call func(contract.WorkerAdapter, context.Context, *Req) (*Resp, error)) opFunc {
+	return func(ctx context.Context, in *instance, data json.RawMessage) (any, error) {
+		req, err := decode(data)
+		if err != nil {
+			return nil, err
+		}
+		w, ok := in.adapter.(contract.WorkerAdapter)
+		if !ok {
+			return nil, contract.NewError(contract.S300, "sandbox adapter %q does not run worker VMs", in.m.key.adapter)
+		}
+		return call(w, ctx, req)
 	}
 }
 

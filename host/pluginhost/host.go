@@ -42,6 +42,9 @@ const (
 	CodeIncompatible = "ADAPTER_INCOMPATIBLE"
 	// CodeStopping: the engine is stopping.
 	CodeStopping = "ENGINE_STOPPING"
+	// CodeUnauthorized: the engine has an engine token and the call to
+	// engine::adapters::start, stop or restart did not present it.
+	CodeUnauthorized = "UNAUTHORIZED"
 )
 
 // Function ids the host registers in the default namespace.
@@ -84,6 +87,12 @@ type Options struct {
 	// which is how Compose reads the current value back when it layers
 	// config_override over it (so a bad value stays there until replaced).
 	OnConfig func(adapter, namespace string, config json.RawMessage)
+	// Token, when set, returns the engine token: while it is not empty,
+	// engine::adapters::start, stop and restart require a token field
+	// equal to it (UNAUTHORIZED otherwise). A function, so a reloaded
+	// config.yaml takes effect at once. The Go API (Start, Stop, Restart)
+	// is the engine's own and takes no token.
+	Token func() string
 }
 
 func (o *Options) defaults() {

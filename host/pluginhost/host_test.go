@@ -28,7 +28,7 @@ func TestLifelineEnvMatchesSDK(t *testing.T) {
 }
 
 func TestAdapterEnv(t *testing.T) {
-	env := adapterEnv([]string{"A=1", EnvLifelineFD + "=9", "B=2"})
+	env := adapterEnv([]string{"A=1", EnvLifelineFD + "=9", EnvEngineToken + "=secret", "B=2"})
 	assert.DeepEqual(t, env, []string{"A=1", "B=2", EnvLifelineFD + "=3"})
 }
 

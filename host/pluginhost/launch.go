@@ -85,12 +85,20 @@ type instance struct {
 	stopOnce sync.Once
 }
 
+// EnvEngineToken is the environment variable that sets the engine token
+// (it wins over config.yaml's engine_token).
+const EnvEngineToken = "III_ENGINE_TOKEN"
+
 // adapterEnv is the adapter's environment: the engine's, without anything
-// that would confuse the adapter about its lifeline, plus the lifeline.
+// that would confuse the adapter about its lifeline or that it must not
+// hold (the engine token), plus the lifeline.
 func adapterEnv(base []string) []string {
 	env := make([]string, 0, len(base)+1)
 	for _, kv := range base {
-		if strings.HasPrefix(kv, EnvLifelineFD+"=") {
+		// The engine token authenticates Compose to the engine; an
+		// adapter never needs it, and what it does not have its VMs
+		// cannot read.
+		if strings.HasPrefix(kv, EnvLifelineFD+"=") || strings.HasPrefix(kv, EnvEngineToken+"=") {
 			continue
 		}
 		env = append(env, kv)

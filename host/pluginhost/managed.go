@@ -213,6 +213,12 @@ func (m *managed) publish(in *instance, down *contract.Error) error {
 	}
 	table := m.h.ops
 	ops := append(contract.Ops(), contract.OpAdapterInfo)
+	// worker::* only where the adapter serves it; while the adapter is
+	// down they are published too, so Compose gets S301 and the reason
+	// rather than "no such function".
+	if in == nil || (in.info != nil && in.info.HasCapability(contract.CapabilityWorker)) {
+		ops = append(ops, contract.WorkerOps()...)
+	}
 	for _, op := range ops {
 		def := engine.FunctionDef{
 			ID:             contract.AdapterFunctionID(m.key.adapter, op),

@@ -138,7 +138,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	// Both attach before any listener accepts a worker, so their names
 	// and sandbox::* are the engine's from the first moment.
-	if s.ph, err = pluginhost.New(s.eng, pluginhost.Options{Logger: s.log.Named("engine"), OnConfig: s.storeAdapterConfig}); err != nil {
+	if s.ph, err = pluginhost.New(s.eng, pluginhost.Options{Logger: s.log.Named("engine"), OnConfig: s.storeAdapterConfig, Token: s.engineToken}); err != nil {
 		s.shutdown()
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func (s *Server) startConfiguration(ctx context.Context, c config.Configuration)
 	cw := configuration.New(configuration.Options{
 		Logger:  s.log.Named("configuration"),
 		Version: s.opts.Version,
-		Lookup:  s.lookup,
+		Lookup:  s.workerLookup,
 		Store:   configuration.NewFSStore(configuration.FSOptions{Dir: c.Directory}),
 		Name:    c.Name,
 	})

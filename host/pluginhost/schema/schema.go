@@ -17,8 +17,12 @@ import (
 )
 
 // Request is the JSON Schema of op's request, where op is one of
-// contract.Ops() or contract.OpAdapterInfo; nil for any other op.
+// contract.Ops(), contract.OpAdapterInfo or contract.WorkerOps(); nil for
+// any other op.
 func Request(op string) json.RawMessage {
+	if s, ok := workerRequests()[op]; ok {
+		return mustMarshal(s)
+	}
 	s, ok := requests()[op]
 	if !ok {
 		return nil
@@ -28,6 +32,9 @@ func Request(op string) json.RawMessage {
 
 // Response is the JSON Schema of op's reply; nil for an unknown op.
 func Response(op string) json.RawMessage {
+	if s, ok := workerResponses()[op]; ok {
+		return mustMarshal(s)
+	}
 	s, ok := responses()[op]
 	if !ok {
 		return nil
@@ -37,6 +44,9 @@ func Response(op string) json.RawMessage {
 
 // Description is a one-line description of op for function listings.
 func Description(op string) string {
+	if d, ok := workerDescriptions()[op]; ok {
+		return d
+	}
 	return descriptions()[op]
 }
 

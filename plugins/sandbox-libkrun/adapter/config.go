@@ -28,6 +28,9 @@ const (
 	KeyCacheDir        = "cache_dir"
 	KeyRegistryMirrors = "registry_mirrors"
 	KeyBootTimeoutMS   = "boot_timeout_ms"
+	// Worker VMs (worker::*, docs/vm-workers.md).
+	KeyHostRoots    = "host_roots"
+	KeyWorkerDiskMB = "worker_disk_mb"
 )
 
 // ConfigKeys lists the adapter's own keys, for sandboxkit.Options.
@@ -35,6 +38,7 @@ func ConfigKeys() []string {
 	return []string{
 		KeyHypervisor, KeyAccel, KeyKernel, KeyQEMUBinary, KeyLibkrunPath, KeyAgentPath,
 		KeyStateDir, KeyCacheDir, KeyRegistryMirrors, KeyBootTimeoutMS,
+		KeyHostRoots, KeyWorkerDiskMB,
 	}
 }
 
@@ -77,6 +81,11 @@ type Config struct {
 	RegistryMirrors map[string]string
 	// BootTimeout bounds a boot to the agent's hello.
 	BootTimeout time.Duration
+	// HostRoots are the directories worker VMs may copy from (absolute,
+	// as configured; resolved when the adapter starts).
+	HostRoots []string
+	// WorkerDiskMB is the size of a new worker VM's persistent disk.
+	WorkerDiskMB uint64
 }
 
 // ConfigError is a rejected key.
@@ -106,6 +115,7 @@ func ParseConfig(keys map[string]json.RawMessage, home, goos string) (*Config, e
 		Accel:           Auto,
 		RegistryMirrors: map[string]string{},
 		BootTimeout:     DefaultBootTimeout,
+		WorkerDiskMB:    DefaultWorkerDiskMB,
 	}
 	names := make([]string, 0, len(keys))
 	for k := range keys {
@@ -137,6 +147,10 @@ func ParseConfig(keys map[string]json.RawMessage, home, goos string) (*Config, e
 			cfg.CacheDir, err = parsePath(key, v, home)
 		case KeyRegistryMirrors:
 			cfg.RegistryMirrors, err = parseMirrors(key, v)
+		case KeyHostRoots:
+			cfg.HostRoots, err = parseHostRoots(key, v, home)
+		case KeyWorkerDiskMB:
+			cfg.WorkerDiskMB, err = parseUint(key, v, minWorkerDiskMB, maxWorkerDiskMB)
 		case KeyBootTimeoutMS:
 			var ms uint64
 			ms, err = parseUint(key, v, 1, maxBootTimeoutMS)

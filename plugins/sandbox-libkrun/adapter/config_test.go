@@ -22,7 +22,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	assert.NilError(t, err)
 	assert.DeepEqual(t, cfg, &Config{
 		Hypervisor: Auto, Accel: Auto, StateDir: "/home/u/.iii/sandbox", CacheDir: "/home/u/.iii/cache",
-		RegistryMirrors: map[string]string{}, BootTimeout: DefaultBootTimeout,
+		RegistryMirrors: map[string]string{}, BootTimeout: DefaultBootTimeout, WorkerDiskMB: DefaultWorkerDiskMB,
 	})
 }
 
@@ -40,7 +40,7 @@ func TestParseConfig(t *testing.T) {
 			check: func(t *testing.T, c *Config) {
 				assert.DeepEqual(t, c, &Config{Hypervisor: "qemu", Accel: "tcg", Kernel: "/boot/vmlinuz-x", QEMUBinary: "/home/u/bin/qemu",
 					LibkrunPath: "/opt/libkrun.so.1", AgentPath: "/opt/agent", StateDir: "/s", CacheDir: "/c",
-					RegistryMirrors: map[string]string{"docker.io": "http://127.0.0.1:5000"}, BootTimeout: 1500 * time.Millisecond})
+					RegistryMirrors: map[string]string{"docker.io": "http://127.0.0.1:5000"}, BootTimeout: 1500 * time.Millisecond, WorkerDiskMB: DefaultWorkerDiskMB})
 			}},
 		{name: "nulls are defaults", in: `{"hypervisor":null,"state_dir":null}`, check: func(t *testing.T, c *Config) {
 			assert.Equal(t, c.Hypervisor, Auto)

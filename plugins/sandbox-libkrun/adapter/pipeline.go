@@ -56,6 +56,11 @@ type Boot struct {
 	Workdir string
 	// Timings records how long each step took, in order.
 	Timings []StepTiming
+	// Hostname is the guest's host name; empty means sandbox-<id prefix>.
+	Hostname string
+	// DataDisk is a writable disk the guest uses as a persistent upper
+	// layer (worker VMs); empty means a tmpfs upper, thrown away.
+	DataDisk string
 
 	undo []func()
 }
@@ -252,6 +257,10 @@ func stepPrepareStateDir(_ context.Context, b *Boot) error {
 
 func stepSpawnRunner(ctx context.Context, b *Boot) error {
 	sel := b.Selection
+	hostname := b.Hostname
+	if hostname == "" {
+		hostname = "sandbox-" + b.Spec.ID[:min(8, len(b.Spec.ID))]
+	}
 	b.VM = backend.Spec{
 		ID:           b.Spec.ID,
 		CPUs:         int(b.Spec.CPUs),
@@ -262,7 +271,8 @@ func stepSpawnRunner(ctx context.Context, b *Boot) error {
 		RootDisk:     b.Image.RootfsPath,
 		RootFSType:   "erofs",
 		Network:      b.Spec.Network,
-		Hostname:     "sandbox-" + b.Spec.ID[:8],
+		DataDisk:     b.DataDisk,
+		Hostname:     hostname,
 		StateDir:     b.Dir.Path,
 		Accel:        sel.Accel,
 		QEMUBinary:   sel.QEMUBinary,

@@ -72,6 +72,8 @@ type Provider struct {
 	sandboxes map[*sandbox]struct{}
 	leftovers []runner.Leftover
 	closed    bool
+	// workers are the worker VMs (worker::*), set by Configure.
+	workers *workerSet
 }
 
 var _ sandboxkit.Provider = (*Provider)(nil)
@@ -137,6 +139,7 @@ func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessag
 		return &ConfigError{Key: KeyStateDir, Reason: err.Error()}
 	}
 	leftovers := runner.CleanLeftovers(ctx, cfg.StateDir, p.log)
+	workers := newWorkerSet(ctx, p, cfg)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -144,7 +147,7 @@ func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessag
 		_ = store.Close()
 		return errors.New("the provider is already configured or shut down")
 	}
-	p.cfg, p.store, p.leftovers = cfg, store, leftovers
+	p.cfg, p.store, p.leftovers, p.workers = cfg, store, leftovers, workers
 	p.startSelectionLocked()
 	return nil
 }
@@ -226,6 +229,7 @@ func (p *Provider) Info(context.Context) map[string]any {
 	m["accel_config"] = p.cfg.Accel
 	m["boot_timeout_ms"] = p.cfg.BootTimeout.Milliseconds()
 	m["live_vms"] = len(p.sandboxes)
+	m["host_roots"] = append([]string{}, p.workers.roots...)
 	if len(p.leftovers) > 0 {
 		m["leftovers_cleaned"] = len(p.leftovers)
 	}
@@ -310,9 +314,17 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 		live = append(live, sb)
 	}
 	run := p.selRun
+	workers := p.workers
 	p.mu.Unlock()
-	errs := make([]error, len(live))
+	errs := make([]error, len(live)+1)
 	var wg sync.WaitGroup
+	if workers != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[len(live)] = workers.shutdown(ctx)
+		}()
+	}
 	for i, sb := range live {
 		wg.Add(1)
 		go func() {

@@ -147,13 +147,16 @@ func startAgent(t *testing.T) *agentEnv {
 	t.Helper()
 	env := &agentEnv{port: newTestPort(), root: t.TempDir(), poweroff: make(chan struct{}, 1),
 		net: &fakeNet{got: make(chan agentproto.NetRequest, 1)}}
+	exec := &guest.Executor{Waiter: guest.PIDWaiter{}, DrainGrace: 100 * time.Millisecond}
 	srv := &guest.Server{
-		Port:     env.port,
-		Exec:     &guest.Executor{Waiter: guest.PIDWaiter{}, DrainGrace: 100 * time.Millisecond},
-		FS:       &guest.FS{Root: env.root},
-		Net:      env.net,
-		PowerOff: func() error { env.poweroff <- struct{}{}; return nil },
-		Hello:    agentproto.Hello{Version: "test", Arch: "amd64", Root: "initramfs"},
+		Port:      env.port,
+		Exec:      exec,
+		FS:        &guest.FS{Root: env.root},
+		Procs:     &guest.Supervisor{Exec: exec},
+		Workspace: guest.Workspace{},
+		Net:       env.net,
+		PowerOff:  func() error { env.poweroff <- struct{}{}; return nil },
+		Hello:     agentproto.Hello{Version: "test", Arch: "amd64", Root: "initramfs"},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

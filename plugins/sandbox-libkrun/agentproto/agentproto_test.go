@@ -409,6 +409,9 @@ func FuzzDecodeMessage(f *testing.F) {
 		`{"type":"result","op":"ls","body":{"entries":[]}}`,
 		`{"type":"meta","size":1,"mode":"0644","mtime":1}`,
 		`{"type":"net","dns":["1.1.1.1"]}`,
+		`{"type":"spawn","name":"worker","argv":["/bin/sh","-c","node ."],"env":["A=1"],"workdir":"/workspace"}`,
+		`{"type":"proc_stop","name":"worker","grace_ms":10000}`,
+		`{"type":"workspace","dir":"/workspace","prune":true,"keep":["node_modules"]}`,
 		`{"role":"agent","protocol_major":1,"protocol_minor":0}`,
 	} {
 		f.Add([]byte(s))

@@ -29,6 +29,9 @@ const (
 	CapFSSed    = "fs.sed"
 	CapNet      = "net"
 	CapShutdown = "shutdown"
+	// Protocol 1.1.
+	CapSpawn     = "spawn"     // spawn and proc_stop
+	CapWorkspace = "workspace" // workspace
 )
 
 // AllCapabilities lists every capability this version of the protocol
@@ -37,6 +40,7 @@ func AllCapabilities() []string {
 	return []string{
 		CapExec, CapFSLs, CapFSStat, CapFSMkdir, CapFSWrite, CapFSRead, CapFSRm,
 		CapFSChmod, CapFSMv, CapFSGrep, CapFSSed, CapNet, CapShutdown,
+		CapSpawn, CapWorkspace,
 	}
 }
 

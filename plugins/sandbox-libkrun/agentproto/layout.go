@@ -23,7 +23,8 @@ const (
 
 // Kernel command-line keys the agent understands.
 const (
-	ParamRoot       = "iii.root"       // block device holding the image, e.g. /dev/vda
+	ParamRoot       = "iii.root"       // block device holding the image, e.g. /dev/vda or serial:iii-root
+	ParamUpper      = "iii.upper"      // block device of a persistent ext4 upper layer (worker VMs); absent: tmpfs
 	ParamRootFSType = "iii.rootfstype" // erofs (default), ext4 or squashfs
 	ParamUpperSize  = "iii.upper_size" // tmpfs size of the writable layer, e.g. 512m or 50%
 	ParamPort       = "iii.port"       // port name, default PortName
@@ -33,7 +34,11 @@ const (
 
 // BootParams is what the agent takes from /proc/cmdline.
 type BootParams struct {
+	// Root and Upper name block devices: a path under /dev, or
+	// "serial:<id>" for the virtio disk whose serial is id (the order in
+	// which disks appear is not something to rely on once there are two).
 	Root       string
+	Upper      string
 	RootFSType string
 	UpperSize  string
 	Port       string
@@ -54,12 +59,15 @@ func ParseBootParams(cmdline string) (BootParams, error) {
 	for _, tok := range splitCmdline(cmdline) {
 		key, val, _ := strings.Cut(tok, "=")
 		switch key {
-		case ParamRoot:
-			clean := path.Clean(val)
-			if !strings.HasPrefix(clean, "/dev/") || clean != val {
-				return p, fmt.Errorf("%s=%q: want a device path under /dev", key, val)
+		case ParamRoot, ParamUpper:
+			if !validDevice(val) {
+				return p, fmt.Errorf("%s=%q: want a device path under /dev or serial:<id>", key, val)
 			}
-			p.Root = val
+			if key == ParamRoot {
+				p.Root = val
+			} else {
+				p.Upper = val
+			}
 		case ParamRootFSType:
 			switch val {
 			case "erofs", "ext4", "squashfs":
@@ -87,6 +95,20 @@ func ParseBootParams(cmdline string) (BootParams, error) {
 		}
 	}
 	return p, nil
+}
+
+// SerialPrefix marks a device named by its virtio serial.
+const SerialPrefix = "serial:"
+
+// serialRE is a virtio-blk serial (at most 20 bytes).
+var serialRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,20}$`)
+
+func validDevice(val string) bool {
+	if id, ok := strings.CutPrefix(val, SerialPrefix); ok {
+		return serialRE.MatchString(id)
+	}
+	clean := path.Clean(val)
+	return strings.HasPrefix(clean, "/dev/") && clean == val
 }
 
 // splitCmdline splits on spaces outside double quotes and drops the quotes,

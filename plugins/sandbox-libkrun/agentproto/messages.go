@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 )
 
@@ -15,6 +16,10 @@ const (
 	TypeNet      = "net"
 	TypeShutdown = "shutdown"
 	TypeCancel   = "cancel" // on an open stream: stop the operation
+	// Protocol 1.1: worker VMs.
+	TypeSpawn     = "spawn"     // a supervised process; streams like exec
+	TypeProcStop  = "proc_stop" // stop a spawned process gracefully
+	TypeWorkspace = "workspace" // a tar stream unpacked into a directory
 	// Guest → host.
 	TypeStarted = "started" // exec: the process runs
 	TypeExit    = "exit"    // exec: terminal
@@ -141,6 +146,43 @@ type NetRequest struct {
 	Hostname  string   `json:"hostname,omitempty"`
 }
 
+// SpawnRequest starts a supervised, long-running process under Name (a
+// worker's command, its install step). The stream carries Started, then
+// the process's output as KindStdout and KindStderr frames with no size
+// cap (flow control is the only brake: a host that stops granting credit
+// stalls the process's writes), and ends with ExitStatus when the process
+// has exited and its output is drained. ProcStop on another stream stops
+// it gracefully; Cancel on this stream, or the connection ending, kills
+// its process group at once.
+type SpawnRequest struct {
+	Name    string   `json:"name"`
+	Argv    []string `json:"argv"`
+	Env     []string `json:"env,omitempty"`
+	Workdir string   `json:"workdir,omitempty"` // default "/"
+}
+
+// ProcStopRequest stops the spawned process Name: SIGTERM to its process
+// group, then SIGKILL to everything it started after GraceMS. The reply
+// (Result with a ProcStopResult) comes once the process is gone.
+type ProcStopRequest struct {
+	Name    string `json:"name"`
+	GraceMS int64  `json:"grace_ms,omitempty"`
+}
+
+// WorkspaceRequest unpacks a tar stream (KindFile frames, ended by an empty
+// one) into Dir, creating it. Regular files, directories and symbolic links
+// are written (owned by root, permission bits only); other entries are
+// skipped. Nothing is ever written through a symbolic link: a link or file
+// where the archive has a directory is replaced. With Prune, entries under
+// Dir that the archive does not hold are removed afterwards, except those
+// named in Keep (at any depth, e.g. node_modules, which belongs to the
+// guest's install step) and everything below them.
+type WorkspaceRequest struct {
+	Dir   string   `json:"dir"`
+	Prune bool     `json:"prune,omitempty"`
+	Keep  []string `json:"keep,omitempty"`
+}
+
 // ShutdownRequest powers the VM off once the guest has replied.
 type ShutdownRequest struct{}
 
@@ -203,18 +245,35 @@ type (
 		Interface string `json:"interface"`
 		Address   string `json:"address"`
 	}
+	// ProcStopResult: Stopped is false when no process ran under the
+	// name; Killed says the grace ran out and SIGKILL was needed.
+	ProcStopResult struct {
+		Stopped bool `json:"stopped"`
+		Killed  bool `json:"killed,omitempty"`
+	}
+	WorkspaceResult struct {
+		Files    int64 `json:"files"`
+		Dirs     int64 `json:"dirs"`
+		Symlinks int64 `json:"symlinks"`
+		Bytes    int64 `json:"bytes"`
+		Skipped  int64 `json:"skipped,omitempty"`
+		Removed  int64 `json:"removed,omitempty"`
+	}
 )
 
-func (*ExecRequest) MessageType() string     { return TypeExec }
-func (*FSRequest) MessageType() string       { return TypeFS }
-func (*NetRequest) MessageType() string      { return TypeNet }
-func (*ShutdownRequest) MessageType() string { return TypeShutdown }
-func (*Cancel) MessageType() string          { return TypeCancel }
-func (*Started) MessageType() string         { return TypeStarted }
-func (*ExitStatus) MessageType() string      { return TypeExit }
-func (*FileMeta) MessageType() string        { return TypeMeta }
-func (*Result) MessageType() string          { return TypeResult }
-func (*Error) MessageType() string           { return TypeError }
+func (*ExecRequest) MessageType() string      { return TypeExec }
+func (*FSRequest) MessageType() string        { return TypeFS }
+func (*NetRequest) MessageType() string       { return TypeNet }
+func (*ShutdownRequest) MessageType() string  { return TypeShutdown }
+func (*SpawnRequest) MessageType() string     { return TypeSpawn }
+func (*ProcStopRequest) MessageType() string  { return TypeProcStop }
+func (*WorkspaceRequest) MessageType() string { return TypeWorkspace }
+func (*Cancel) MessageType() string           { return TypeCancel }
+func (*Started) MessageType() string          { return TypeStarted }
+func (*ExitStatus) MessageType() string       { return TypeExit }
+func (*FileMeta) MessageType() string         { return TypeMeta }
+func (*Result) MessageType() string           { return TypeResult }
+func (*Error) MessageType() string            { return TypeError }
 
 // ErrUnknownMessage is wrapped by DecodeMessage for a well-formed message
 // whose type this version does not know.
@@ -261,6 +320,12 @@ func DecodeMessage(p []byte) (Message, error) {
 		m = &NetRequest{}
 	case TypeShutdown:
 		m = &ShutdownRequest{}
+	case TypeSpawn:
+		m = &SpawnRequest{}
+	case TypeProcStop:
+		m = &ProcStopRequest{}
+	case TypeWorkspace:
+		m = &WorkspaceRequest{}
 	case TypeCancel:
 		m = &Cancel{}
 	case TypeStarted:
@@ -291,27 +356,37 @@ func DecodeMessage(p []byte) (Message, error) {
 func validate(m Message) error {
 	switch m := m.(type) {
 	case *ExecRequest:
-		if len(m.Argv) == 0 || m.Argv[0] == "" {
-			return errors.New("argv is empty")
-		}
-		for _, a := range m.Argv {
-			if strings.IndexByte(a, 0) >= 0 {
-				return errors.New("argv holds a NUL byte")
-			}
-		}
-		for _, e := range m.Env {
-			if i := strings.IndexByte(e, '='); i <= 0 {
-				return fmt.Errorf("env entry %q is not K=V", e)
-			}
-			if strings.IndexByte(e, 0) >= 0 {
-				return errors.New("env holds a NUL byte")
-			}
+		if err := validArgvEnv(m.Argv, m.Env); err != nil {
+			return err
 		}
 		if m.TimeoutMS < 0 {
 			return errors.New("timeout_ms is negative")
 		}
 		if m.MaxOutputBytes < 0 || m.MaxOutputBytes > MaxOutputLimit {
 			return fmt.Errorf("max_output_bytes must be between 0 and %d", MaxOutputLimit)
+		}
+	case *SpawnRequest:
+		if !ValidProcName(m.Name) {
+			return fmt.Errorf("process name %q: want 1 to 64 of a-z 0-9 . _ -", m.Name)
+		}
+		if err := validArgvEnv(m.Argv, m.Env); err != nil {
+			return err
+		}
+	case *ProcStopRequest:
+		if !ValidProcName(m.Name) {
+			return fmt.Errorf("process name %q: want 1 to 64 of a-z 0-9 . _ -", m.Name)
+		}
+		if m.GraceMS < 0 {
+			return errors.New("grace_ms is negative")
+		}
+	case *WorkspaceRequest:
+		if !strings.HasPrefix(m.Dir, "/") || path.Clean(m.Dir) != m.Dir || m.Dir == "/" {
+			return fmt.Errorf("workspace dir %q must be a clean absolute path other than /", m.Dir)
+		}
+		for _, k := range m.Keep {
+			if k == "" || k == "." || k == ".." || strings.ContainsAny(k, "/\x00") {
+				return fmt.Errorf("keep entry %q is not a plain name", k)
+			}
 		}
 	case *FSRequest:
 		if m.Op == "" {
@@ -391,4 +466,38 @@ func (a *Assembler) Drop(stream uint32) {
 		a.total -= len(p)
 		delete(a.parts, stream)
 	}
+}
+
+func validArgvEnv(argv, env []string) error {
+	if len(argv) == 0 || argv[0] == "" {
+		return errors.New("argv is empty")
+	}
+	for _, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return errors.New("argv holds a NUL byte")
+		}
+	}
+	for _, e := range env {
+		if i := strings.IndexByte(e, '='); i <= 0 {
+			return fmt.Errorf("env entry %q is not K=V", e)
+		}
+		if strings.IndexByte(e, 0) >= 0 {
+			return errors.New("env holds a NUL byte")
+		}
+	}
+	return nil
+}
+
+// ValidProcName reports whether name may name a spawned process.
+func ValidProcName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -45,6 +45,13 @@ const (
 	StderrName = "qemu.stderr"
 )
 
+// Serials of the disks of a VM with a data disk: the agent finds each by
+// its serial, since the order in which two disks appear is not fixed.
+const (
+	RootDiskSerial = "iii-root"
+	DataDiskSerial = "iii-upper"
+)
+
 // MaxSocketPath bounds the agent socket path. sun_path holds 108 bytes on
 // Linux and 104 on macOS, NUL included; a margin keeps every platform happy.
 const MaxSocketPath = 100
@@ -70,6 +77,10 @@ type Spec struct {
 	// accelerator probe does).
 	RootDisk   string `json:"root_disk,omitempty"`
 	RootFSType string `json:"root_fs_type,omitempty"`
+	// DataDisk is a writable raw disk (ext4) attached after the root disk
+	// with the serial DataDiskSerial; the agent uses it as a persistent
+	// upper layer instead of a tmpfs (worker VMs). Needs RootDisk.
+	DataDisk string `json:"data_disk,omitempty"`
 	// Network gives the guest a NIC with outbound access; without it the
 	// VM has no network device at all.
 	Network bool `json:"network,omitempty"`
@@ -115,7 +126,10 @@ func (s *Spec) Validate() error {
 	default:
 		return bad("accelerator %q: want kvm, hvf or tcg", s.Accel)
 	}
-	for _, p := range []string{s.Kernel, s.Initrd, s.KernelConfig, s.RootDisk, s.QEMUBinary, s.LibkrunPath} {
+	if s.DataDisk != "" && s.RootDisk == "" {
+		return bad("a data disk needs a root disk")
+	}
+	for _, p := range []string{s.Kernel, s.Initrd, s.KernelConfig, s.RootDisk, s.DataDisk, s.QEMUBinary, s.LibkrunPath} {
 		if p != "" && !filepath.IsAbs(p) {
 			return bad("path %q must be absolute", p)
 		}

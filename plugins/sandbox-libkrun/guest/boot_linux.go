@@ -218,16 +218,31 @@ func switchRoot(p agentproto.BootParams, log hclog.Logger) error {
 		rw      = "/iii/rw"
 		newroot = "/iii/newroot"
 	)
-	if err := waitFor(p.Root, 10*time.Second); err != nil {
+	root, err := ResolveDevice(p.Root, 10*time.Second)
+	if err != nil {
 		return err
 	}
-	upperOpts := "mode=0755"
+	// The writable layer: a tmpfs thrown away with the VM (sandboxes), or
+	// a worker's persistent ext4 disk, so what its install step put there
+	// is still there at the next boot. The disk is a sparse file made by
+	// mkfs.ext4 with lazy inode-table init: its unwritten blocks read as
+	// zeros already, so the kernel need not zero them (noinit_itable)
+	// and spend TCG time on it.
+	upper := mountSpec{"tmpfs", rw, "tmpfs", 0, "mode=0755", 0o755}
 	if p.UpperSize != "" {
-		upperOpts += ",size=" + p.UpperSize
+		upper.data += ",size=" + p.UpperSize
+	}
+	if p.Upper != "" {
+		dev, err := ResolveDevice(p.Upper, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		upper = mountSpec{dev, rw, "ext4", unix.MS_NOATIME, "noinit_itable", 0o755}
+		log.Debug("persistent upper layer", "device", dev)
 	}
 	if err := mountAll([]mountSpec{
-		{p.Root, lower, p.RootFSType, unix.MS_RDONLY, "", 0o755},
-		{"tmpfs", rw, "tmpfs", 0, upperOpts, 0o755},
+		{root, lower, p.RootFSType, unix.MS_RDONLY, "", 0o755},
+		upper,
 	}); err != nil {
 		return err
 	}
@@ -262,17 +277,48 @@ func switchRoot(p agentproto.BootParams, log hclog.Logger) error {
 	return unix.Chdir("/")
 }
 
-func waitFor(dev string, timeout time.Duration) error {
+// ResolveDevice waits for the block device spec names (a /dev path, or
+// serial:<id> for the virtio disk with that serial) and returns its path.
+func ResolveDevice(spec string, timeout time.Duration) (string, error) {
+	return resolveDevice(spec, "/sys/block", "/dev", timeout)
+}
+
+func resolveDevice(spec, sysBlock, dev string, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
+	serial, bySerial := strings.CutPrefix(spec, agentproto.SerialPrefix)
 	for {
-		if _, err := os.Stat(dev); err == nil {
-			return nil
+		if bySerial {
+			if p := findBySerial(serial, sysBlock, dev); p != "" {
+				return p, nil
+			}
+		} else if _, err := os.Stat(spec); err == nil {
+			return spec, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("root device %s did not appear within %s; is virtio_blk loaded and the disk attached?", dev, timeout)
+			return "", fmt.Errorf("block device %s did not appear within %s; is virtio_blk loaded and the disk attached?", spec, timeout)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// findBySerial returns /dev/<name> of the block device whose serial is
+// serial, once its device node exists.
+func findBySerial(serial, sysBlock, dev string) string {
+	des, err := os.ReadDir(sysBlock)
+	if err != nil {
+		return ""
+	}
+	for _, de := range des {
+		b, err := os.ReadFile(filepath.Join(sysBlock, de.Name(), "serial"))
+		if err != nil || strings.TrimSpace(string(b)) != serial {
+			continue
+		}
+		p := filepath.Join(dev, de.Name())
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
 }
 
 // freeInitramfs deletes the initramfs's files (the agent binary, modules)

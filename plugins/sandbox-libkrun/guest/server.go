@@ -47,11 +47,26 @@ type NetConfigurer interface {
 	Configure(ctx context.Context, req *agentproto.NetRequest) (*agentproto.NetResult, error)
 }
 
+// ProcRunner runs named, long-lived processes (Supervisor in the guest).
+type ProcRunner interface {
+	Run(ctx context.Context, req *agentproto.SpawnRequest, eio ExecIO) (*agentproto.ExitStatus, error)
+	Stop(ctx context.Context, req *agentproto.ProcStopRequest) (*agentproto.ProcStopResult, error)
+}
+
+// WorkspaceUnpacker lays a tar stream into a directory (Workspace).
+type WorkspaceUnpacker interface {
+	Unpack(ctx context.Context, req *agentproto.WorkspaceRequest, r io.Reader) (*agentproto.WorkspaceResult, error)
+}
+
 // Server serves the agent protocol on a Port.
 type Server struct {
 	Port Port
 	Exec Runner
 	FS   *FS
+	// Procs serves spawn and proc_stop; nil leaves the capability out.
+	Procs ProcRunner
+	// Workspace serves workspace; nil leaves the capability out.
+	Workspace WorkspaceUnpacker
 	// Net serves net requests; nil leaves the capability out.
 	Net NetConfigurer
 	// PowerOff runs after the reply to a shutdown request is written; nil
@@ -91,7 +106,8 @@ func (s *Server) log() hclog.Logger {
 func (s *Server) capabilities() []string {
 	var caps []string
 	for _, c := range agentproto.AllCapabilities() {
-		if (c == agentproto.CapNet && s.Net == nil) || (c == agentproto.CapShutdown && s.PowerOff == nil) {
+		if (c == agentproto.CapNet && s.Net == nil) || (c == agentproto.CapShutdown && s.PowerOff == nil) ||
+			(c == agentproto.CapSpawn && s.Procs == nil) || (c == agentproto.CapWorkspace && s.Workspace == nil) {
 			continue
 		}
 		caps = append(caps, c)
@@ -466,6 +482,15 @@ func (s *session) control(id uint32, msg []byte) {
 	case *agentproto.ShutdownRequest:
 		st := s.open(id, false, 0)
 		s.spawn(st, func() { s.shutdown(st) })
+	case *agentproto.SpawnRequest:
+		st := s.open(id, false, 0)
+		s.spawn(st, func() { s.spawnProc(st, m) })
+	case *agentproto.ProcStopRequest:
+		st := s.open(id, false, 0)
+		s.spawn(st, func() { s.procStop(st, m) })
+	case *agentproto.WorkspaceRequest:
+		st := s.open(id, true, agentproto.KindFile)
+		s.spawn(st, func() { s.workspace(st, m) })
 	default:
 		s.replyError(id, agentproto.CodeProtocol, fmt.Sprintf("%q cannot open a stream", m.MessageType()))
 	}
@@ -666,6 +691,55 @@ func (s *session) read(st *stream, req *agentproto.FSRequest) {
 	}
 	_ = s.w.enqueue(s.gen, []agentproto.Frame{{Kind: agentproto.KindFile, Stream: st.id}}, nil)
 	s.reply(st.id, req.Op, agentproto.ReadResult{BytesRead: total})
+}
+
+// spawnProc runs a supervised process and streams it like an exec.
+func (s *session) spawnProc(st *stream, req *agentproto.SpawnRequest) {
+	if s.srv.Procs == nil {
+		s.replyError(st.id, agentproto.CodeUnsupported, "spawn is not served by this agent")
+		return
+	}
+	eio := ExecIO{
+		Started: func(pid int) { _ = s.send(st.id, &agentproto.Started{PID: pid}) },
+		Stdout: func(ctx context.Context, p []byte) error {
+			return s.sendData(ctx, st, agentproto.KindStdout, p)
+		},
+		Stderr: func(ctx context.Context, p []byte) error {
+			return s.sendData(ctx, st, agentproto.KindStderr, p)
+		},
+	}
+	status, err := s.srv.Procs.Run(st.ctx, req, eio)
+	if err != nil {
+		s.replyErr(st.id, err)
+		return
+	}
+	_ = s.send(st.id, status)
+}
+
+func (s *session) procStop(st *stream, req *agentproto.ProcStopRequest) {
+	if s.srv.Procs == nil {
+		s.replyError(st.id, agentproto.CodeUnsupported, "proc_stop is not served by this agent")
+		return
+	}
+	res, err := s.srv.Procs.Stop(st.ctx, req)
+	if err != nil {
+		s.replyErr(st.id, err)
+		return
+	}
+	s.reply(st.id, agentproto.TypeProcStop, res)
+}
+
+func (s *session) workspace(st *stream, req *agentproto.WorkspaceRequest) {
+	if s.srv.Workspace == nil {
+		s.replyError(st.id, agentproto.CodeUnsupported, "workspace is not served by this agent")
+		return
+	}
+	res, err := s.srv.Workspace.Unpack(st.ctx, req, &queueReader{ctx: st.ctx, q: st.in})
+	if err != nil {
+		s.replyErr(st.id, err)
+		return
+	}
+	s.reply(st.id, agentproto.TypeWorkspace, res)
 }
 
 func (s *session) net(st *stream, req *agentproto.NetRequest) {

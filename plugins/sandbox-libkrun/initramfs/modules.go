@@ -12,11 +12,12 @@ import (
 
 // DefaultModules are the modules a sandbox VM needs on the QEMU back end
 // (microvm on x86_64, virt on arm64, both with virtio-mmio devices): the
-// transport, the console port, the block root, networking, overlayfs and
-// erofs. Dependencies (virtio, virtio_ring, failover, libcrc32c, ...) come
-// from modules.dep; modules a kernel has built in are skipped.
+// transport, the console port, the block root, networking, overlayfs,
+// erofs, and ext4 for a worker VM's persistent upper disk. Dependencies
+// (virtio, virtio_ring, failover, libcrc32c, jbd2, ...) come from
+// modules.dep; modules a kernel has built in are skipped.
 func DefaultModules() []string {
-	return []string{"virtio_mmio", "virtio_console", "virtio_blk", "virtio_net", "overlay", "erofs"}
+	return []string{"virtio_mmio", "virtio_console", "virtio_blk", "virtio_net", "overlay", "erofs", "ext4"}
 }
 
 // ModuleDB is a kernel's module index: where each module file is and what

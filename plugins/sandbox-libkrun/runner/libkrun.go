@@ -42,6 +42,7 @@ func LibkrunSpec(spec backend.Spec) (libkrun.Spec, error) {
 	cmdline, err := libkrun.BuildCmdline(libkrun.CmdlineOptions{
 		Arch:       arch,
 		RootDisk:   spec.RootDisk != "",
+		DataDisk:   spec.DataDisk != "",
 		RootFSType: spec.RootFSType,
 		Hostname:   spec.Hostname,
 		Debug:      spec.Debug,
@@ -58,6 +59,7 @@ func LibkrunSpec(spec backend.Spec) (libkrun.Spec, error) {
 		Initramfs:    spec.Initrd,
 		Cmdline:      cmdline,
 		RootDisk:     spec.RootDisk,
+		DataDisk:     spec.DataDisk,
 		Env:          []string{},
 		Network:      spec.Network,
 		ConsoleLog:   spec.StateDir + "/" + backend.ConsoleName,

@@ -29,6 +29,7 @@ func QEMUConfig(spec backend.Spec) qemu.Config {
 		Initrd:        spec.Initrd,
 		RootDisk:      spec.RootDisk,
 		RootFSType:    spec.RootFSType,
+		UpperDisk:     spec.DataDisk,
 		Network:       spec.Network,
 		StateDir:      spec.StateDir,
 		Debug:         spec.Debug,

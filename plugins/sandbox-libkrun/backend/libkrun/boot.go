@@ -26,6 +26,7 @@ const (
 	logOptionNoEnv   = 1 // KRUN_LOG_OPTION_NO_ENV: RUST_LOG cannot override us
 	diskFormatRaw    = 0 // KRUN_DISK_FORMAT_RAW
 	rootBlockID      = "vda"
+	dataBlockID      = "iii-upper"
 	stderrFD         = 2
 	netCompatFeature = 1<<0 | 1<<1 | 1<<7 | 1<<10 | 1<<11 | 1<<14 // COMPAT_NET_FEATURES: what passt handles
 )
@@ -60,6 +61,10 @@ type Spec struct {
 	// RootDisk is the image, attached read-only as the first block device
 	// (/dev/vda, block id "vda"); "" attaches no disk.
 	RootDisk string
+	// DataDisk is a writable raw disk attached after it (block id
+	// dataBlockID, which the guest sees as the disk's serial); the agent
+	// uses it as a persistent upper layer. "" attaches none.
+	DataDisk string
 	// Env is the guest's initial environment, KEY=VALUE. nil and empty
 	// both pass an empty array, never NULL (NULL makes libkrun copy this
 	// process's environment into the guest).
@@ -131,12 +136,12 @@ func (s *Spec) validate() error {
 		return bad("kernel format %s cannot be loaded by libkrun on %s: use %s", s.KernelFormat, arch, strings.Join(names, " or "))
 	}
 	for what, v := range map[string]string{"kernel": s.Kernel, "initramfs": s.Initramfs, "cmdline": s.Cmdline,
-		"root disk": s.RootDisk, "console log": s.ConsoleLog, "passt": s.Passt, "kernel config": s.KernelConfig} {
+		"root disk": s.RootDisk, "data disk": s.DataDisk, "console log": s.ConsoleLog, "passt": s.Passt, "kernel config": s.KernelConfig} {
 		if err := checkCString(what, v); err != nil {
 			return bad("%v", err)
 		}
 	}
-	for _, p := range []string{s.Kernel, s.Initramfs, s.RootDisk} {
+	for _, p := range []string{s.Kernel, s.Initramfs, s.RootDisk, s.DataDisk} {
 		if p == "" {
 			continue
 		}
@@ -327,6 +332,16 @@ func (b *booter) configure(ctx context.Context, passtBin string) error {
 			err = b.call("krun_add_disk2", l.fn.addDisk2(ctxID, a.str(rootBlockID), a.str(s.RootDisk), diskFormatRaw, true))
 		} else {
 			err = b.call("krun_add_disk", l.fn.addDisk(ctxID, a.str(rootBlockID), a.str(s.RootDisk), true))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if s.DataDisk != "" {
+		if l.fn.addDisk2 != nil {
+			err = b.call("krun_add_disk2", l.fn.addDisk2(ctxID, a.str(dataBlockID), a.str(s.DataDisk), diskFormatRaw, false))
+		} else {
+			err = b.call("krun_add_disk", l.fn.addDisk(ctxID, a.str(dataBlockID), a.str(s.DataDisk), false))
 		}
 		if err != nil {
 			return err

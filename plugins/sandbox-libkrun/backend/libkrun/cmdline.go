@@ -44,6 +44,7 @@ func KernelConsole(arch string) string {
 type CmdlineOptions struct {
 	Arch       string // GOARCH of the guest
 	RootDisk   bool   // the image is attached as /dev/vda
+	DataDisk   bool   // a persistent upper disk follows it (block id iii-upper)
 	RootFSType string // erofs (default), ext4 or squashfs
 	UpperSize  string // tmpfs size of the writable layer
 	Hostname   string
@@ -73,8 +74,15 @@ func BuildCmdline(o CmdlineOptions) (string, error) {
 		if fstype == "" {
 			fstype = "erofs"
 		}
-		args = append(args, agentproto.ParamRoot+"=/dev/vda", agentproto.ParamRootFSType+"="+fstype)
-		if o.UpperSize != "" {
+		if o.DataDisk {
+			// Two disks: name each by its block id, which libkrun
+			// gives the guest as the disk's serial.
+			args = append(args, agentproto.ParamRoot+"="+agentproto.SerialPrefix+rootBlockID,
+				agentproto.ParamUpper+"="+agentproto.SerialPrefix+dataBlockID, agentproto.ParamRootFSType+"="+fstype)
+		} else {
+			args = append(args, agentproto.ParamRoot+"=/dev/vda", agentproto.ParamRootFSType+"="+fstype)
+		}
+		if o.UpperSize != "" && !o.DataDisk {
 			args = append(args, agentproto.ParamUpperSize+"="+o.UpperSize)
 		}
 	}

@@ -76,6 +76,11 @@ type Config struct {
 	RootDisk   string
 	RootFSType string // erofs (default), ext4 or squashfs
 	UpperSize  string // tmpfs size of the writable layer, e.g. "1g" or "50%"
+	// UpperDisk is a writable ext4 disk the agent uses as the upper layer
+	// instead of a tmpfs (worker VMs keep their installed dependencies
+	// on it). Both disks then carry serials and the agent finds them by
+	// serial. Needs RootDisk.
+	UpperDisk string
 	// Network adds a user-mode (slirp) NIC; without it the VM has no
 	// network device at all.
 	Network bool
@@ -99,6 +104,13 @@ type Config struct {
 	// (Linux), so a crashed runner cannot leave a VM behind.
 	DieWithParent bool
 }
+
+// Disk serials when there is an upper disk (backend.RootDiskSerial and
+// DataDiskSerial; this package does not import backend).
+const (
+	rootSerial  = "iii-root"
+	upperSerial = "iii-upper"
+)
 
 // File names in StateDir.
 const (
@@ -190,7 +202,10 @@ func (c *Config) validate() error {
 	}
 	// QEMU's option syntax treats commas as separators; a path holding
 	// one would be split.
-	for _, p := range []string{c.Kernel, c.Initrd, c.RootDisk, c.StateDir} {
+	if c.UpperDisk != "" && c.RootDisk == "" {
+		return bad("an upper disk needs a root disk")
+	}
+	for _, p := range []string{c.Kernel, c.Initrd, c.RootDisk, c.UpperDisk, c.StateDir} {
 		if strings.Contains(p, ",") {
 			return bad("path %q holds a comma, which QEMU options cannot carry", p)
 		}
@@ -267,8 +282,13 @@ func (c *Config) Args() ([]string, error) {
 		if fstype == "" {
 			fstype = "erofs"
 		}
-		appendArgs = append(appendArgs, agentproto.ParamRoot+"=/dev/vda", agentproto.ParamRootFSType+"="+fstype)
-		if c.UpperSize != "" {
+		if c.UpperDisk != "" {
+			appendArgs = append(appendArgs, agentproto.ParamRoot+"="+agentproto.SerialPrefix+rootSerial,
+				agentproto.ParamUpper+"="+agentproto.SerialPrefix+upperSerial, agentproto.ParamRootFSType+"="+fstype)
+		} else {
+			appendArgs = append(appendArgs, agentproto.ParamRoot+"=/dev/vda", agentproto.ParamRootFSType+"="+fstype)
+		}
+		if c.UpperSize != "" && c.UpperDisk == "" {
 			appendArgs = append(appendArgs, agentproto.ParamUpperSize+"="+c.UpperSize)
 		}
 	}
@@ -282,9 +302,19 @@ func (c *Config) Args() ([]string, error) {
 		"-device", "virtserialport,chardev=agent,name="+agentproto.PortName,
 	)
 	if c.RootDisk != "" {
+		root := "virtio-blk-device,drive=root"
+		if c.UpperDisk != "" {
+			root += ",serial=" + rootSerial
+		}
 		args = append(args,
 			"-drive", "file="+c.RootDisk+",if=none,id=root,format=raw,readonly=on",
-			"-device", "virtio-blk-device,drive=root",
+			"-device", root,
+		)
+	}
+	if c.UpperDisk != "" {
+		args = append(args,
+			"-drive", "file="+c.UpperDisk+",if=none,id=upper,format=raw,discard=unmap",
+			"-device", "virtio-blk-device,drive=upper,serial="+upperSerial,
 		)
 	}
 	if c.Network {

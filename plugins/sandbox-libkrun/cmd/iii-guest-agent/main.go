@@ -61,12 +61,15 @@ func run(log hclog.Logger) error {
 		return err
 	}
 	defer port.Close()
+	exec := &guest.Executor{Waiter: reaper}
 	srv := &guest.Server{
-		Port:     port,
-		Exec:     &guest.Executor{Waiter: reaper},
-		FS:       &guest.FS{Root: "/"},
-		Net:      &guest.Network{Root: "/"},
-		PowerOff: guest.PowerOff,
+		Port:      port,
+		Exec:      exec,
+		FS:        &guest.FS{Root: "/"},
+		Procs:     &guest.Supervisor{Exec: exec},
+		Workspace: guest.Workspace{},
+		Net:       &guest.Network{Root: "/"},
+		PowerOff:  guest.PowerOff,
 		Hello: agentproto.Hello{
 			Version: version.Version,
 			Arch:    runtime.GOARCH,

@@ -1,0 +1,157 @@
+package pluginhost
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// libkrunConfig configures sandbox-libkrun so that starting it boots no
+// VM (an explicit accelerator skips the probe), with one host root.
+func libkrunConfig(t *testing.T, root string) map[string]any {
+	state, err := os.MkdirTemp("/tmp", "phw")
+	assert.NilError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(state) })
+	return map[string]any{
+		"image_allowlist": []string{"node"},
+		"hypervisor":      "qemu",
+		"accel":           "tcg",
+		"state_dir":       state,
+		"cache_dir":       t.TempDir(),
+		"host_roots":      []string{root},
+	}
+}
+
+// TestWorkerFunctionsPublished: an adapter that announces the worker
+// capability is published with the six <adapter>::worker::* functions and
+// their schemas; calls go through the host's decoders and the adapter's
+// errors (S501 for a directory outside the host roots) reach the caller.
+// An adapter without the capability gets none of them.
+func TestWorkerFunctionsPublished(t *testing.T) {
+	te := newEnv(t, Options{})
+	root := t.TempDir()
+	st, err := te.start(t, map[string]any{"adapter": "sandbox-libkrun", "path": testBin(t, "sandbox-libkrun"), "config": libkrunConfig(t, root)})
+	assert.NilError(t, err)
+	assert.Equal(t, st["state"], "running")
+
+	wi := te.mustCall(t, engine.FnWorkersInfo, map[string]any{"name": "sandbox-libkrun"})
+	assert.Equal(t, len(wi["functions"].([]any)), 23, "16 ops, adapter::info and 6 worker::*")
+	for _, op := range contract.WorkerOps() {
+		fi := te.mustCall(t, engine.FnFunctionsInfo, map[string]any{"function_id": "sandbox-libkrun::" + op})
+		assert.Assert(t, fi["request_schema"] != nil && fi["response_schema"] != nil, op)
+	}
+	info := te.mustCall(t, "sandbox-libkrun::adapter::info", map[string]any{})
+	assert.DeepEqual(t, info["capabilities"], []any{contract.CapabilityWorker})
+	assert.DeepEqual(t, info["host_roots"], []any{root})
+
+	list := te.mustCall(t, "sandbox-libkrun::worker::list", nil)
+	assert.DeepEqual(t, list, map[string]any{"workers": []any{}})
+
+	outside := t.TempDir()
+	start := map[string]any{"vm_id": "proj-default-api", "name": "api", "image": "node", "host_dir": outside,
+		"command": "node index.mjs", "engine_url": "ws://127.0.0.1:49134"}
+	_, err = te.call(t, "sandbox-libkrun::worker::start", start)
+	se := sandboxErr(t, err)
+	assert.Equal(t, se.Code, contract.S501)
+	assert.Check(t, is.Contains(se.Message, outside))
+	assert.Check(t, is.Contains(se.Message, root), "the message names the roots")
+	assert.Check(t, is.Contains(se.Message, "iii call compose::restart worker=sandbox-libkrun"))
+	assert.Equal(t, se.DocsURL, contract.DocsURL(contract.S501))
+
+	// A symbolic link inside a root that leads outside is judged by where
+	// it leads.
+	link := filepath.Join(root, "escape")
+	assert.NilError(t, os.Symlink(outside, link))
+	start["host_dir"] = link
+	_, err = te.call(t, "sandbox-libkrun::worker::start", start)
+	assert.Equal(t, sandboxErr(t, err).Code, contract.S501)
+
+	// Requests are decoded by the host before they reach the adapter.
+	_, err = te.call(t, "sandbox-libkrun::worker::start", map[string]any{"vm_id": "Bad/Id"})
+	se = sandboxErr(t, err)
+	assert.Equal(t, se.Code, contract.S001)
+	assert.Check(t, is.Contains(se.Message, "invalid worker::start request"))
+	_, err = te.call(t, "sandbox-libkrun::worker::status", map[string]any{"vm_id": "never-started"})
+	assert.Equal(t, sandboxErr(t, err).Code, contract.S002)
+	rm := te.mustCall(t, "sandbox-libkrun::worker::remove", map[string]any{"vm_id": "never-started"})
+	assert.Equal(t, rm["removed"], false)
+
+	// The hostdir example adapter has no worker side: nothing published.
+	_, err = te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBin(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
+	assert.NilError(t, err)
+	_, err = te.call(t, "sandbox-hostdir::worker::list", nil)
+	assert.Equal(t, codeOf(err), protocol.CodeFunctionNotFound)
+}
+
+// TestWorkerFunctionsWhileDown: an adapter that does not run still has its
+// worker::* functions, answering S301 with the reason, as its other ops.
+func TestWorkerFunctionsWhileDown(t *testing.T) {
+	te := newEnv(t, Options{})
+	cfg := libkrunConfig(t, t.TempDir())
+	cfg["host_roots"] = "not a list"
+	_, err := te.start(t, map[string]any{"adapter": "sandbox-libkrun", "namespace": "proj", "path": testBin(t, "sandbox-libkrun"), "config": cfg})
+	assert.Equal(t, codeOf(err), CodeConfigRejected, "%v", err)
+	_, err = te.call(t, "sandbox-libkrun::worker::list", nil, client.WithNamespace("proj"))
+	se := sandboxErr(t, err)
+	assert.Equal(t, se.Code, contract.S301)
+	assert.Check(t, is.Contains(se.Message, "host_roots"))
+}
+
+// TestEngineTokenGuardsAdapters: with an engine token, start, stop and
+// restart need it; list stays open and never shows it.
+func TestEngineTokenGuardsAdapters(t *testing.T) {
+	const token = "tok-6f1c2a9e8b7d"
+	te := newEnv(t, Options{Token: func() string { return token }})
+	in := map[string]any{"adapter": "sandbox-hostdir", "path": testBin(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)}
+
+	for _, tc := range []struct {
+		name string
+		tok  any
+		want string
+	}{
+		{"no token", nil, "needs the engine token"},
+		{"empty token", "", "needs the engine token"},
+		{"wrong token", "tok-6f1c2a9e8b7", "does not match"},
+		{"longer token", token + "x", "does not match"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := map[string]any{}
+			for k, v := range in {
+				req[k] = v
+			}
+			if tc.tok != nil {
+				req["token"] = tc.tok
+			}
+			_, err := te.call(t, FnStart, req)
+			assert.Equal(t, codeOf(err), CodeUnauthorized)
+			assert.Check(t, is.Contains(err.Error(), tc.want))
+			assert.Check(t, !strings.Contains(err.Error(), token), "the error never shows the token")
+		})
+	}
+	assert.Assert(t, !te.host.Hosted("sandbox-hostdir", "default"), "nothing started")
+
+	in["token"] = token
+	st, err := te.start(t, in)
+	assert.NilError(t, err)
+	assert.Equal(t, st["state"], "running")
+
+	out, err := te.call(t, FnList, map[string]any{})
+	assert.NilError(t, err)
+	assert.Check(t, !strings.Contains(string(out), token))
+
+	for _, fn := range []string{FnRestart, FnStop} {
+		_, err = te.call(t, fn, map[string]any{"adapter": "sandbox-hostdir"})
+		assert.Equal(t, codeOf(err), CodeUnauthorized, fn)
+		_, err = te.call(t, fn, map[string]any{"adapter": "sandbox-hostdir", "token": token})
+		assert.NilError(t, err, fn)
+	}
+}

@@ -1,0 +1,334 @@
+package adapter
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/contract"
+)
+
+func TestRewriteLoopback(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"ws://127.0.0.1:49134", "ws://10.0.2.2:49134"},
+		{"ws://localhost:49134/x", "ws://10.0.2.2:49134/x"},
+		{"http://localhost", "http://10.0.2.2"},
+		{"postgres://u:p@db:5432/x", "postgres://u:p@db:5432/x"},
+		{"ws://localhost.example.com:1", "ws://localhost.example.com:1"},
+		{"a=http://127.0.0.1:9,b=http://localhost:8", "a=http://10.0.2.2:9,b=http://10.0.2.2:8"},
+		{"plain localhost", "plain localhost"},
+	} {
+		assert.Check(t, is.Equal(RewriteLoopback(tc.in), tc.want), tc.in)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"ws://127.0.0.1:49134", "ws://10.0.2.2:49134"},
+		{"ws://localhost:5/path?q=1", "ws://10.0.2.2:5/path?q=1"},
+		{"wss://localhost", "wss://10.0.2.2"},
+		{"ws://engine.internal:49134", "ws://engine.internal:49134"},
+	} {
+		got, err := GuestEngineURL(tc.in)
+		assert.NilError(t, err)
+		assert.Check(t, is.Equal(got, tc.want), tc.in)
+	}
+}
+
+func TestWorkerEnv(t *testing.T) {
+	req := &contract.WorkerStartRequest{
+		Env: []string{"A=http://localhost:3000", "III_URL=ws://host-path", "III_CONFIG=/host/cfg.yaml", "III_NAMESPACE=shop", "III_ISOLATION=host"},
+	}
+	env := workerEnv(req, "ws://10.0.2.2:1")
+	assert.DeepEqual(t, env, []string{"A=http://10.0.2.2:3000", "III_NAMESPACE=shop",
+		"III_ENGINE_URL=ws://10.0.2.2:1", "III_ISOLATION=libkrun", "III_URL=ws://10.0.2.2:1"})
+	req.Config = &contract.WorkerConfigFile{FileName: "api.yaml"}
+	env = workerEnv(req, "ws://10.0.2.2:1")
+	assert.Check(t, is.Contains(env, "III_CONFIG=/run/iii/config/api.yaml"))
+}
+
+func TestGuestHostname(t *testing.T) {
+	assert.Equal(t, guestHostname("shop-3f2a1b9c-default-api"), "worker-shop-3f2a1b9c-default-api")
+	assert.Equal(t, guestHostname("a.b_c"), "worker-a-b-c")
+	assert.Equal(t, guestHostname("..."), "worker-vm")
+	h := guestHostname(strings.Repeat("x", 48))
+	assert.Check(t, len(h) <= 63, h)
+}
+
+func TestCheckHostDir(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	assert.NilError(t, err)
+	root := filepath.Join(base, "proj")
+	worker := filepath.Join(root, "workers", "api")
+	state := filepath.Join(root, ".iii", "compose", "default")
+	other := filepath.Join(base, "elsewhere")
+	for _, d := range []string{worker, state, other} {
+		assert.NilError(t, os.MkdirAll(d, 0o755))
+	}
+	link := filepath.Join(root, "to-elsewhere")
+	assert.NilError(t, os.Symlink(other, link))
+	roots := resolveHostRoots([]string{root, filepath.Join(base, "missing")})
+
+	got, err := checkHostDir(worker, roots)
+	assert.NilError(t, err)
+	assert.Equal(t, got, worker)
+	got, err = checkHostDir(root, roots)
+	assert.NilError(t, err, "path://. (the compose directory itself) is admitted")
+	assert.Equal(t, got, root)
+
+	_, err = checkHostDir(other, roots)
+	var se *contract.Error
+	assert.Assert(t, errors.As(err, &se))
+	assert.Equal(t, se.Code, contract.S501)
+	assert.Check(t, is.Contains(se.Message, root))
+	assert.Check(t, is.Contains(se.Message, "iii call compose::restart worker=sandbox-libkrun"))
+
+	_, err = checkHostDir(link, roots)
+	assert.Check(t, contract.IsCode(err, contract.S501), "a link is judged by where it leads: %v", err)
+	assert.Check(t, is.Contains(err.Error(), other))
+
+	_, err = checkHostDir(state, roots)
+	assert.Check(t, contract.IsCode(err, contract.S001))
+	assert.Check(t, is.Contains(err.Error(), ".iii"))
+
+	_, err = checkHostDir(filepath.Join(root, "nope"), roots)
+	assert.Check(t, contract.IsCode(err, contract.S001))
+
+	_, err = checkHostDir(worker, nil)
+	assert.Check(t, contract.IsCode(err, contract.S501))
+	assert.Check(t, is.Contains(err.Error(), "host_roots is empty"))
+}
+
+func TestWorkerImage(t *testing.T) {
+	cat := []contract.CatalogImage{{Name: "node", OCIRef: "docker.io/iiidev/node:latest"}}
+	img, err := workerImage("node", cat)
+	assert.NilError(t, err)
+	assert.Equal(t, img.OCIRef, "docker.io/iiidev/node:latest")
+	img, err = workerImage("ghcr.io/acme/app:1.2", cat)
+	assert.NilError(t, err)
+	assert.Equal(t, img.OCIRef, "ghcr.io/acme/app:1.2")
+	_, err = workerImage("Not A Ref!", cat)
+	assert.Check(t, contract.IsCode(err, contract.S001))
+}
+
+func tarNames(t *testing.T, b []byte) map[string]*tar.Header {
+	t.Helper()
+	out := map[string]*tar.Header{}
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		assert.NilError(t, err)
+		out[h.Name] = h
+	}
+}
+
+// TestWorkspaceTar: excluded names go at any depth, .iii (the project
+// token) included; links travel as links; extra excludes and special files
+// are left out.
+func TestWorkspaceTar(t *testing.T) {
+	root := t.TempDir()
+	for name, content := range map[string]string{
+		"index.mjs":                          "x",
+		"src/lib.mjs":                        "y",
+		"src/dist/out.js":                    "z",
+		"node_modules/dep/index.js":          "dep",
+		"pkg/node_modules/dep/index.js":      "dep",
+		".iii/compose/default/project-token": "secret",
+		"sub/.iii/other":                     "secret",
+		".git/HEAD":                          "ref",
+		"py/__pycache__/m.pyc":               "c",
+		"state/project-token":                "secret",
+	} {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		assert.NilError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		assert.NilError(t, os.WriteFile(p, []byte(content), 0o640))
+	}
+	assert.NilError(t, os.Symlink("/etc/passwd", filepath.Join(root, "passwd")))
+	assert.NilError(t, syscall.Mkfifo(filepath.Join(root, "fifo"), 0o600))
+	var buf bytes.Buffer
+	st, err := writeWorkspaceTar(context.Background(), &buf, root, []string{filepath.Join(root, "state")})
+	assert.NilError(t, err)
+	names := tarNames(t, buf.Bytes())
+	var got []string
+	for n := range names {
+		got = append(got, n)
+	}
+	sort.Strings(got)
+	assert.DeepEqual(t, got, []string{"index.mjs", "passwd", "pkg/", "py/", "src/", "src/lib.mjs", "sub/"})
+	assert.Equal(t, names["passwd"].Typeflag, byte(tar.TypeSymlink))
+	assert.Equal(t, names["passwd"].Linkname, "/etc/passwd")
+	assert.Equal(t, names["index.mjs"].Mode, int64(0o640))
+	assert.DeepEqual(t, st, tarStats{Files: 2, Dirs: 4, Symlinks: 1, Skipped: 1, Bytes: 2})
+	assert.Check(t, !bytes.Contains(buf.Bytes(), []byte("secret")))
+}
+
+func TestLogStore(t *testing.T) {
+	dir := t.TempDir()
+	now := func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
+	l := openLogStore(dir, now)
+	l.rotate = 400
+	for i := 0; i < 10; i++ {
+		assert.NilError(t, l.add(contract.LogStdout, strings.Repeat("x", 40)))
+	}
+	l.close()
+	entries, next, truncated, more, err := l.read(100, nil)
+	assert.NilError(t, err)
+	assert.Equal(t, entries[len(entries)-1].Seq, uint64(10))
+	assert.Equal(t, next, uint64(10))
+	assert.Check(t, truncated, "rotation dropped the oldest entries")
+	assert.Check(t, !more)
+	assert.Check(t, len(entries) < 10)
+
+	// Numbering goes on after a reopen (an adapter restart).
+	l2 := openLogStore(dir, now)
+	assert.NilError(t, l2.add(contract.LogSystem, "again"))
+	defer l2.close()
+	last, _, _, _, err := l2.read(1, nil)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, last, []contract.WorkerLogEntry{{Seq: 11, Time: "2026-01-02T03:04:05Z", Stream: contract.LogSystem, Message: "again"}})
+}
+
+func TestPageLog(t *testing.T) {
+	var all []contract.WorkerLogEntry
+	for s := uint64(3); s <= 9; s++ {
+		all = append(all, contract.WorkerLogEntry{Seq: s, Stream: contract.LogStdout})
+	}
+	seqs := func(es []contract.WorkerLogEntry) []uint64 {
+		var out []uint64
+		for _, e := range es {
+			out = append(out, e.Seq)
+		}
+		return out
+	}
+	u := func(v uint64) *uint64 { return &v }
+	for _, tc := range []struct {
+		name            string
+		tail            uint64
+		cursor          *uint64
+		want            []uint64
+		next            uint64
+		truncated, more bool
+	}{
+		{"tail", 3, nil, []uint64{7, 8, 9}, 9, true, false},
+		{"all kept, older rotated", 100, nil, []uint64{3, 4, 5, 6, 7, 8, 9}, 9, true, false},
+		{"cursor page", 2, u(4), []uint64{5, 6}, 6, false, true},
+		{"cursor at the end", 5, u(9), nil, 9, false, false},
+		{"cursor before rotation", 2, u(1), []uint64{3, 4}, 4, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, next, truncated, more, err := pageLog(all, tc.tail, tc.cursor)
+			assert.NilError(t, err)
+			assert.DeepEqual(t, seqs(got), tc.want)
+			assert.Equal(t, next, tc.next)
+			assert.Equal(t, truncated, tc.truncated)
+			assert.Equal(t, more, tc.more)
+		})
+	}
+}
+
+func TestLineSplitter(t *testing.T) {
+	var got []string
+	s := &lineSplitter{emit: func(l string) { got = append(got, l) }}
+	s.write([]byte("a\r\nb"))
+	s.write([]byte("c\n\nd"))
+	s.write(bytes.Repeat([]byte("e"), maxLogLine+1))
+	s.flush()
+	assert.DeepEqual(t, got, []string{"a", "bc", "", "d" + strings.Repeat("e", maxLogLine-1), "ee"})
+}
+
+func TestDecodeMeta(t *testing.T) {
+	code := 3
+	m := &workerMeta{Version: metaVersion, VMID: "a", Name: "n", State: contract.WorkerFailed, ExitCode: &code, Starts: 2, Restarts: 1}
+	dir := t.TempDir()
+	assert.NilError(t, writeMeta(dir, m))
+	b, err := os.ReadFile(filepath.Join(dir, metaName))
+	assert.NilError(t, err)
+	got, err := decodeMeta(b)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, got, m)
+	for _, bad := range []string{`{}`, `{"version":1,"vm_id":"a","state":"dancing"}`, `{"version":1,"vm_id":"A","state":"stopped"}`,
+		`{"version":1,"vm_id":"a","state":"stopped","x":1}`, `{"version":1,"vm_id":"a","state":"stopped"} {}`} {
+		_, err := decodeMeta([]byte(bad))
+		assert.Check(t, err != nil, bad)
+	}
+}
+
+func FuzzDecodeMeta(f *testing.F) {
+	f.Add([]byte(`{"version":1,"vm_id":"a","name":"n","state":"running","pid":4,"starts":1,"restarts":0}`))
+	f.Add([]byte(`{"version":1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeMeta(b)
+		if err != nil {
+			return
+		}
+		out, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := decodeMeta(out)
+		if err != nil || again.VMID != m.VMID || again.State != m.State {
+			t.Fatalf("round trip: %v %+v %+v", err, m, again)
+		}
+	})
+}
+
+func FuzzParseLogLine(f *testing.F) {
+	f.Add([]byte(`{"seq":1,"time":"t","stream":"stdout","message":"hi"}`))
+	f.Add([]byte(`{"seq":0}`))
+	f.Add([]byte("not json"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, ok := parseLogLine(b)
+		if !ok {
+			return
+		}
+		if e.Seq == 0 {
+			t.Fatal("accepted seq 0")
+		}
+		out, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, ok := parseLogLine(out); !ok || again.Seq != e.Seq || again.Stream != e.Stream {
+			t.Fatalf("round trip: %+v %+v", e, again)
+		}
+	})
+}
+
+func TestParseHostRoots(t *testing.T) {
+	cfg, err := ParseConfig(rawKeys(t, map[string]any{"host_roots": []any{"/srv/a/", "~/proj"}, "worker_disk_mb": 1024}), "/home/u", "linux")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, cfg.HostRoots, []string{"/srv/a", "/home/u/proj"})
+	assert.Equal(t, cfg.WorkerDiskMB, uint64(1024))
+	for _, bad := range []map[string]any{
+		{"host_roots": "/srv"},
+		{"host_roots": []any{"relative"}},
+		{"host_roots": []any{1}},
+		{"worker_disk_mb": 1},
+	} {
+		_, err := ParseConfig(rawKeys(t, bad), "/home/u", "linux")
+		assert.Check(t, err != nil, "%v", bad)
+	}
+}
+
+// TestPlanRefusesLongVMID: the VM's socket must fit a unix socket path.
+func TestPlanRefusesLongVMID(t *testing.T) {
+	root := t.TempDir()
+	s := &workerSet{dir: filepath.Join("/tmp", strings.Repeat("s", 40), "workers"), roots: []string{root}, p: &Provider{}}
+	req := &contract.WorkerStartRequest{VMID: strings.Repeat("v", contract.MaxVMIDLen), HostDir: root, Image: "node:20", EngineURL: "ws://127.0.0.1:1"}
+	_, err := s.plan(context.Background(), req)
+	assert.Check(t, contract.IsCode(err, contract.S001))
+	assert.Check(t, is.Contains(err.Error(), "too long"))
+}

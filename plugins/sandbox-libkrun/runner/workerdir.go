@@ -1,0 +1,123 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+)
+
+// Worker VMs keep their state between boots: each has a directory
+// <state_dir>/workers/<vm_id>/ holding the runner's files while it runs and
+// its persistent disk always. Unlike a sandbox's directory it outlives the
+// VM, so it is locked only while a VM uses it, and the clean-up after a
+// crash kills what a dead adapter left running in it but deletes nothing
+// that matters.
+
+// WorkersDirName is the directory under state_dir that holds worker VMs.
+const WorkersDirName = "workers"
+
+// ErrDirLocked: another live adapter uses the directory.
+var ErrDirLocked = errLocked
+
+// runtimeFiles are the files of a VM run that mean nothing once it ended.
+func runtimeFiles() []string { return []string{RunnerPIDName, VMPIDName, backend.SocketName} }
+
+// OpenWorkerDir opens <workersDir>/<vmID>, creating it (0700) when missing,
+// and takes its lock. A directory another live adapter holds is
+// ErrDirLocked.
+func OpenWorkerDir(workersDir, vmID string) (*Dir, error) {
+	if !contract.ValidVMID(vmID) {
+		return nil, fmt.Errorf("worker directory name %q is not a vm_id", vmID)
+	}
+	if err := os.MkdirAll(workersDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", workersDir, err)
+	}
+	p := filepath.Join(workersDir, vmID)
+	if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("create worker state directory: %w", err)
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", p)
+	}
+	lock, err := lockFile(filepath.Join(p, LockName), true)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range runtimeFiles() {
+		_ = os.Remove(filepath.Join(p, name))
+	}
+	return &Dir{Path: p, lock: lock}, nil
+}
+
+// Release drops the lock and keeps the directory.
+func (d *Dir) Release() {
+	if d.lock != nil {
+		_ = d.lock.Close()
+		d.lock = nil
+	}
+}
+
+// CleanWorkerLeftovers looks at every worker directory under workersDir
+// that no live adapter holds, kills the runner and VM processes still
+// running for it (a crashed adapter's), and removes their runtime files.
+// The directories themselves, with each worker's disk, logs and record,
+// stay: the worker's next start uses them.
+func CleanWorkerLeftovers(ctx context.Context, workersDir string, log hclog.Logger) []Leftover {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	des, err := os.ReadDir(workersDir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			log.Warn("cannot scan the worker state directories", "dir", workersDir, "error", err)
+		}
+		return nil
+	}
+	var out []Leftover
+	for _, de := range des {
+		if ctx.Err() != nil {
+			break
+		}
+		if !de.IsDir() || !contract.ValidVMID(de.Name()) {
+			continue
+		}
+		dir := filepath.Join(workersDir, de.Name())
+		lock, err := lockFile(filepath.Join(dir, LockName), true)
+		if err != nil {
+			continue // a live adapter runs it, or it vanished
+		}
+		lo := Leftover{Dir: dir, Killed: ownedProcesses(dir)}
+		for _, pid := range lo.Killed {
+			kill(pid)
+		}
+		lo.Err = waitGone(ctx, lo.Killed)
+		if lo.Err == nil {
+			for _, name := range runtimeFiles() {
+				_ = os.Remove(filepath.Join(dir, name))
+			}
+		}
+		_ = lock.Close()
+		if len(lo.Killed) == 0 && lo.Err == nil {
+			continue
+		}
+		if lo.Err != nil {
+			log.Warn("could not stop what a dead adapter left running for a worker VM", "dir", dir, "killed", lo.Killed, "error", lo.Err)
+		} else {
+			log.Info("stopped the processes a dead adapter left running for a worker VM; its state stays", "dir", dir, "killed", lo.Killed)
+		}
+		out = append(out, lo)
+	}
+	return out
+}
