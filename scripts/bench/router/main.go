@@ -178,6 +178,13 @@ func run(n, rounds, warmup int, adapterBin string) error {
 	}); err != nil {
 		return err
 	}
+	// R: an in-process hop with nothing behind it, to tell the cost of the
+	// hop itself from what the plugin call adds.
+	if err := local.RegisterFunction(engine.FunctionDef{ID: "bench::forward"}, func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
+		return eng.Invoke(ctx, "", "bench::catalog::list", call.Data)
+	}); err != nil {
+		return err
+	}
 	cl, err := client.Dial(ctx, "ws://"+ln.Addr().String(), client.Options{Name: "bench-caller", IgnoreEnv: true})
 	if err != nil {
 		return err
@@ -265,6 +272,7 @@ func run(n, rounds, warmup int, adapterBin string) error {
 		{name: "A sandbox::catalog::list (router+plugin)", call: wsCall("sandbox::catalog::list")},
 		{name: "B " + adapterName + "::catalog::list (plugin)", call: wsCall(contract.AdapterFunctionID(adapterName, contract.OpCatalogList))},
 		{name: "E engine → in-process function", call: wsCall("bench::catalog::list")},
+		{name: "R engine → in-process hop → E's function", call: wsCall("bench::forward")},
 		{name: "F raw gRPC CatalogList, unix socket", call: func(ctx context.Context) error {
 			_, err := floor.CatalogList(ctx, &contract.CatalogListRequest{})
 			return err
@@ -324,6 +332,7 @@ func run(n, rounds, warmup int, adapterBin string) error {
 		fmt.Printf("%s: router+plugin hop adds A−E = %s; floor F = %s; ratio %.2f× (goal ≤ 1.5×: %s)\n", label, us(added), us(q["F"][i]), ratio, verdict)
 		fmt.Printf("     router alone A−B = %s; plugin hop B−E = %s; TLS on the raw call T−F = %s; go-plugin's own call G = %.2f× F; host's share (B−E)−G = %s\n",
 			us(q["A"][i]-q["B"][i]), us(q["B"][i]-q["E"][i]), us(q["T"][i]-q["F"][i]), float64(q["G"][i])/float64(q["F"][i]), us(q["B"][i]-q["E"][i]-q["G"][i]))
+		fmt.Printf("     an in-process hop alone R−E = %s\n", us(q["R"][i]-q["E"][i]))
 	}
 	return nil
 }
