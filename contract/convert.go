@@ -596,3 +596,28 @@ func fsSedResponseFromProto(p *pb.FsSedResponse) *FsSedResponse {
 	}
 	return out
 }
+
+func progressEventToProto(ev ProgressEvent) *pb.ProgressEvent {
+	return &pb.ProgressEvent{
+		Phase:      validUTF8(ev.Phase),
+		Image:      validUTF8(ev.Image),
+		ImageRef:   validUTF8(ev.ImageRef),
+		BytesDone:  ev.BytesDone,
+		BytesTotal: ev.BytesTotal,
+		SandboxId:  validUTF8(ev.SandboxID),
+	}
+}
+
+func progressEventFromProto(p *pb.ProgressEvent) ProgressEvent {
+	if p == nil {
+		return ProgressEvent{}
+	}
+	return ProgressEvent{
+		Phase:      p.GetPhase(),
+		Image:      p.GetImage(),
+		ImageRef:   p.GetImageRef(),
+		BytesDone:  p.BytesDone,
+		BytesTotal: p.BytesTotal,
+		SandboxID:  p.GetSandboxId(),
+	}
+}

@@ -421,6 +421,9 @@ func decodeCreate(raw json.RawMessage) (*CreateRequest, *Error) {
 	if q.Env, e = r.env(); e != nil {
 		return nil, e
 	}
+	if q.Progress, e = r.progress(); e != nil {
+		return nil, e
+	}
 	return &q, nil
 }
 
@@ -561,7 +564,41 @@ func decodeRun(raw json.RawMessage) (*RunRequest, *Error) {
 	if q.KeepSandbox, e = r.boolean("keep_sandbox", false); e != nil {
 		return nil, e
 	}
+	if q.Progress, e = r.progress(); e != nil {
+		return nil, e
+	}
 	return &q, nil
+}
+
+// progress reads create's and run's optional progress channel. Either end
+// of the channel is accepted (both carry the same id and key): the host
+// always takes the write end, and the caller reads the other. The result is
+// the write end's ref.
+func (r *request) progress() (*protocol.StreamChannelRef, *Error) {
+	raw, ok := r.get(ProgressField)
+	if !ok {
+		return nil, nil
+	}
+	sub := &request{op: r.op, code: r.code}
+	if raw[0] != '{' || json.Unmarshal(raw, &sub.fields) != nil {
+		return nil, r.typeErr(ProgressField, "a channel ref object {channel_id, access_key, direction} (engine::channels::create)", raw)
+	}
+	var ref protocol.StreamChannelRef
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"channel_id", &ref.ChannelID}, {"access_key", &ref.AccessKey}, {"direction", &ref.Direction}} {
+		s, ok, e := sub.str(f.name)
+		if e != nil || !ok || s == "" {
+			return nil, r.fail("progress must be a channel ref: progress.%s must be a non-empty string", f.name)
+		}
+		*f.dst = s
+	}
+	if ref.Direction != protocol.DirectionWrite && ref.Direction != protocol.DirectionRead {
+		return nil, r.fail("progress.direction must be %q or %q, got %q", protocol.DirectionWrite, protocol.DirectionRead, truncate(ref.Direction, 20))
+	}
+	ref.Direction = protocol.DirectionWrite
+	return &ref, nil
 }
 
 func (r *request) runFiles() ([]RunFile, *Error) {

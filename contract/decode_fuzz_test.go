@@ -15,10 +15,12 @@ import (
 // its own JSON encoding unchanged.
 func FuzzDecode(f *testing.F) {
 	seeds := map[string][]string{
-		OpCreate: {`{"image":"node","cpus":2,"memory_mb":1,"name":"w","network":true,"idle_timeout_secs":0,"env":{"A":"1","b":"2"}}`, `{"image":"p","env":["A=1"]}`},
+		OpCreate: {`{"image":"node","cpus":2,"memory_mb":1,"name":"w","network":true,"idle_timeout_secs":0,"env":{"A":"1","b":"2"}}`, `{"image":"p","env":["A=1"]}`,
+			`{"image":"p","progress":{"channel_id":"c","access_key":"k","direction":"read"}}`},
 		OpExec: {`{"sandbox_id":"` + sid + `","cmd":"sh -c 'echo \"$A\"'","stdin":"AAEC/w==","env":["A=1"],"timeout_ms":7,"workdir":"/w"}`,
 			`{"sandbox_id":"` + sid + `","argv":["a","b"]}`, `{"sandbox_id":"` + sid + `","cmd":"ls","args":["-l"]}`},
-		OpRun:         {`{"image":"p","code":"c","lang":"l","files":[{"path":"/a","content":"b"}],"stdin":"eA==","keep_sandbox":true}`},
+		OpRun: {`{"image":"p","code":"c","lang":"l","files":[{"path":"/a","content":"b"}],"stdin":"eA==","keep_sandbox":true}`,
+			`{"image":"p","code":"c","lang":"l","progress":{"channel_id":"c","access_key":"k","direction":"write"}}`},
 		OpList:        {`{}`, `null`},
 		OpStop:        {`{"sandbox_id":"` + sid + `","wait":true}`},
 		OpCatalogList: {`{}`},

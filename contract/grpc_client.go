@@ -96,8 +96,26 @@ func (c *GRPCClient) Configure(ctx context.Context, configJSON []byte) error {
 	return rej
 }
 
-// Create calls create.
+// Create calls create. When ctx carries a progress sink (WithProgress) it
+// calls CreateStream and hands the adapter's progress events to the sink;
+// an adapter without CreateStream is called the unary way, without
+// progress.
 func (c *GRPCClient) Create(ctx context.Context, req *CreateRequest) (*CreateResponse, error) {
+	if sink := ProgressFrom(ctx); sink != nil {
+		out, err := streamCall(ctx, OpCreate, sink,
+			func(ctx context.Context) (grpc.ServerStreamingClient[pb.CreateStreamMessage], error) {
+				return c.client.CreateStream(ctx, createRequestToProto(req), callOpts()...)
+			},
+			func(m *pb.CreateStreamMessage) (*pb.ProgressEvent, *CreateResponse) {
+				if r := m.GetResponse(); r != nil {
+					return nil, createResponseFromProto(r)
+				}
+				return m.GetProgress(), nil
+			})
+		if !errors.Is(err, errStreamUnimplemented) {
+			return out, err
+		}
+	}
 	return call(ctx, OpCreate, req, createRequestToProto, c.client.Create, createResponseFromProto)
 }
 
@@ -106,9 +124,68 @@ func (c *GRPCClient) Exec(ctx context.Context, req *ExecRequest) (*ExecResponse,
 	return call(ctx, OpExec, req, execRequestToProto, c.client.Exec, execResponseFromProto)
 }
 
-// Run calls run.
+// Run calls run, through RunStream when ctx carries a progress sink (see
+// Create).
 func (c *GRPCClient) Run(ctx context.Context, req *RunRequest) (*RunResponse, error) {
+	if sink := ProgressFrom(ctx); sink != nil {
+		out, err := streamCall(ctx, OpRun, sink,
+			func(ctx context.Context) (grpc.ServerStreamingClient[pb.RunStreamMessage], error) {
+				return c.client.RunStream(ctx, runRequestToProto(req), callOpts()...)
+			},
+			func(m *pb.RunStreamMessage) (*pb.ProgressEvent, *RunResponse) {
+				if r := m.GetResponse(); r != nil {
+					return nil, runResponseFromProto(r)
+				}
+				return m.GetProgress(), nil
+			})
+		if !errors.Is(err, errStreamUnimplemented) {
+			return out, err
+		}
+	}
 	return call(ctx, OpRun, req, runRequestToProto, c.client.Run, runResponseFromProto)
+}
+
+// errStreamUnimplemented: the adapter predates the streaming RPC; the
+// caller falls back to the unary one.
+var errStreamUnimplemented = errors.New("the adapter has no streaming variant of this operation")
+
+// streamCall runs a CreateStream/RunStream call: progress messages go to
+// sink, the one response message ends the call. split returns a message's
+// progress event or its response. An Unimplemented status before any
+// message is errStreamUnimplemented, so nothing has happened yet and the
+// unary call is safe to make instead.
+func streamCall[Msg any, Resp any](ctx context.Context, op string, sink ProgressSink,
+	open func(context.Context) (grpc.ServerStreamingClient[Msg], error), split func(*Msg) (*pb.ProgressEvent, *Resp),
+) (*Resp, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	// The server ends the stream right after the response; cancelling
+	// releases it without waiting for that.
+	defer cancel()
+	stream, err := open(sctx)
+	if err != nil {
+		if status.Code(err) == codes.Unimplemented {
+			return nil, errStreamUnimplemented
+		}
+		return nil, statusError(ctx, op, err)
+	}
+	for first := true; ; first = false {
+		msg, err := stream.Recv()
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("sandbox adapter %s: the stream ended without a reply", op)
+		case err != nil && first && status.Code(err) == codes.Unimplemented:
+			return nil, errStreamUnimplemented
+		case err != nil:
+			return nil, statusError(ctx, op, err)
+		}
+		ev, resp := split(msg)
+		if resp != nil {
+			return resp, nil
+		}
+		if ev != nil {
+			sink(progressEventFromProto(ev))
+		}
+	}
 }
 
 // List calls list.

@@ -113,6 +113,52 @@ func (s *GRPCServer) Run(ctx context.Context, in *pb.RunRequest) (*pb.RunRespons
 	return serve(ctx, OpRun, runRequestFromProto(in), s.impl.Run, runResponseToProto)
 }
 
+// CreateStream serves create with progress: the adapter's progress
+// reports stream out as they happen, then the reply.
+func (s *GRPCServer) CreateStream(in *pb.CreateRequest, stream grpc.ServerStreamingServer[pb.CreateStreamMessage]) error {
+	return serveWithProgress(stream.Context(), OpCreate, createRequestFromProto(in), s.impl.Create,
+		func(ev *pb.ProgressEvent) error {
+			return stream.Send(&pb.CreateStreamMessage{Payload: &pb.CreateStreamMessage_Progress{Progress: ev}})
+		},
+		func(out *CreateResponse) error {
+			return stream.Send(&pb.CreateStreamMessage{Payload: &pb.CreateStreamMessage_Response{Response: createResponseToProto(out)}})
+		})
+}
+
+// RunStream serves run with progress (see CreateStream).
+func (s *GRPCServer) RunStream(in *pb.RunRequest, stream grpc.ServerStreamingServer[pb.RunStreamMessage]) error {
+	return serveWithProgress(stream.Context(), OpRun, runRequestFromProto(in), s.impl.Run,
+		func(ev *pb.ProgressEvent) error {
+			return stream.Send(&pb.RunStreamMessage{Payload: &pb.RunStreamMessage_Progress{Progress: ev}})
+		},
+		func(out *RunResponse) error {
+			return stream.Send(&pb.RunStreamMessage{Payload: &pb.RunStreamMessage_Response{Response: runResponseToProto(out)}})
+		})
+}
+
+// serveWithProgress runs an operation with a progress sink in its context.
+// Reports go out through a relay, so a slow stream never holds the
+// adapter up; every report is sent before the reply, which the relay's
+// Close guarantees by ending its goroutine before the reply is sent (a
+// stream allows one sender at a time).
+func serveWithProgress[Req, Resp any](ctx context.Context, op string, req *Req,
+	call func(context.Context, *Req) (*Resp, error), sendProgress func(*pb.ProgressEvent) error, sendReply func(*Resp) error,
+) error {
+	relay := NewProgressRelay(func(_ context.Context, ev ProgressEvent) error {
+		// Send gives up when the stream ends, which is what bounds it.
+		return sendProgress(progressEventToProto(ev))
+	})
+	out, err := call(WithProgress(ctx, relay.Report), req)
+	relay.Close(ctx)
+	if err != nil {
+		return errorStatus(ctx, op, err)
+	}
+	if out == nil {
+		return errorStatus(ctx, op, NewError(fallbackCode(op), "the sandbox adapter returned no %s reply", op))
+	}
+	return sendReply(out)
+}
+
 // List serves list.
 func (s *GRPCServer) List(ctx context.Context, _ *pb.ListRequest) (*pb.ListResponse, error) {
 	return serve(ctx, OpList, &ListRequest{}, s.impl.List, listResponseToProto)

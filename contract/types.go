@@ -123,6 +123,11 @@ type CreateRequest struct {
 	Network         bool     `json:"network"`
 	IdleTimeoutSecs *uint64  `json:"idle_timeout_secs,omitempty"`
 	Env             []string `json:"env"`
+	// Progress is the write end of the channel the caller watches the
+	// create in (see ProgressEvent); nil when it did not ask. The host
+	// consumes it: adapters report through ReportProgress and never see
+	// the channel.
+	Progress *protocol.StreamChannelRef `json:"progress,omitempty"`
 }
 
 // CreateResponse is sandbox::create's reply.
@@ -183,6 +188,8 @@ type RunRequest struct {
 	Stdin       []byte    `json:"stdin,omitempty"`
 	TimeoutMS   uint64    `json:"timeout_ms"`
 	KeepSandbox bool      `json:"keep_sandbox"`
+	// Progress is as in CreateRequest: the sandbox's boot is reported.
+	Progress *protocol.StreamChannelRef `json:"progress,omitempty"`
 }
 
 // RunResponse is sandbox::run's reply: exec's keys, plus sandbox_id only

@@ -33,6 +33,8 @@ type callFlags struct {
 	port      int
 	timeoutMS int64
 	namespace string
+	// noProgress skips the progress channel of functions that offer one.
+	noProgress bool
 }
 
 func newCallCmd(e env, defaultHelp func(*cobra.Command, []string)) *cobra.Command {
@@ -50,6 +52,12 @@ must be an object and the pairs override its keys. A repeated key: the last
 one wins.
 
 Without -n the function resolves in the "default" namespace.
+
+A function whose request schema marks a field as a progress channel
+(sandbox::create and sandbox::run: "progress") gets a channel there, unless
+the payload sets that field itself, and its progress is drawn on stderr: a
+redrawn bar on a terminal, plain lines otherwise. --no-progress leaves the
+field out. The result on stdout is the same either way.
 "iii call -h FUNCTION" also shows the function's description and request
 schema, as the running engine knows them.`,
 		Example: `  iii call engine::workers::list
@@ -83,6 +91,7 @@ schema, as the running engine knows them.`,
 	fl.IntVar(&f.port, "port", 49134, "engine WebSocket port")
 	fl.Int64Var(&f.timeoutMS, "timeout-ms", 30000, "how long to wait for the result, in milliseconds")
 	fl.StringVarP(&f.namespace, "namespace", "n", "", `namespace FUNCTION resolves in (default "default")`)
+	fl.BoolVar(&f.noProgress, "no-progress", false, "do not ask for progress, and draw none (functions with a progress channel)")
 
 	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
 		defaultHelp(c, args)
@@ -169,7 +178,14 @@ func runCall(ctx context.Context, e env, f *callFlags, fn string, data json.RawM
 	if ns != nil {
 		opts = append(opts, client.WithNamespace(*ns))
 	}
+	var watch *progressWatch
+	if !f.noProgress {
+		data, watch = watchProgress(ctx, c, f, fn, ns, data, e.stderr, isTerminal(e.stderr))
+	}
 	res, err := c.Call(ctx, fn, data, opts...)
+	// The progress lines are complete before the result or the error is
+	// printed.
+	watch.stop()
 	if err != nil {
 		return callError(err)
 	}

@@ -185,6 +185,7 @@ func attachTestWorkers(e *testscript.Env, u string) error {
 		{w, client.FunctionDef{ID: "test::doc", Description: "Add two numbers.\nRounds as asked.",
 			RequestSchema:  json.RawMessage(docRequestSchema),
 			ResponseSchema: json.RawMessage(`{"type":"object","properties":{"sum":{"type":"number"}}}`)}, echo},
+		{w, client.FunctionDef{ID: "test::progress", RequestSchema: json.RawMessage(progressRequestSchema)}, progressFn(w)},
 		{dev, client.FunctionDef{ID: "dev::hello"}, func(context.Context, *client.Invocation) (any, error) {
 			return "hello from dev", nil
 		}},

@@ -3812,6 +3812,261 @@ func (x *WorkerRemoveResponse) GetStateDir() string {
 	return ""
 }
 
+// ProgressEvent is one report of a create or run under way; JSON callers
+// receive it as {phase, image, image_ref, bytes_done?, bytes_total?,
+// sandbox_id?}.
+type ProgressEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pulling, unpacking, building, booting or ready.
+	Phase string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	// The catalog name and the OCI reference it stands for.
+	Image    string `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	ImageRef string `protobuf:"bytes,3,opt,name=image_ref,json=imageRef,proto3" json:"image_ref,omitempty"`
+	// Absent: the phase does not count bytes, or not yet.
+	BytesDone  *uint64 `protobuf:"varint,4,opt,name=bytes_done,json=bytesDone,proto3,oneof" json:"bytes_done,omitempty"`
+	BytesTotal *uint64 `protobuf:"varint,5,opt,name=bytes_total,json=bytesTotal,proto3,oneof" json:"bytes_total,omitempty"`
+	// Set on ready.
+	SandboxId     string `protobuf:"bytes,6,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProgressEvent) Reset() {
+	*x = ProgressEvent{}
+	mi := &file_sandbox_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgressEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgressEvent) ProtoMessage() {}
+
+func (x *ProgressEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgressEvent.ProtoReflect.Descriptor instead.
+func (*ProgressEvent) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ProgressEvent) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *ProgressEvent) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *ProgressEvent) GetImageRef() string {
+	if x != nil {
+		return x.ImageRef
+	}
+	return ""
+}
+
+func (x *ProgressEvent) GetBytesDone() uint64 {
+	if x != nil && x.BytesDone != nil {
+		return *x.BytesDone
+	}
+	return 0
+}
+
+func (x *ProgressEvent) GetBytesTotal() uint64 {
+	if x != nil && x.BytesTotal != nil {
+		return *x.BytesTotal
+	}
+	return 0
+}
+
+func (x *ProgressEvent) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+type CreateStreamMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Payload:
+	//
+	//	*CreateStreamMessage_Progress
+	//	*CreateStreamMessage_Response
+	Payload       isCreateStreamMessage_Payload `protobuf_oneof:"payload"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateStreamMessage) Reset() {
+	*x = CreateStreamMessage{}
+	mi := &file_sandbox_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateStreamMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateStreamMessage) ProtoMessage() {}
+
+func (x *CreateStreamMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateStreamMessage.ProtoReflect.Descriptor instead.
+func (*CreateStreamMessage) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *CreateStreamMessage) GetPayload() isCreateStreamMessage_Payload {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *CreateStreamMessage) GetProgress() *ProgressEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*CreateStreamMessage_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *CreateStreamMessage) GetResponse() *CreateResponse {
+	if x != nil {
+		if x, ok := x.Payload.(*CreateStreamMessage_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+type isCreateStreamMessage_Payload interface {
+	isCreateStreamMessage_Payload()
+}
+
+type CreateStreamMessage_Progress struct {
+	Progress *ProgressEvent `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+}
+
+type CreateStreamMessage_Response struct {
+	Response *CreateResponse `protobuf:"bytes,2,opt,name=response,proto3,oneof"`
+}
+
+func (*CreateStreamMessage_Progress) isCreateStreamMessage_Payload() {}
+
+func (*CreateStreamMessage_Response) isCreateStreamMessage_Payload() {}
+
+type RunStreamMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Payload:
+	//
+	//	*RunStreamMessage_Progress
+	//	*RunStreamMessage_Response
+	Payload       isRunStreamMessage_Payload `protobuf_oneof:"payload"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunStreamMessage) Reset() {
+	*x = RunStreamMessage{}
+	mi := &file_sandbox_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStreamMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStreamMessage) ProtoMessage() {}
+
+func (x *RunStreamMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStreamMessage.ProtoReflect.Descriptor instead.
+func (*RunStreamMessage) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *RunStreamMessage) GetPayload() isRunStreamMessage_Payload {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *RunStreamMessage) GetProgress() *ProgressEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*RunStreamMessage_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *RunStreamMessage) GetResponse() *RunResponse {
+	if x != nil {
+		if x, ok := x.Payload.(*RunStreamMessage_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+type isRunStreamMessage_Payload interface {
+	isRunStreamMessage_Payload()
+}
+
+type RunStreamMessage_Progress struct {
+	Progress *ProgressEvent `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+}
+
+type RunStreamMessage_Response struct {
+	Response *RunResponse `protobuf:"bytes,2,opt,name=response,proto3,oneof"`
+}
+
+func (*RunStreamMessage_Progress) isRunStreamMessage_Payload() {}
+
+func (*RunStreamMessage_Response) isRunStreamMessage_Payload() {}
+
 var File_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_proto_rawDesc = "" +
@@ -4127,7 +4382,27 @@ const file_sandbox_proto_rawDesc = "" +
 	"\x14WorkerRemoveResponse\x12\x13\n" +
 	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x18\n" +
 	"\aremoved\x18\x02 \x01(\bR\aremoved\x12\x1b\n" +
-	"\tstate_dir\x18\x03 \x01(\tR\bstateDir2\xab\x0e\n" +
+	"\tstate_dir\x18\x03 \x01(\tR\bstateDir\"\xe0\x01\n" +
+	"\rProgressEvent\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\x12\x1b\n" +
+	"\timage_ref\x18\x03 \x01(\tR\bimageRef\x12\"\n" +
+	"\n" +
+	"bytes_done\x18\x04 \x01(\x04H\x00R\tbytesDone\x88\x01\x01\x12$\n" +
+	"\vbytes_total\x18\x05 \x01(\x04H\x01R\n" +
+	"bytesTotal\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x06 \x01(\tR\tsandboxIdB\r\n" +
+	"\v_bytes_doneB\x0e\n" +
+	"\f_bytes_total\"\x9b\x01\n" +
+	"\x13CreateStreamMessage\x12;\n" +
+	"\bprogress\x18\x01 \x01(\v2\x1d.iii.sandbox.v1.ProgressEventH\x00R\bprogress\x12<\n" +
+	"\bresponse\x18\x02 \x01(\v2\x1e.iii.sandbox.v1.CreateResponseH\x00R\bresponseB\t\n" +
+	"\apayload\"\x95\x01\n" +
+	"\x10RunStreamMessage\x12;\n" +
+	"\bprogress\x18\x01 \x01(\v2\x1d.iii.sandbox.v1.ProgressEventH\x00R\bprogress\x129\n" +
+	"\bresponse\x18\x02 \x01(\v2\x1b.iii.sandbox.v1.RunResponseH\x00R\bresponseB\t\n" +
+	"\apayload2\xce\x0f\n" +
 	"\x0eSandboxAdapter\x12A\n" +
 	"\x04Info\x12\x1b.iii.sandbox.v1.InfoRequest\x1a\x1c.iii.sandbox.v1.InfoResponse\x12P\n" +
 	"\tConfigure\x12 .iii.sandbox.v1.ConfigureRequest\x1a!.iii.sandbox.v1.ConfigureResponse\x12G\n" +
@@ -4155,7 +4430,9 @@ const file_sandbox_proto_rawDesc = "" +
 	"WorkerList\x12!.iii.sandbox.v1.WorkerListRequest\x1a\".iii.sandbox.v1.WorkerListResponse\x12S\n" +
 	"\n" +
 	"WorkerLogs\x12!.iii.sandbox.v1.WorkerLogsRequest\x1a\".iii.sandbox.v1.WorkerLogsResponse\x12Y\n" +
-	"\fWorkerRemove\x12#.iii.sandbox.v1.WorkerRemoveRequest\x1a$.iii.sandbox.v1.WorkerRemoveResponseB5Z3github.com/iii-sandbox/iii/contract/proto;sandboxpbb\x06proto3"
+	"\fWorkerRemove\x12#.iii.sandbox.v1.WorkerRemoveRequest\x1a$.iii.sandbox.v1.WorkerRemoveResponse\x12T\n" +
+	"\fCreateStream\x12\x1d.iii.sandbox.v1.CreateRequest\x1a#.iii.sandbox.v1.CreateStreamMessage0\x01\x12K\n" +
+	"\tRunStream\x12\x1a.iii.sandbox.v1.RunRequest\x1a .iii.sandbox.v1.RunStreamMessage0\x01B5Z3github.com/iii-sandbox/iii/contract/proto;sandboxpbb\x06proto3"
 
 var (
 	file_sandbox_proto_rawDescOnce sync.Once
@@ -4169,7 +4446,7 @@ func file_sandbox_proto_rawDescGZIP() []byte {
 	return file_sandbox_proto_rawDescData
 }
 
-var file_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_sandbox_proto_goTypes = []any{
 	(*SandboxError)(nil),         // 0: iii.sandbox.v1.SandboxError
 	(*ContractVersion)(nil),      // 1: iii.sandbox.v1.ContractVersion
@@ -4230,6 +4507,9 @@ var file_sandbox_proto_goTypes = []any{
 	(*WorkerLogsResponse)(nil),   // 56: iii.sandbox.v1.WorkerLogsResponse
 	(*WorkerRemoveRequest)(nil),  // 57: iii.sandbox.v1.WorkerRemoveRequest
 	(*WorkerRemoveResponse)(nil), // 58: iii.sandbox.v1.WorkerRemoveResponse
+	(*ProgressEvent)(nil),        // 59: iii.sandbox.v1.ProgressEvent
+	(*CreateStreamMessage)(nil),  // 60: iii.sandbox.v1.CreateStreamMessage
+	(*RunStreamMessage)(nil),     // 61: iii.sandbox.v1.RunStreamMessage
 }
 var file_sandbox_proto_depIdxs = []int32{
 	1,  // 0: iii.sandbox.v1.InfoResponse.contract:type_name -> iii.sandbox.v1.ContractVersion
@@ -4246,59 +4526,67 @@ var file_sandbox_proto_depIdxs = []int32{
 	46, // 11: iii.sandbox.v1.WorkerStartRequest.config:type_name -> iii.sandbox.v1.WorkerConfigFile
 	51, // 12: iii.sandbox.v1.WorkerListResponse.workers:type_name -> iii.sandbox.v1.WorkerStatusResponse
 	55, // 13: iii.sandbox.v1.WorkerLogsResponse.entries:type_name -> iii.sandbox.v1.WorkerLogEntry
-	2,  // 14: iii.sandbox.v1.SandboxAdapter.Info:input_type -> iii.sandbox.v1.InfoRequest
-	4,  // 15: iii.sandbox.v1.SandboxAdapter.Configure:input_type -> iii.sandbox.v1.ConfigureRequest
-	6,  // 16: iii.sandbox.v1.SandboxAdapter.Create:input_type -> iii.sandbox.v1.CreateRequest
-	8,  // 17: iii.sandbox.v1.SandboxAdapter.Exec:input_type -> iii.sandbox.v1.ExecRequest
-	11, // 18: iii.sandbox.v1.SandboxAdapter.Run:input_type -> iii.sandbox.v1.RunRequest
-	13, // 19: iii.sandbox.v1.SandboxAdapter.List:input_type -> iii.sandbox.v1.ListRequest
-	16, // 20: iii.sandbox.v1.SandboxAdapter.Stop:input_type -> iii.sandbox.v1.StopRequest
-	18, // 21: iii.sandbox.v1.SandboxAdapter.CatalogList:input_type -> iii.sandbox.v1.CatalogListRequest
-	22, // 22: iii.sandbox.v1.SandboxAdapter.FsLs:input_type -> iii.sandbox.v1.FsLsRequest
-	24, // 23: iii.sandbox.v1.SandboxAdapter.FsStat:input_type -> iii.sandbox.v1.FsStatRequest
-	26, // 24: iii.sandbox.v1.SandboxAdapter.FsMkdir:input_type -> iii.sandbox.v1.FsMkdirRequest
-	29, // 25: iii.sandbox.v1.SandboxAdapter.FsWrite:input_type -> iii.sandbox.v1.FsWriteChunk
-	31, // 26: iii.sandbox.v1.SandboxAdapter.FsRead:input_type -> iii.sandbox.v1.FsReadRequest
-	34, // 27: iii.sandbox.v1.SandboxAdapter.FsRm:input_type -> iii.sandbox.v1.FsRmRequest
-	36, // 28: iii.sandbox.v1.SandboxAdapter.FsChmod:input_type -> iii.sandbox.v1.FsChmodRequest
-	38, // 29: iii.sandbox.v1.SandboxAdapter.FsMv:input_type -> iii.sandbox.v1.FsMvRequest
-	40, // 30: iii.sandbox.v1.SandboxAdapter.FsGrep:input_type -> iii.sandbox.v1.FsGrepRequest
-	43, // 31: iii.sandbox.v1.SandboxAdapter.FsSed:input_type -> iii.sandbox.v1.FsSedRequest
-	47, // 32: iii.sandbox.v1.SandboxAdapter.WorkerStart:input_type -> iii.sandbox.v1.WorkerStartRequest
-	49, // 33: iii.sandbox.v1.SandboxAdapter.WorkerStop:input_type -> iii.sandbox.v1.WorkerStopRequest
-	50, // 34: iii.sandbox.v1.SandboxAdapter.WorkerStatus:input_type -> iii.sandbox.v1.WorkerStatusRequest
-	52, // 35: iii.sandbox.v1.SandboxAdapter.WorkerList:input_type -> iii.sandbox.v1.WorkerListRequest
-	54, // 36: iii.sandbox.v1.SandboxAdapter.WorkerLogs:input_type -> iii.sandbox.v1.WorkerLogsRequest
-	57, // 37: iii.sandbox.v1.SandboxAdapter.WorkerRemove:input_type -> iii.sandbox.v1.WorkerRemoveRequest
-	3,  // 38: iii.sandbox.v1.SandboxAdapter.Info:output_type -> iii.sandbox.v1.InfoResponse
-	5,  // 39: iii.sandbox.v1.SandboxAdapter.Configure:output_type -> iii.sandbox.v1.ConfigureResponse
-	7,  // 40: iii.sandbox.v1.SandboxAdapter.Create:output_type -> iii.sandbox.v1.CreateResponse
-	9,  // 41: iii.sandbox.v1.SandboxAdapter.Exec:output_type -> iii.sandbox.v1.ExecResponse
-	12, // 42: iii.sandbox.v1.SandboxAdapter.Run:output_type -> iii.sandbox.v1.RunResponse
-	15, // 43: iii.sandbox.v1.SandboxAdapter.List:output_type -> iii.sandbox.v1.ListResponse
-	17, // 44: iii.sandbox.v1.SandboxAdapter.Stop:output_type -> iii.sandbox.v1.StopResponse
-	20, // 45: iii.sandbox.v1.SandboxAdapter.CatalogList:output_type -> iii.sandbox.v1.CatalogListResponse
-	23, // 46: iii.sandbox.v1.SandboxAdapter.FsLs:output_type -> iii.sandbox.v1.FsLsResponse
-	25, // 47: iii.sandbox.v1.SandboxAdapter.FsStat:output_type -> iii.sandbox.v1.FsStatResponse
-	27, // 48: iii.sandbox.v1.SandboxAdapter.FsMkdir:output_type -> iii.sandbox.v1.FsMkdirResponse
-	30, // 49: iii.sandbox.v1.SandboxAdapter.FsWrite:output_type -> iii.sandbox.v1.FsWriteResponse
-	33, // 50: iii.sandbox.v1.SandboxAdapter.FsRead:output_type -> iii.sandbox.v1.FsReadChunk
-	35, // 51: iii.sandbox.v1.SandboxAdapter.FsRm:output_type -> iii.sandbox.v1.FsRmResponse
-	37, // 52: iii.sandbox.v1.SandboxAdapter.FsChmod:output_type -> iii.sandbox.v1.FsChmodResponse
-	39, // 53: iii.sandbox.v1.SandboxAdapter.FsMv:output_type -> iii.sandbox.v1.FsMvResponse
-	42, // 54: iii.sandbox.v1.SandboxAdapter.FsGrep:output_type -> iii.sandbox.v1.FsGrepResponse
-	45, // 55: iii.sandbox.v1.SandboxAdapter.FsSed:output_type -> iii.sandbox.v1.FsSedResponse
-	48, // 56: iii.sandbox.v1.SandboxAdapter.WorkerStart:output_type -> iii.sandbox.v1.WorkerStartResponse
-	51, // 57: iii.sandbox.v1.SandboxAdapter.WorkerStop:output_type -> iii.sandbox.v1.WorkerStatusResponse
-	51, // 58: iii.sandbox.v1.SandboxAdapter.WorkerStatus:output_type -> iii.sandbox.v1.WorkerStatusResponse
-	53, // 59: iii.sandbox.v1.SandboxAdapter.WorkerList:output_type -> iii.sandbox.v1.WorkerListResponse
-	56, // 60: iii.sandbox.v1.SandboxAdapter.WorkerLogs:output_type -> iii.sandbox.v1.WorkerLogsResponse
-	58, // 61: iii.sandbox.v1.SandboxAdapter.WorkerRemove:output_type -> iii.sandbox.v1.WorkerRemoveResponse
-	38, // [38:62] is the sub-list for method output_type
-	14, // [14:38] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	59, // 14: iii.sandbox.v1.CreateStreamMessage.progress:type_name -> iii.sandbox.v1.ProgressEvent
+	7,  // 15: iii.sandbox.v1.CreateStreamMessage.response:type_name -> iii.sandbox.v1.CreateResponse
+	59, // 16: iii.sandbox.v1.RunStreamMessage.progress:type_name -> iii.sandbox.v1.ProgressEvent
+	12, // 17: iii.sandbox.v1.RunStreamMessage.response:type_name -> iii.sandbox.v1.RunResponse
+	2,  // 18: iii.sandbox.v1.SandboxAdapter.Info:input_type -> iii.sandbox.v1.InfoRequest
+	4,  // 19: iii.sandbox.v1.SandboxAdapter.Configure:input_type -> iii.sandbox.v1.ConfigureRequest
+	6,  // 20: iii.sandbox.v1.SandboxAdapter.Create:input_type -> iii.sandbox.v1.CreateRequest
+	8,  // 21: iii.sandbox.v1.SandboxAdapter.Exec:input_type -> iii.sandbox.v1.ExecRequest
+	11, // 22: iii.sandbox.v1.SandboxAdapter.Run:input_type -> iii.sandbox.v1.RunRequest
+	13, // 23: iii.sandbox.v1.SandboxAdapter.List:input_type -> iii.sandbox.v1.ListRequest
+	16, // 24: iii.sandbox.v1.SandboxAdapter.Stop:input_type -> iii.sandbox.v1.StopRequest
+	18, // 25: iii.sandbox.v1.SandboxAdapter.CatalogList:input_type -> iii.sandbox.v1.CatalogListRequest
+	22, // 26: iii.sandbox.v1.SandboxAdapter.FsLs:input_type -> iii.sandbox.v1.FsLsRequest
+	24, // 27: iii.sandbox.v1.SandboxAdapter.FsStat:input_type -> iii.sandbox.v1.FsStatRequest
+	26, // 28: iii.sandbox.v1.SandboxAdapter.FsMkdir:input_type -> iii.sandbox.v1.FsMkdirRequest
+	29, // 29: iii.sandbox.v1.SandboxAdapter.FsWrite:input_type -> iii.sandbox.v1.FsWriteChunk
+	31, // 30: iii.sandbox.v1.SandboxAdapter.FsRead:input_type -> iii.sandbox.v1.FsReadRequest
+	34, // 31: iii.sandbox.v1.SandboxAdapter.FsRm:input_type -> iii.sandbox.v1.FsRmRequest
+	36, // 32: iii.sandbox.v1.SandboxAdapter.FsChmod:input_type -> iii.sandbox.v1.FsChmodRequest
+	38, // 33: iii.sandbox.v1.SandboxAdapter.FsMv:input_type -> iii.sandbox.v1.FsMvRequest
+	40, // 34: iii.sandbox.v1.SandboxAdapter.FsGrep:input_type -> iii.sandbox.v1.FsGrepRequest
+	43, // 35: iii.sandbox.v1.SandboxAdapter.FsSed:input_type -> iii.sandbox.v1.FsSedRequest
+	47, // 36: iii.sandbox.v1.SandboxAdapter.WorkerStart:input_type -> iii.sandbox.v1.WorkerStartRequest
+	49, // 37: iii.sandbox.v1.SandboxAdapter.WorkerStop:input_type -> iii.sandbox.v1.WorkerStopRequest
+	50, // 38: iii.sandbox.v1.SandboxAdapter.WorkerStatus:input_type -> iii.sandbox.v1.WorkerStatusRequest
+	52, // 39: iii.sandbox.v1.SandboxAdapter.WorkerList:input_type -> iii.sandbox.v1.WorkerListRequest
+	54, // 40: iii.sandbox.v1.SandboxAdapter.WorkerLogs:input_type -> iii.sandbox.v1.WorkerLogsRequest
+	57, // 41: iii.sandbox.v1.SandboxAdapter.WorkerRemove:input_type -> iii.sandbox.v1.WorkerRemoveRequest
+	6,  // 42: iii.sandbox.v1.SandboxAdapter.CreateStream:input_type -> iii.sandbox.v1.CreateRequest
+	11, // 43: iii.sandbox.v1.SandboxAdapter.RunStream:input_type -> iii.sandbox.v1.RunRequest
+	3,  // 44: iii.sandbox.v1.SandboxAdapter.Info:output_type -> iii.sandbox.v1.InfoResponse
+	5,  // 45: iii.sandbox.v1.SandboxAdapter.Configure:output_type -> iii.sandbox.v1.ConfigureResponse
+	7,  // 46: iii.sandbox.v1.SandboxAdapter.Create:output_type -> iii.sandbox.v1.CreateResponse
+	9,  // 47: iii.sandbox.v1.SandboxAdapter.Exec:output_type -> iii.sandbox.v1.ExecResponse
+	12, // 48: iii.sandbox.v1.SandboxAdapter.Run:output_type -> iii.sandbox.v1.RunResponse
+	15, // 49: iii.sandbox.v1.SandboxAdapter.List:output_type -> iii.sandbox.v1.ListResponse
+	17, // 50: iii.sandbox.v1.SandboxAdapter.Stop:output_type -> iii.sandbox.v1.StopResponse
+	20, // 51: iii.sandbox.v1.SandboxAdapter.CatalogList:output_type -> iii.sandbox.v1.CatalogListResponse
+	23, // 52: iii.sandbox.v1.SandboxAdapter.FsLs:output_type -> iii.sandbox.v1.FsLsResponse
+	25, // 53: iii.sandbox.v1.SandboxAdapter.FsStat:output_type -> iii.sandbox.v1.FsStatResponse
+	27, // 54: iii.sandbox.v1.SandboxAdapter.FsMkdir:output_type -> iii.sandbox.v1.FsMkdirResponse
+	30, // 55: iii.sandbox.v1.SandboxAdapter.FsWrite:output_type -> iii.sandbox.v1.FsWriteResponse
+	33, // 56: iii.sandbox.v1.SandboxAdapter.FsRead:output_type -> iii.sandbox.v1.FsReadChunk
+	35, // 57: iii.sandbox.v1.SandboxAdapter.FsRm:output_type -> iii.sandbox.v1.FsRmResponse
+	37, // 58: iii.sandbox.v1.SandboxAdapter.FsChmod:output_type -> iii.sandbox.v1.FsChmodResponse
+	39, // 59: iii.sandbox.v1.SandboxAdapter.FsMv:output_type -> iii.sandbox.v1.FsMvResponse
+	42, // 60: iii.sandbox.v1.SandboxAdapter.FsGrep:output_type -> iii.sandbox.v1.FsGrepResponse
+	45, // 61: iii.sandbox.v1.SandboxAdapter.FsSed:output_type -> iii.sandbox.v1.FsSedResponse
+	48, // 62: iii.sandbox.v1.SandboxAdapter.WorkerStart:output_type -> iii.sandbox.v1.WorkerStartResponse
+	51, // 63: iii.sandbox.v1.SandboxAdapter.WorkerStop:output_type -> iii.sandbox.v1.WorkerStatusResponse
+	51, // 64: iii.sandbox.v1.SandboxAdapter.WorkerStatus:output_type -> iii.sandbox.v1.WorkerStatusResponse
+	53, // 65: iii.sandbox.v1.SandboxAdapter.WorkerList:output_type -> iii.sandbox.v1.WorkerListResponse
+	56, // 66: iii.sandbox.v1.SandboxAdapter.WorkerLogs:output_type -> iii.sandbox.v1.WorkerLogsResponse
+	58, // 67: iii.sandbox.v1.SandboxAdapter.WorkerRemove:output_type -> iii.sandbox.v1.WorkerRemoveResponse
+	60, // 68: iii.sandbox.v1.SandboxAdapter.CreateStream:output_type -> iii.sandbox.v1.CreateStreamMessage
+	61, // 69: iii.sandbox.v1.SandboxAdapter.RunStream:output_type -> iii.sandbox.v1.RunStreamMessage
+	44, // [44:70] is the sub-list for method output_type
+	18, // [18:44] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_proto_init() }
@@ -4322,13 +4610,22 @@ func file_sandbox_proto_init() {
 	file_sandbox_proto_msgTypes[48].OneofWrappers = []any{}
 	file_sandbox_proto_msgTypes[51].OneofWrappers = []any{}
 	file_sandbox_proto_msgTypes[54].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[59].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[60].OneofWrappers = []any{
+		(*CreateStreamMessage_Progress)(nil),
+		(*CreateStreamMessage_Response)(nil),
+	}
+	file_sandbox_proto_msgTypes[61].OneofWrappers = []any{
+		(*RunStreamMessage_Progress)(nil),
+		(*RunStreamMessage_Response)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_proto_rawDesc), len(file_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   59,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,6 +53,8 @@ const (
 	SandboxAdapter_WorkerList_FullMethodName   = "/iii.sandbox.v1.SandboxAdapter/WorkerList"
 	SandboxAdapter_WorkerLogs_FullMethodName   = "/iii.sandbox.v1.SandboxAdapter/WorkerLogs"
 	SandboxAdapter_WorkerRemove_FullMethodName = "/iii.sandbox.v1.SandboxAdapter/WorkerRemove"
+	SandboxAdapter_CreateStream_FullMethodName = "/iii.sandbox.v1.SandboxAdapter/CreateStream"
+	SandboxAdapter_RunStream_FullMethodName    = "/iii.sandbox.v1.SandboxAdapter/RunStream"
 )
 
 // SandboxAdapterClient is the client API for SandboxAdapter service.
@@ -93,6 +95,15 @@ type SandboxAdapterClient interface {
 	WorkerList(ctx context.Context, in *WorkerListRequest, opts ...grpc.CallOption) (*WorkerListResponse, error)
 	WorkerLogs(ctx context.Context, in *WorkerLogsRequest, opts ...grpc.CallOption) (*WorkerLogsResponse, error)
 	WorkerRemove(ctx context.Context, in *WorkerRemoveRequest, opts ...grpc.CallOption) (*WorkerRemoveResponse, error)
+	// Create and Run with progress: the same requests, answered by a stream
+	// of progress events (image pull, unpack, erofs build, boot, ready) and
+	// then exactly one final response. A failure ends the stream with a
+	// status carrying the SandboxError, as the unary calls do. Hosts use
+	// these only when a caller asked for progress, and fall back to Create
+	// and Run when an adapter answers Unimplemented (built before they
+	// existed).
+	CreateStream(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CreateStreamMessage], error)
+	RunStream(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunStreamMessage], error)
 }
 
 type sandboxAdapterClient struct {
@@ -355,6 +366,44 @@ func (c *sandboxAdapterClient) WorkerRemove(ctx context.Context, in *WorkerRemov
 	return out, nil
 }
 
+func (c *sandboxAdapterClient) CreateStream(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CreateStreamMessage], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxAdapter_ServiceDesc.Streams[2], SandboxAdapter_CreateStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CreateRequest, CreateStreamMessage]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxAdapter_CreateStreamClient = grpc.ServerStreamingClient[CreateStreamMessage]
+
+func (c *sandboxAdapterClient) RunStream(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunStreamMessage], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxAdapter_ServiceDesc.Streams[3], SandboxAdapter_RunStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RunRequest, RunStreamMessage]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxAdapter_RunStreamClient = grpc.ServerStreamingClient[RunStreamMessage]
+
 // SandboxAdapterServer is the server API for SandboxAdapter service.
 // All implementations must embed UnimplementedSandboxAdapterServer
 // for forward compatibility.
@@ -393,6 +442,15 @@ type SandboxAdapterServer interface {
 	WorkerList(context.Context, *WorkerListRequest) (*WorkerListResponse, error)
 	WorkerLogs(context.Context, *WorkerLogsRequest) (*WorkerLogsResponse, error)
 	WorkerRemove(context.Context, *WorkerRemoveRequest) (*WorkerRemoveResponse, error)
+	// Create and Run with progress: the same requests, answered by a stream
+	// of progress events (image pull, unpack, erofs build, boot, ready) and
+	// then exactly one final response. A failure ends the stream with a
+	// status carrying the SandboxError, as the unary calls do. Hosts use
+	// these only when a caller asked for progress, and fall back to Create
+	// and Run when an adapter answers Unimplemented (built before they
+	// existed).
+	CreateStream(*CreateRequest, grpc.ServerStreamingServer[CreateStreamMessage]) error
+	RunStream(*RunRequest, grpc.ServerStreamingServer[RunStreamMessage]) error
 	mustEmbedUnimplementedSandboxAdapterServer()
 }
 
@@ -474,6 +532,12 @@ func (UnimplementedSandboxAdapterServer) WorkerLogs(context.Context, *WorkerLogs
 }
 func (UnimplementedSandboxAdapterServer) WorkerRemove(context.Context, *WorkerRemoveRequest) (*WorkerRemoveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WorkerRemove not implemented")
+}
+func (UnimplementedSandboxAdapterServer) CreateStream(*CreateRequest, grpc.ServerStreamingServer[CreateStreamMessage]) error {
+	return status.Error(codes.Unimplemented, "method CreateStream not implemented")
+}
+func (UnimplementedSandboxAdapterServer) RunStream(*RunRequest, grpc.ServerStreamingServer[RunStreamMessage]) error {
+	return status.Error(codes.Unimplemented, "method RunStream not implemented")
 }
 func (UnimplementedSandboxAdapterServer) mustEmbedUnimplementedSandboxAdapterServer() {}
 func (UnimplementedSandboxAdapterServer) testEmbeddedByValue()                        {}
@@ -910,6 +974,28 @@ func _SandboxAdapter_WorkerRemove_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxAdapter_CreateStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(CreateRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxAdapterServer).CreateStream(m, &grpc.GenericServerStream[CreateRequest, CreateStreamMessage]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxAdapter_CreateStreamServer = grpc.ServerStreamingServer[CreateStreamMessage]
+
+func _SandboxAdapter_RunStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(RunRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxAdapterServer).RunStream(m, &grpc.GenericServerStream[RunRequest, RunStreamMessage]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxAdapter_RunStreamServer = grpc.ServerStreamingServer[RunStreamMessage]
+
 // SandboxAdapter_ServiceDesc is the grpc.ServiceDesc for SandboxAdapter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1015,6 +1101,16 @@ var SandboxAdapter_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "FsRead",
 			Handler:       _SandboxAdapter_FsRead_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "CreateStream",
+			Handler:       _SandboxAdapter_CreateStream_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "RunStream",
+			Handler:       _SandboxAdapter_RunStream_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/protocol"
 )
 
 // opFunc serves one operation on a running instance: decode the JSON
@@ -31,9 +33,11 @@ func unary[Req, Resp any](decode func(json.RawMessage) (*Req, error), call func(
 // Host, not kept in a package variable.
 func opTable() map[string]opFunc {
 	return map[string]opFunc{
-		contract.OpCreate:      unary(contract.DecodeCreateRequest, contract.Adapter.Create),
-		contract.OpExec:        unary(contract.DecodeExecRequest, contract.Adapter.Exec),
-		contract.OpRun:         unary(contract.DecodeRunRequest, contract.Adapter.Run),
+		contract.OpCreate: withProgress(contract.OpCreate, contract.DecodeCreateRequest,
+			func(q *contract.CreateRequest) *protocol.StreamChannelRef { return q.Progress }, contract.Adapter.Create),
+		contract.OpExec: unary(contract.DecodeExecRequest, contract.Adapter.Exec),
+		contract.OpRun: withProgress(contract.OpRun, contract.DecodeRunRequest,
+			func(q *contract.RunRequest) *protocol.StreamChannelRef { return q.Progress }, contract.Adapter.Run),
 		contract.OpList:        unary(contract.DecodeListRequest, contract.Adapter.List),
 		contract.OpStop:        unary(contract.DecodeStopRequest, contract.Adapter.Stop),
 		contract.OpCatalogList: unary(contract.DecodeCatalogListRequest, contract.Adapter.CatalogList),
@@ -56,6 +60,55 @@ func opTable() map[string]opFunc {
 		contract.OpWorkerList:   workerUnary(contract.DecodeWorkerListRequest, contract.WorkerAdapter.WorkerList),
 		contract.OpWorkerLogs:   workerUnary(contract.DecodeWorkerLogsRequest, contract.WorkerAdapter.WorkerLogs),
 		contract.OpWorkerRemove: workerUnary(contract.DecodeWorkerRemoveRequest, contract.WorkerAdapter.WorkerRemove),
+	}
+}
+
+// progressDrain bounds how long the reply waits for progress events still
+// on their way into the caller's channel: a caller that stopped reading
+// must not hold the reply up.
+const progressDrain = 2 * time.Second
+
+// withProgress adapts create and run. When the request names a progress
+// channel, the host takes its write end, hands the adapter a progress sink
+// through the context (over gRPC that makes the client use CreateStream or
+// RunStream), writes each event into the channel as one JSON text message,
+// and closes the channel before the reply goes out, so a caller that reads
+// the channel to its end has seen every event before it reads the result.
+// The adapter never waits for the caller: events queue in a relay that
+// keeps only the latest of a run of same-phase events.
+func withProgress[Req, Resp any](op string, decode func(json.RawMessage) (*Req, error), progress func(*Req) *protocol.StreamChannelRef,
+	call func(contract.Adapter, context.Context, *Req) (*Resp, error),
+) opFunc {
+	return func(ctx context.Context, in *instance, data json.RawMessage) (any, error) {
+		req, err := decode(data)
+		if err != nil {
+			return nil, err
+		}
+		ref := progress(req)
+		if ref == nil {
+			return call(in.adapter, ctx, req)
+		}
+		w, err := in.m.h.eng.OpenChannelWriter(*ref)
+		if err != nil {
+			return nil, contract.NewError(contract.S001, "invalid %s request: the progress channel %s cannot be written: %v"+
+				" (pass a ref of a channel you created with engine::channels::create, and read only its other end yourself)",
+				contract.RouterFunctionID(op), ref.ChannelID, err)
+		}
+		relay := contract.NewProgressRelay(func(ctx context.Context, ev contract.ProgressEvent) error {
+			b, err := contract.EncodeJSON(ev)
+			if err != nil {
+				return err
+			}
+			return w.WriteText(ctx, string(b))
+		})
+		out, err := call(in.adapter, contract.WithProgress(ctx, relay.Report), req)
+		dctx, cancel := context.WithTimeout(ctx, progressDrain)
+		relay.Close(dctx)
+		cancel()
+		if cerr := w.Close(); cerr != nil && !errors.Is(cerr, engine.ErrChannelClosed) {
+			in.m.log.Debug("progress channel close", "op", op, "error", cerr)
+		}
+		return out, err
 	}
 }
 

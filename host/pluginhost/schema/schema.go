@@ -123,6 +123,22 @@ func channelRef(direction string) m {
 	})
 }
 
+// progress is create's and run's progress channel. The marker keyword
+// tells callers such as `iii call` which field takes a channel to show
+// progress from.
+func progress() m {
+	ref := object([]string{"channel_id", "access_key", "direction"}, m{
+		"channel_id": m{"type": "string"},
+		"access_key": m{"type": "string"},
+		"direction":  m{"type": "string", "enum": []string{"write", "read"}},
+	})
+	ref["description"] = "A channel (engine::channels::create) to watch the sandbox start in: the adapter writes one JSON text message per event, " +
+		"{phase: pulling|unpacking|building|booting|ready, image, image_ref, bytes_done?, bytes_total?, sandbox_id?}, and closes it before the reply. " +
+		"Pass either end; the adapter writes, the caller reads the other end."
+	ref[contract.ProgressSchemaMarker] = true
+	return ref
+}
+
 func execReply() m {
 	return m{
 		"stdout":           str("Standard output, at most 1 MiB."),
@@ -169,6 +185,7 @@ func requests() map[string]m {
 			"network":           boolean("Outbound networking.", false),
 			"idle_timeout_secs": whole("Stop the sandbox after this long without activity. Default: the adapter's default_idle_timeout_secs."),
 			"env":               env(),
+			"progress":          progress(),
 		}),
 		contract.OpExec: object([]string{"sandbox_id"}, m{
 			"sandbox_id": sandboxID(),
@@ -189,6 +206,7 @@ func requests() map[string]m {
 			"stdin":        base64("Standard input, base64."),
 			"timeout_ms":   wholeDefault("Timeout of the code's run.", contract.DefaultExecTimeoutMS),
 			"keep_sandbox": boolean("Keep the sandbox and return its sandbox_id.", false),
+			"progress":     progress(),
 		}),
 		contract.OpList:        object(nil, m{}),
 		contract.OpCatalogList: object(nil, m{}),

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -85,9 +86,37 @@ func TestRequestSchemas(t *testing.T) {
 		{contract.OpFsChmod, `{"sandbox_id":` + id + `,"path":"/a","mode":"0755"}`, true},
 		{contract.OpFsChmod, `{"sandbox_id":` + id + `,"path":"/a"}`, false},
 		{contract.OpCatalogList, `{}`, true},
+		{contract.OpCreate, `{"image":"python","progress":{"channel_id":"c","access_key":"k","direction":"write"}}`, true},
+		{contract.OpCreate, `{"image":"python","progress":{"channel_id":"c","access_key":"k","direction":"read"}}`, true},
+		{contract.OpCreate, `{"image":"python","progress":"c"}`, false},
+		{contract.OpRun, `{"image":"python","lang":"sh","code":"","progress":{"channel_id":"c","direction":"write"}}`, false},
+		{contract.OpRun, `{"image":"python","lang":"sh","code":"","progress":{"channel_id":"c","access_key":"k","direction":"write"}}`, true},
 	} {
 		s := compile(t, tc.op, Request(tc.op))
 		err := validate(t, s, tc.in)
 		assert.Equal(t, err == nil, tc.ok, "%s %s: %v", tc.op, tc.in, err)
+	}
+}
+
+// create and run mark their progress field for callers such as `iii call`;
+// no other operation has a marked field.
+func TestProgressMarker(t *testing.T) {
+	for _, op := range contract.Ops() {
+		var doc struct {
+			Properties map[string]any `json:"properties"`
+		}
+		assert.NilError(t, json.Unmarshal(Request(op), &doc))
+		props := doc.Properties
+		var marked []string
+		for name, p := range props {
+			if pm, ok := p.(map[string]any); ok && pm[contract.ProgressSchemaMarker] == true {
+				marked = append(marked, name)
+			}
+		}
+		want := []string(nil)
+		if op == contract.OpCreate || op == contract.OpRun {
+			want = []string{contract.ProgressField}
+		}
+		assert.DeepEqual(t, marked, want)
 	}
 }

@@ -205,7 +205,10 @@ func stepResolveImage(ctx context.Context, b *Boot) error {
 	if b.Spec.MemoryMB < minMemoryMB {
 		return contract.NewError(contract.S400, "memory_mb %d is below %d, the least a sandbox VM boots in", b.Spec.MemoryMB, minMemoryMB)
 	}
-	img, err := b.Provider.store.Ensure(ctx, b.Spec.Image.OCIRef, images.EnsureOptions{AutoInstall: b.Spec.AutoInstall})
+	img, err := b.Provider.store.Ensure(ctx, b.Spec.Image.OCIRef, images.EnsureOptions{
+		AutoInstall: b.Spec.AutoInstall,
+		Progress:    func(p images.Progress) { sandboxkit.ReportProgress(ctx, imageProgress(p)) },
+	})
 	if err != nil {
 		var ie *images.InstallError
 		switch {
@@ -220,6 +223,27 @@ func stepResolveImage(ctx context.Context, b *Boot) error {
 	}
 	b.Image = img
 	return nil
+}
+
+// imageProgress turns an image install's report into the contract's
+// progress event (the kit fills in the image's names). Resolving the tag
+// is the start of the pull, before its size is known.
+func imageProgress(p images.Progress) contract.ProgressEvent {
+	var ev contract.ProgressEvent
+	switch p.Phase {
+	case images.PhaseResolving, images.PhasePulling:
+		ev.Phase = contract.ProgressPulling
+	case images.PhaseUnpacking:
+		ev.Phase = contract.ProgressUnpacking
+	case images.PhaseBuilding:
+		ev.Phase = contract.ProgressBuilding
+	default:
+		ev.Phase = string(p.Phase)
+	}
+	if p.Phase == images.PhaseResolving || p.Done < 0 {
+		return ev
+	}
+	return ev.WithBytes(uint64(p.Done), uint64(max(p.Total, 0)))
 }
 
 func stepBuildInitramfs(ctx context.Context, b *Boot) error {
@@ -256,6 +280,7 @@ func stepPrepareStateDir(_ context.Context, b *Boot) error {
 }
 
 func stepSpawnRunner(ctx context.Context, b *Boot) error {
+	sandboxkit.ReportProgress(ctx, contract.ProgressEvent{Phase: contract.ProgressBooting})
 	sel := b.Selection
 	hostname := b.Hostname
 	if hostname == "" {

@@ -9,6 +9,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images"
 )
 
 func TestDefaultBootSteps(t *testing.T) {
@@ -107,4 +108,33 @@ func TestBootStepsRun(t *testing.T) {
 		assert.Assert(t, errors.Is(err, context.Canceled), "%v", err)
 		assert.DeepEqual(t, r.log, []string{"run a", "undo a"})
 	})
+}
+
+// An image install's reports become the contract's progress phases: the
+// tag lookup is the start of the pull, an unknown total is left out.
+func TestImageProgress(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   images.Progress
+		want contract.ProgressEvent
+	}{
+		{"resolving", images.Progress{Phase: images.PhaseResolving, Total: -1},
+			contract.ProgressEvent{Phase: contract.ProgressPulling}},
+		{"pulling", images.Progress{Phase: images.PhasePulling, Done: 5, Total: 10},
+			contract.ProgressEvent{Phase: contract.ProgressPulling}.WithBytes(5, 10)},
+		{"pulling of an unknown total", images.Progress{Phase: images.PhasePulling, Done: 5, Total: -1},
+			contract.ProgressEvent{Phase: contract.ProgressPulling}.WithBytes(5, 0)},
+		{"unpacking", images.Progress{Phase: images.PhaseUnpacking, Done: 0, Total: 10},
+			contract.ProgressEvent{Phase: contract.ProgressUnpacking}.WithBytes(0, 10)},
+		{"building", images.Progress{Phase: images.PhaseBuilding, Done: 7, Total: 7},
+			contract.ProgressEvent{Phase: contract.ProgressBuilding}.WithBytes(7, 7)},
+		{"a negative count is no count", images.Progress{Phase: images.PhaseBuilding, Done: -1, Total: 7},
+			contract.ProgressEvent{Phase: contract.ProgressBuilding}},
+		{"a phase of a newer store passes through", images.Progress{Phase: "verifying", Done: 1, Total: 2},
+			contract.ProgressEvent{Phase: "verifying"}.WithBytes(1, 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.DeepEqual(t, imageProgress(tc.in), tc.want)
+		})
+	}
 }

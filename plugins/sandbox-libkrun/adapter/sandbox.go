@@ -43,6 +43,8 @@ type sandbox struct {
 	agent   *agentclient.Client
 	env     []string
 	workdir string
+	// net measures network payload for the reaper; nil without network.
+	net *netActivity
 
 	once    sync.Once
 	cleaned chan struct{}
@@ -52,21 +54,40 @@ type sandbox struct {
 var _ sandboxkit.Sandbox = (*sandbox)(nil)
 
 func newSandbox(p *Provider, b *Boot) *sandbox {
-	return &sandbox{
+	s := &sandbox{
 		p: p, id: b.Spec.ID, backend: b.Selection.Backend,
 		dir: b.Dir, proc: b.Runner, agent: b.Agent,
 		env: b.Env, workdir: b.Workdir,
 		cleaned: make(chan struct{}),
 	}
+	if b.Spec.Network && b.Agent.Has(agentproto.CapNetStats) {
+		agent := b.Agent
+		s.net = newNetActivity(func(ctx context.Context) (*agentproto.NetStats, error) {
+			return agent.NetStats(ctx, "")
+		}, b.Spec.ReaperTick)
+	}
+	return s
 }
 
 // Done implements sandboxkit.Sandbox: the VM is gone when its runner has
 // exited.
 func (s *sandbox) Done() <-chan struct{} { return s.proc.Done() }
 
-// LastActivity implements sandboxkit.Sandbox. Network activity is not
-// measured yet, so only the kit's own operations count.
-func (s *sandbox) LastActivity() time.Time { return time.Time{} }
+// LastActivity implements sandboxkit.Sandbox: for a sandbox with network,
+// the last time its guest's payload counters moved (see netActivity);
+// zero otherwise, so only the kit's own operations count.
+func (s *sandbox) LastActivity() time.Time {
+	if s.net == nil {
+		return time.Time{}
+	}
+	select {
+	case <-s.proc.Done():
+		// A VM that is gone answers nothing; the kit reaps it anyway.
+		return time.Time{}
+	default:
+	}
+	return s.net.LastActivity()
+}
 
 // Stop implements sandboxkit.Sandbox. The clean-up runs once, in the
 // background; with wait, Stop returns when it is complete: the VM and its

@@ -155,6 +155,7 @@ func startAgent(t *testing.T) *agentEnv {
 		Procs:     &guest.Supervisor{Exec: exec},
 		Workspace: guest.Workspace{},
 		Net:       env.net,
+		NetStats:  &guest.NetCounters{Proc: "/proc", Sys: "/sys"},
 		PowerOff:  func() error { env.poweroff <- struct{}{}; return nil },
 		Hello:     agentproto.Hello{Version: "test", Arch: "amd64", Root: "initramfs"},
 	}
@@ -464,6 +465,22 @@ func TestNetAndShutdown(t *testing.T) {
 	}
 }
 
+// net_stats over the protocol, served by the real counters reader on
+// this host's own procfs and sysfs.
+func TestNetStats(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	ctx := context.Background()
+	res, err := c.NetStats(ctx, "lo")
+	assert.NilError(t, err)
+	assert.Equal(t, res.Interface, "lo")
+
+	_, err = c.NetStats(ctx, "../../etc")
+	var ae *agentproto.Error
+	assert.Assert(t, errors.As(err, &ae), "%v", err)
+	assert.Equal(t, ae.Code, agentproto.CodeProtocol)
+}
+
 // fakeAgent answers the handshake with a chosen hello, to test what the
 // client does with agents of other versions.
 func fakeAgent(t *testing.T, conn net.Conn, h agentproto.Hello, junk []byte) {
@@ -514,6 +531,9 @@ func TestVersionAndCapabilities(t *testing.T) {
 	assert.Assert(t, errors.As(err, &ae))
 	assert.Equal(t, ae.Code, agentproto.CodeFSUnsupported)
 	err = c.Shutdown(ctx)
+	assert.Assert(t, errors.As(err, &ae))
+	assert.Equal(t, ae.Code, agentproto.CodeUnsupported)
+	_, err = c.NetStats(ctx, "")
 	assert.Assert(t, errors.As(err, &ae))
 	assert.Equal(t, ae.Code, agentproto.CodeUnsupported)
 	assert.NilError(t, c.Close())

@@ -413,6 +413,27 @@ func (c *Client) ConfigureNetwork(ctx context.Context, req agentproto.NetRequest
 	return &res, decodeResult(m, &res)
 }
 
+// NetStats reads the guest's traffic counters (protocol 1.2, capability
+// net.stats) for ifname ("" is eth0).
+func (c *Client) NetStats(ctx context.Context, ifname string) (*agentproto.NetStats, error) {
+	if err := c.need(agentproto.CapNetStats, false); err != nil {
+		return nil, err
+	}
+	st, err := c.open(&agentproto.NetStatsRequest{Interface: ifname}, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	m, err := st.wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var res agentproto.NetStats
+	return &res, decodeResult(m, &res)
+}
+
+// Has reports whether the guest agent announced capability c.
+func (c *Client) Has(capability string) bool { return c.hello.Has(capability) }
+
 // Shutdown asks the agent to power the VM off. It returns once the agent
 // has accepted; the VM process exits shortly after.
 func (c *Client) Shutdown(ctx context.Context) error {

@@ -412,6 +412,9 @@ func FuzzDecodeMessage(f *testing.F) {
 		`{"type":"spawn","name":"worker","argv":["/bin/sh","-c","node ."],"env":["A=1"],"workdir":"/workspace"}`,
 		`{"type":"proc_stop","name":"worker","grace_ms":10000}`,
 		`{"type":"workspace","dir":"/workspace","prune":true,"keep":["node_modules"]}`,
+		`{"type":"net_stats","interface":"eth0"}`,
+		`{"type":"net_stats","interface":"../x"}`,
+		`{"type":"result","op":"net_stats","body":{"tcp_in_segs":3,"tcp_pure_acks":1,"interface":"eth0","if_rx_packets":4}}`,
 		`{"role":"agent","protocol_major":1,"protocol_minor":0}`,
 	} {
 		f.Add([]byte(s))
@@ -474,4 +477,49 @@ func TestReadFrameBufferedLeavesMagic(t *testing.T) {
 	assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
 	_, err = ReadFrameBuffered(bufio.NewReader(bytes.NewReader(nil)))
 	assert.ErrorIs(t, err, io.EOF)
+}
+
+func TestNetStatsRequest(t *testing.T) {
+	for _, tc := range []struct {
+		in  string
+		err string
+	}{
+		{`{"type":"net_stats"}`, ""},
+		{`{"type":"net_stats","interface":"enp0s3"}`, ""},
+		{`{"type":"net_stats","interface":"../../etc"}`, "is not an interface name"},
+		{`{"type":"net_stats","interface":"a-name-longer-than-15"}`, "is not an interface name"},
+		{`{"type":"net_stats","interface":"eth 0"}`, "is not an interface name"},
+	} {
+		m, err := DecodeMessage([]byte(tc.in))
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, tc.in)
+			continue
+		}
+		assert.NilError(t, err, tc.in)
+		_, ok := m.(*NetStatsRequest)
+		assert.Check(t, ok, tc.in)
+	}
+}
+
+// Payload counts data both ways and datagrams, not pure ACKs; a pure-ACK
+// count above the segments (counters read a moment apart) is no payload.
+func TestNetStatsPayload(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    NetStats
+		want uint64
+	}{
+		{"nothing", NetStats{}, 0},
+		{"acks only", NetStats{TCPInSegs: 10, TCPPureAcks: 6, TCPHPAcks: 4}, 0},
+		{"data in", NetStats{TCPInSegs: 10, TCPPureAcks: 6, TCPHPAcks: 1}, 3},
+		{"data out", NetStats{TCPOrigDataSent: 5}, 5},
+		{"udp", NetStats{UDPInDatagrams: 2, UDPOutDatagrams: 3}, 5},
+		{"udp over ipv6", NetStats{UDP6InDatagrams: 2, UDP6OutDatagrams: 1}, 3},
+		{"more acks than segments", NetStats{TCPInSegs: 1, TCPPureAcks: 5, UDPOutDatagrams: 1}, 1},
+		{"interface packets do not count", NetStats{IfRxPackets: 100, IfTxPackets: 100}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.n.Payload(), tc.want)
+		})
+	}
 }

@@ -32,6 +32,8 @@ const (
 	// Protocol 1.1.
 	CapSpawn     = "spawn"     // spawn and proc_stop
 	CapWorkspace = "workspace" // workspace
+	// Protocol 1.2.
+	CapNetStats = "net.stats" // net_stats
 )
 
 // AllCapabilities lists every capability this version of the protocol
@@ -40,7 +42,7 @@ func AllCapabilities() []string {
 	return []string{
 		CapExec, CapFSLs, CapFSStat, CapFSMkdir, CapFSWrite, CapFSRead, CapFSRm,
 		CapFSChmod, CapFSMv, CapFSGrep, CapFSSed, CapNet, CapShutdown,
-		CapSpawn, CapWorkspace,
+		CapSpawn, CapWorkspace, CapNetStats,
 	}
 }
 

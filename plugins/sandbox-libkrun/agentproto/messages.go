@@ -20,6 +20,8 @@ const (
 	TypeSpawn     = "spawn"     // a supervised process; streams like exec
 	TypeProcStop  = "proc_stop" // stop a spawned process gracefully
 	TypeWorkspace = "workspace" // a tar stream unpacked into a directory
+	// Protocol 1.2: the reaper's view of network payload.
+	TypeNetStats = "net_stats" // the guest's traffic counters
 	// Guest → host.
 	TypeStarted = "started" // exec: the process runs
 	TypeExit    = "exit"    // exec: terminal
@@ -183,6 +185,12 @@ type WorkspaceRequest struct {
 	Keep  []string `json:"keep,omitempty"`
 }
 
+// NetStatsRequest asks for the guest's traffic counters (NetStats in the
+// Result), which the host samples to tell relayed payload from silence.
+type NetStatsRequest struct {
+	Interface string `json:"interface,omitempty"` // default "eth0"
+}
+
 // ShutdownRequest powers the VM off once the guest has replied.
 type ShutdownRequest struct{}
 
@@ -245,6 +253,27 @@ type (
 		Interface string `json:"interface"`
 		Address   string `json:"address"`
 	}
+	// NetStats are the guest kernel's traffic counters since boot: the
+	// protocol counters of /proc/net/snmp and /proc/net/netstat (for
+	// the whole guest, loopback included) and the packet counters of
+	// one interface. The counters that count payload are TCP segments
+	// with original data sent, TCP segments received that were not pure
+	// ACKs, and UDP datagrams both ways, over IPv4 and IPv6 (DNS
+	// included); see Payload.
+	NetStats struct {
+		TCPInSegs       uint64 `json:"tcp_in_segs"`
+		TCPPureAcks     uint64 `json:"tcp_pure_acks"`
+		TCPHPAcks       uint64 `json:"tcp_hp_acks"`
+		TCPOrigDataSent uint64 `json:"tcp_orig_data_sent"`
+		UDPInDatagrams  uint64 `json:"udp_in_datagrams"`
+		UDPOutDatagrams uint64 `json:"udp_out_datagrams"`
+		// From /proc/net/snmp6; zero without IPv6.
+		UDP6InDatagrams  uint64 `json:"udp6_in_datagrams,omitempty"`
+		UDP6OutDatagrams uint64 `json:"udp6_out_datagrams,omitempty"`
+		Interface        string `json:"interface"`
+		IfRxPackets      uint64 `json:"if_rx_packets"`
+		IfTxPackets      uint64 `json:"if_tx_packets"`
+	}
 	// ProcStopResult: Stopped is false when no process ran under the
 	// name; Killed says the grace ran out and SIGKILL was needed.
 	ProcStopResult struct {
@@ -268,6 +297,7 @@ func (*ShutdownRequest) MessageType() string  { return TypeShutdown }
 func (*SpawnRequest) MessageType() string     { return TypeSpawn }
 func (*ProcStopRequest) MessageType() string  { return TypeProcStop }
 func (*WorkspaceRequest) MessageType() string { return TypeWorkspace }
+func (*NetStatsRequest) MessageType() string  { return TypeNetStats }
 func (*Cancel) MessageType() string           { return TypeCancel }
 func (*Started) MessageType() string          { return TypeStarted }
 func (*ExitStatus) MessageType() string       { return TypeExit }
@@ -326,6 +356,8 @@ func DecodeMessage(p []byte) (Message, error) {
 		m = &ProcStopRequest{}
 	case TypeWorkspace:
 		m = &WorkspaceRequest{}
+	case TypeNetStats:
+		m = &NetStatsRequest{}
 	case TypeCancel:
 		m = &Cancel{}
 	case TypeStarted:
@@ -387,6 +419,10 @@ func validate(m Message) error {
 			if k == "" || k == "." || k == ".." || strings.ContainsAny(k, "/\x00") {
 				return fmt.Errorf("keep entry %q is not a plain name", k)
 			}
+		}
+	case *NetStatsRequest:
+		if m.Interface != "" && !validIfName(m.Interface) {
+			return fmt.Errorf("interface %q is not an interface name", m.Interface)
 		}
 	case *FSRequest:
 		if m.Op == "" {
@@ -496,6 +532,36 @@ func ValidProcName(name string) bool {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Payload is the sum of the counters that move with payload: TCP segments
+// with original data sent, TCP segments received minus the pure ACKs the
+// kernel counted (fast and slow path), UDP datagrams in and out. Bare
+// ACKs and our own keepalive probes leave it unchanged; see the adapter's
+// documentation for what else can move it.
+func (n NetStats) Payload() uint64 {
+	in := n.TCPInSegs
+	acks := n.TCPPureAcks + n.TCPHPAcks
+	if acks > in {
+		in = 0
+	} else {
+		in -= acks
+	}
+	return n.TCPOrigDataSent + in + n.UDPInDatagrams + n.UDPOutDatagrams + n.UDP6InDatagrams + n.UDP6OutDatagrams
+}
+
+// validIfName: what Linux accepts as an interface name (at most 15 bytes,
+// no '/', no whitespace, not "." or "..").
+func validIfName(s string) bool {
+	if len(s) == 0 || len(s) > 15 || s == "." || s == ".." {
+		return false
+	}
+	for _, r := range s {
+		if r == '/' || r == ':' || r <= ' ' || r > '~' {
 			return false
 		}
 	}

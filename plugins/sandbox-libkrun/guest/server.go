@@ -69,6 +69,8 @@ type Server struct {
 	Workspace WorkspaceUnpacker
 	// Net serves net requests; nil leaves the capability out.
 	Net NetConfigurer
+	// NetStats serves net_stats; nil leaves the capability out.
+	NetStats NetStatsReader
 	// PowerOff runs after the reply to a shutdown request is written; nil
 	// leaves the capability out.
 	PowerOff func() error
@@ -107,7 +109,8 @@ func (s *Server) capabilities() []string {
 	var caps []string
 	for _, c := range agentproto.AllCapabilities() {
 		if (c == agentproto.CapNet && s.Net == nil) || (c == agentproto.CapShutdown && s.PowerOff == nil) ||
-			(c == agentproto.CapSpawn && s.Procs == nil) || (c == agentproto.CapWorkspace && s.Workspace == nil) {
+			(c == agentproto.CapSpawn && s.Procs == nil) || (c == agentproto.CapWorkspace && s.Workspace == nil) ||
+			(c == agentproto.CapNetStats && s.NetStats == nil) {
 			continue
 		}
 		caps = append(caps, c)
@@ -479,6 +482,9 @@ func (s *session) control(id uint32, msg []byte) {
 	case *agentproto.NetRequest:
 		st := s.open(id, false, 0)
 		s.spawn(st, func() { s.net(st, m) })
+	case *agentproto.NetStatsRequest:
+		st := s.open(id, false, 0)
+		s.spawn(st, func() { s.netStats(st, m) })
 	case *agentproto.ShutdownRequest:
 		st := s.open(id, false, 0)
 		s.spawn(st, func() { s.shutdown(st) })
@@ -757,6 +763,19 @@ func (s *session) net(st *stream, req *agentproto.NetRequest) {
 		return
 	}
 	s.reply(st.id, "net", res)
+}
+
+func (s *session) netStats(st *stream, req *agentproto.NetStatsRequest) {
+	if s.srv.NetStats == nil {
+		s.replyError(st.id, agentproto.CodeUnsupported, "network counters are not served by this agent")
+		return
+	}
+	res, err := s.srv.NetStats.Read(st.ctx, req)
+	if err != nil {
+		s.replyErr(st.id, err)
+		return
+	}
+	s.reply(st.id, agentproto.TypeNetStats, res)
 }
 
 func (s *session) shutdown(st *stream) {

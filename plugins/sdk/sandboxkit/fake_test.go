@@ -26,6 +26,11 @@ type fakeProvider struct {
 	writeErr   error
 	boots      []BootSpec
 	sandboxes  []*fakeSandbox
+	// progress is reported by every Boot, before it answers.
+	progress []contract.ProgressEvent
+	// activityHook, when set, runs inside each new sandbox's
+	// LastActivity.
+	activityHook func()
 }
 
 func newFakeProvider() *fakeProvider {
@@ -49,14 +54,17 @@ func (p *fakeProvider) Info(context.Context) map[string]any {
 	return map[string]any{"backend": "fake"}
 }
 
-func (p *fakeProvider) Boot(_ context.Context, spec BootSpec) (Sandbox, error) {
+func (p *fakeProvider) Boot(ctx context.Context, spec BootSpec) (Sandbox, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.boots = append(p.boots, spec)
+	for _, ev := range p.progress {
+		ReportProgress(ctx, ev)
+	}
 	if p.bootErr != nil {
 		return nil, p.bootErr
 	}
-	sb := &fakeSandbox{spec: spec, files: map[string]string{}, done: make(chan struct{}), writeErr: p.writeErr}
+	sb := &fakeSandbox{spec: spec, files: map[string]string{}, done: make(chan struct{}), writeErr: p.writeErr, activityHook: p.activityHook}
 	p.sandboxes = append(p.sandboxes, sb)
 	return sb, nil
 }
@@ -84,6 +92,8 @@ type fakeSandbox struct {
 	writeErr  error
 	done      chan struct{}
 	doneOnce  sync.Once
+	// activityHook runs at the start of LastActivity.
+	activityHook func()
 }
 
 // die makes the sandbox end on its own.
@@ -228,6 +238,9 @@ func (s *fakeSandbox) Stop(_ context.Context, wait bool) error {
 func (s *fakeSandbox) Done() <-chan struct{} { return s.done }
 
 func (s *fakeSandbox) LastActivity() time.Time {
+	if s.activityHook != nil {
+		s.activityHook()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.activity

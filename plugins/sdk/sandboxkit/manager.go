@@ -282,7 +282,9 @@ func (m *Manager) create(ctx context.Context, req *contract.CreateRequest) (*con
 		Network:     req.Network,
 		Env:         slices.Clone(req.Env),
 		Name:        req.Name,
+		ReaperTick:  cfg.ReaperTick,
 	}
+	ctx = withImage(ctx, img)
 	sb, err := m.provider.Boot(ctx, spec)
 
 	m.mu.Lock()
@@ -317,6 +319,7 @@ func (m *Manager) create(ctx context.Context, req *contract.CreateRequest) (*con
 	m.mu.Unlock()
 	go m.watch(e)
 	m.log.Info("sandbox created", "sandbox_id", e.id, "image", img.Name, "name", req.Name, "cpus", cpus, "memory_mb", mem)
+	ReportProgress(ctx, contract.ProgressEvent{Phase: contract.ProgressReady, SandboxID: e.id})
 	return &contract.CreateResponse{SandboxID: e.id, Image: img.Name}, nil
 }
 

@@ -27,7 +27,10 @@ type Provider interface {
 	// model, the hypervisor chosen, ...).
 	Info(ctx context.Context) map[string]any
 	// Boot starts a sandbox. A *contract.Error keeps its code (S101,
-	// S102, S300); any other error is reported as S300.
+	// S102, S300); any other error is reported as S300. A caller may be
+	// watching: report the slow parts (an image pull, the VM starting)
+	// with ReportProgress(ctx, ...). The kit fills in the image and
+	// reports ready itself once Boot returns a sandbox.
 	Boot(ctx context.Context, spec BootSpec) (Sandbox, error)
 }
 
@@ -49,6 +52,10 @@ type BootSpec struct {
 	Env []string
 	// Name is the caller's label, for logs; it is not an identifier.
 	Name string
+	// ReaperTick is how often the kit's reaper asks each sandbox for its
+	// LastActivity: a sandbox whose activity costs something to measure
+	// (a round trip into a VM) needs to measure no more often.
+	ReaperTick time.Duration
 }
 
 // Sandbox is one running sandbox. The kit serialises nothing: operations
@@ -88,7 +95,10 @@ type Sandbox interface {
 	// LastActivity is the last time the sandbox showed life the kit does
 	// not see itself, such as relayed network payload (TCP data, UDP,
 	// DNS; not keepalives or bare ACKs). Zero if none. The reaper counts
-	// idleness from the later of this and the last operation.
+	// idleness from the later of this and the last operation. Only the
+	// reaper calls it, once per live sandbox and tick (BootSpec.ReaperTick),
+	// for all sandboxes at once; it may take a moment (a short round
+	// trip), but must not block for long.
 	LastActivity() time.Time
 }
 

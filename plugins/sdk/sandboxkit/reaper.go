@@ -1,6 +1,7 @@
 package sandboxkit
 
 import (
+	"sync"
 	"time"
 )
 
@@ -40,11 +41,22 @@ func (m *Manager) reapOnce(now time.Time) []string {
 	m.pruneLocked(now)
 	m.mu.Unlock()
 
-	// The provider's activity is read without the Manager's lock: it may
-	// look at files or sockets.
+	// The provider's activity is read without the Manager's lock, and for
+	// every sandbox at once: it may ask inside a VM, and one slow sandbox
+	// must not hold up the others.
+	acts := make([]time.Time, len(live))
+	var reads sync.WaitGroup
+	for i, e := range live {
+		reads.Add(1)
+		go func() {
+			defer reads.Done()
+			acts[i] = e.lastActivity()
+		}()
+	}
+	reads.Wait()
 	last := make(map[*entry]time.Time, len(live))
-	for _, e := range live {
-		last[e] = e.lastActivity()
+	for i, e := range live {
+		last[e] = acts[i]
 	}
 
 	var reaped []*entry

@@ -69,6 +69,7 @@ func run(log hclog.Logger) error {
 		Procs:     &guest.Supervisor{Exec: exec},
 		Workspace: guest.Workspace{},
 		Net:       &guest.Network{Root: "/"},
+		NetStats:  &guest.NetCounters{Proc: "/proc", Sys: "/sys"},
 		PowerOff:  guest.PowerOff,
 		Hello: agentproto.Hello{
 			Version: version.Version,

@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/url"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/registrytest"
+)
+
+// `iii call sandbox::create` on an adapter with an empty cache shows the
+// image pull, the unpack, the erofs build, the VM boot and ready, in that
+// order, as the real binary draws them on a stderr that is not a terminal;
+// stdout is the usual result, naming the sandbox ready named. The chain is
+// all real: the iii binary, the engine and router, the plugin host,
+// sandbox-libkrun pulling from a registry over HTTP and booting a VM.
+func TestCallShowsProgress(t *testing.T) {
+	t.Parallel()
+	s := needVMs(t)
+	ctx := ctxT(t)
+
+	reg, err := registrytest.Start(registrytest.Options{})
+	assert.NilError(t, err)
+	t.Cleanup(reg.Close)
+	_, err = reg.PushLayout(ctx, s.layout, pythonRef)
+	assert.NilError(t, err)
+
+	state := shortDir(t, "e2e-progress")
+	t.Cleanup(func() {
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if left := procsMarked(state); len(left) > 0 {
+				return poll.Continue("processes outlive the engine: %v", left)
+			}
+			return poll.Success()
+		}, poll.WithTimeout(30*time.Second), poll.WithDelay(100*time.Millisecond))
+	})
+	eng := startEngine(t, t.TempDir(), "sandbox:\n  adapter: sandbox-libkrun\n  namespace: default\n")
+	var st struct {
+		State     string `json:"state"`
+		LastError string `json:"last_error"`
+	}
+	eng.call(t, "engine::adapters::start", map[string]any{"adapter": "sandbox-libkrun", "namespace": "default",
+		"path": s.adapterBin, "config": map[string]any{
+			"image_allowlist":  []string{"python"},
+			"auto_install":     true,
+			"state_dir":        state,
+			"cache_dir":        t.TempDir(), // empty: the create pulls
+			"registry_mirrors": map[string]string{"docker.io": reg.URL()},
+			"boot_timeout_ms":  180_000,
+		}}, &st)
+	assert.Equal(t, st.State, "running", "last error: %s", st.LastError)
+
+	u, err := url.Parse(eng.url)
+	assert.NilError(t, err)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, s.iii, "call", "sandbox::create", "image=python",
+		"--address", u.Hostname(), "--port", u.Port(), "--timeout-ms", "600000")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	assert.NilError(t, err, "stderr:\n%s", stderr.String())
+
+	var out struct {
+		SandboxID string `json:"sandbox_id"`
+		Image     string `json:"image"`
+	}
+	assert.NilError(t, json.Unmarshal(stdout.Bytes(), &out), "stdout: %s", stdout.String())
+	assert.Assert(t, out.SandboxID != "")
+	t.Cleanup(func() {
+		eng.call(t, "sandbox::stop", map[string]any{"sandbox_id": out.SandboxID, "wait": true}, nil)
+	})
+
+	// Each line names the image; a phase's first line opens it, byte
+	// counts follow. Reduce the lines to the sequence of phases.
+	name := regexp.QuoteMeta("python (" + pythonRef + "): ")
+	line := regexp.MustCompile(`^` + name + `(pulling|unpacking|building the root filesystem|booting the VM|ready, sandbox (\S+))( .*)?$`)
+	var phases []string
+	sawBytes := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n") {
+		m := line.FindStringSubmatch(l)
+		assert.Assert(t, m != nil, "an unexpected progress line %q in:\n%s", l, stderr.String())
+		phase := m[1]
+		if m[2] != "" {
+			phase = "ready"
+			assert.Check(t, is.Equal(m[2], out.SandboxID), "ready names another sandbox")
+		}
+		if strings.Contains(m[3], " of ") {
+			sawBytes[phase] = true
+		}
+		if len(phases) == 0 || phases[len(phases)-1] != phase {
+			phases = append(phases, phase)
+		}
+	}
+	assert.DeepEqual(t, phases, []string{"pulling", "unpacking", "building the root filesystem", "booting the VM", "ready"})
+	assert.Check(t, sawBytes["pulling"], "the pull never counted bytes:\n%s", stderr.String())
+	assert.Check(t, sawBytes["unpacking"], "the unpack never counted bytes:\n%s", stderr.String())
+	t.Logf("iii call's stderr:\n%s", stderr.String())
+}
