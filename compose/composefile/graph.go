@@ -220,3 +220,51 @@ func (f *File) topo(include map[string]bool) []string {
 	}
 	return out
 }
+
+// WithImplicitStartAfter returns a copy of f in which each container of
+// extra also starts after the containers extra lists for it, edges the
+// daemon adds itself (a VM worker starts after the sandbox adapter that
+// boots it). f is not changed. An edge to an undeclared container, to the
+// container itself, or one already written is dropped; an edge that would
+// close a cycle is DEPENDENCY_CYCLE, naming the implicit edge.
+func (f *File) WithImplicitStartAfter(extra map[string][]string) (*File, error) {
+	if len(extra) == 0 {
+		return f, nil
+	}
+	out := *f
+	out.Containers = make(map[string]*Container, len(f.Containers))
+	for k, c := range f.Containers {
+		out.Containers[k] = c
+	}
+	changed := false
+	for _, key := range f.Order {
+		deps := extra[key]
+		c := f.Containers[key]
+		if len(deps) == 0 || c == nil {
+			continue
+		}
+		var add []string
+		for _, d := range deps {
+			if _, ok := f.Containers[d]; !ok || d == key || contains(c.StartAfter, d) || contains(add, d) {
+				continue
+			}
+			add = append(add, d)
+		}
+		if len(add) == 0 {
+			continue
+		}
+		cc := *c
+		cc.StartAfter = append(append([]string(nil), c.StartAfter...), add...)
+		out.Containers[key] = &cc
+		changed = true
+	}
+	if !changed {
+		return f, nil
+	}
+	if cycle := findCycle(&out); cycle != nil {
+		return nil, compose.New(compose.CodeDependencyCycle, fmt.Sprintf(
+			"%s: start_after forms a cycle once the VM workers start after their sandbox adapter: %s; the adapter must not start after a worker that runs in a VM",
+			f.Path, strings.Join(cycle, " → ")))
+	}
+	return &out, nil
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,7 +44,13 @@ func (p *project) isAdapter(f *composefile.File, decl *composefile.Container) bo
 // runs in: engine.sandbox.namespace for the bound adapter, else the
 // project namespace.
 func (p *project) adapterRefOf(f *composefile.File, decl *composefile.Container) *adapterRef {
-	ref := &adapterRef{name: decl.Source.Name, ns: p.ns}
+	return adapterRefIn(f, decl)
+}
+
+// adapterRefIn is adapterRefOf for a file (whose namespace is the
+// project's).
+func adapterRefIn(f *composefile.File, decl *composefile.Container) *adapterRef {
+	ref := &adapterRef{name: decl.Source.Name, ns: f.Namespace}
 	if f.Engine != nil && f.Engine.Sandbox != nil && f.Engine.Sandbox.Adapter == ref.name && f.Engine.Sandbox.Namespace != "" {
 		ref.ns = f.Engine.Sandbox.Namespace
 	}
@@ -58,7 +65,7 @@ func EntryID(ns, adapter string) string { return ns + "-" + adapter }
 // configuration (from the lock), the entry the engine holds for it now,
 // then config_override. A key removed
 // from config_override therefore keeps its current value.
-func (p *project) adapterConfig(ctx context.Context, ref *adapterRef, decl *composefile.Container, pi *pkgInfo) (any, error) {
+func (p *project) adapterConfig(ctx context.Context, f *composefile.File, ref *adapterRef, decl *composefile.Container, pi *pkgInfo) (any, error) {
 	var l layers
 	l.defaults, l.hasDef = pi.defaults()
 	v, ok, err := fetchEntry(ctx, p.d.eng, EntryID(ref.ns, ref.name), decl.Key)
@@ -77,11 +84,61 @@ func (p *project) adapterConfig(ctx context.Context, ref *adapterRef, decl *comp
 	if !ok || merged == nil {
 		merged = map[string]any{}
 	}
-	if _, isMap := merged.(map[string]any); !isMap {
+	m, isMap := merged.(map[string]any)
+	if !isMap {
 		return nil, compose.New(compose.CodeInvalidComposeFile, fmt.Sprintf(
 			"container %q: the adapter's configuration must be a mapping; the entry %s holds %s", decl.Key, EntryID(ref.ns, ref.name), clip(fmt.Sprint(merged), 80)))
 	}
-	return merged, nil
+	if p.setsHostRoots(f, decl) {
+		m[keyHostRoots] = p.hostRoots(f, decl)
+	}
+	return m, nil
+}
+
+// keyHostRoots is the adapter configuration key of the directories it may
+// copy into worker VMs (docs/vm-workers.md).
+const keyHostRoots = "host_roots"
+
+// setsHostRoots reports whether Compose sets host_roots for an adapter
+// container: sandbox-libkrun always, another adapter when it boots the
+// project's VM workers (an adapter without worker VMs may refuse the key).
+func (p *project) setsHostRoots(f *composefile.File, decl *composefile.Container) bool {
+	if decl.Source.Name == composefile.AdapterPackage {
+		return true
+	}
+	name, _ := vmAdapterOf(f)
+	return decl.Source.Name == name && len(vmContainers(f, p.lockOf(f))) > 0
+}
+
+// hostRoots is what the adapter may copy into worker VMs, read by the
+// adapter when it starts: the compose file's directory, the package cache
+// (bundles run from there), each path:// VM worker's directory the file
+// declares now (so one outside the compose directory is admitted), and
+// whatever config_override lists itself.
+func (p *project) hostRoots(f *composefile.File, decl *composefile.Container) []string {
+	roots := []string{f.Dir}
+	if pk := p.d.pk; pk != nil && pk.cacheErr == nil && pk.installer != nil && pk.installer.Dir != "" {
+		roots = append(roots, p.d.pk.installer.Dir)
+	}
+	for _, key := range vmContainers(f, p.lockOf(f)) {
+		if c := f.Containers[key]; c.Source.Kind == composefile.SourcePath {
+			roots = append(roots, c.Source.Path)
+		}
+	}
+	if list, ok := decl.ConfigOverride[keyHostRoots].([]any); ok {
+		for _, v := range list {
+			if s, ok := v.(string); ok {
+				roots = append(roots, s)
+			}
+		}
+	}
+	out := make([]string, 0, len(roots))
+	for _, r := range roots {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // startAdapter starts an adapter container through the engine's plugin
@@ -90,11 +147,11 @@ func (p *project) adapterConfig(ctx context.Context, ref *adapterRef, decl *comp
 func (p *project) startAdapter(ctx context.Context, f *composefile.File, c *container, pi *pkgInfo) error {
 	decl := c.decl
 	ref := p.adapterRefOf(f, decl)
-	cfg, err := p.adapterConfig(ctx, ref, decl, pi)
+	cfg, err := p.adapterConfig(ctx, f, ref, decl, pi)
 	if err != nil {
 		return err
 	}
-	req := map[string]any{"adapter": ref.name, "namespace": ref.ns, "config": cfg, "path": pi.inst.Executable}
+	req := p.d.withToken(map[string]any{"adapter": ref.name, "namespace": ref.ns, "config": cfg, "path": pi.inst.Executable})
 	_, err = p.d.eng.Call(ctx, fnAdaptersStart, req, callTimeout(adapterStartTimeout))
 	var eb *protocol.ErrorBody
 	if errors.As(err, &eb) && eb.Code == codeAdapterAlreadyStarted {
@@ -136,14 +193,14 @@ func (p *project) restartAdapter(ctx context.Context, f *composefile.File, c *co
 	if err != nil {
 		return err
 	}
-	cfg, err := p.adapterConfig(ctx, ref, decl, pi)
+	cfg, err := p.adapterConfig(ctx, f, ref, decl, pi)
 	if err != nil {
 		return err
 	}
 	p.mu.Lock()
 	samePath := c.adapterPath == pi.inst.Executable
 	p.mu.Unlock()
-	req := map[string]any{"adapter": ref.name, "namespace": ref.ns, "config": cfg}
+	req := p.d.withToken(map[string]any{"adapter": ref.name, "namespace": ref.ns, "config": cfg})
 	var eb *protocol.ErrorBody
 	if samePath {
 		_, err = p.d.eng.Call(ctx, fnAdaptersRestart, req, callTimeout(adapterStartTimeout))
@@ -232,7 +289,7 @@ func adapterState(ctx context.Context, e engineCaller, ref *adapterRef) (adapter
 
 // stopAdapter stops an adapter; one the host does not run is no error.
 func (p *project) stopAdapter(ctx context.Context, ref *adapterRef) error {
-	_, err := p.d.eng.Call(context.WithoutCancel(ctx), fnAdaptersStop, map[string]any{"adapter": ref.name, "namespace": ref.ns},
+	_, err := p.d.eng.Call(context.WithoutCancel(ctx), fnAdaptersStop, p.d.withToken(map[string]any{"adapter": ref.name, "namespace": ref.ns}),
 		callTimeout(adapterStartTimeout))
 	var eb *protocol.ErrorBody
 	if errors.As(err, &eb) && eb.Code == codeAdapterNotStarted {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -14,17 +15,18 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
-// adapterBins builds the example adapter once per test binary.
+// adapterBins builds the adapters once per test binary.
 var adapterBins struct {
 	sync.Mutex
 	dir string
 }
 
 // hostdirBin returns a directory holding the sandbox-hostdir example
-// adapter (for III_PLUGIN_PATH).
+// adapter (for III_PLUGIN_PATH), sandbox-libkrun and its guest agent.
 func hostdirBin(t *testing.T) string {
 	t.Helper()
 	adapterBins.Lock()
@@ -34,10 +36,23 @@ func hostdirBin(t *testing.T) string {
 	}
 	dir, err := os.MkdirTemp("", "compose-adapters-")
 	assert.NilError(t, err)
-	out := filepath.Join(dir, "sandbox-hostdir")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/iii-sandbox/iii/plugins/sdk/examples/hostdir/cmd/sandbox-hostdir")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build sandbox-hostdir: %v\n%s", err, b)
+	// sandbox-libkrun and its guest agent side by side, where the adapter
+	// looks for the agent: the fixture registry publishes them as
+	// package://sandbox-libkrun, and the VM worker tests boot them.
+	for _, b := range []struct {
+		out, pkg string
+		env      []string
+	}{
+		{"sandbox-hostdir", "github.com/iii-sandbox/iii/plugins/sdk/examples/hostdir/cmd/sandbox-hostdir", nil},
+		{"sandbox-libkrun", "github.com/iii-sandbox/iii/plugins/sandbox-libkrun/cmd/sandbox-libkrun", nil},
+		{adapter.AgentName(runtime.GOARCH), "github.com/iii-sandbox/iii/plugins/sandbox-libkrun/cmd/iii-guest-agent",
+			[]string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH}},
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd.Env = append(os.Environ(), b.env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", b.out, err, out)
+		}
 	}
 	adapterBins.dir = dir
 	return dir

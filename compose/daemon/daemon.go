@@ -106,6 +106,10 @@ type Daemon struct {
 	cl      *client.Client // nil in unit tests
 	reaper  *proc.Reaper   // nil in unit tests
 	managed *managedEngine // nil when attached to an engine run elsewhere
+	// token is sent as `token` on engine::adapters::start, stop and
+	// restart: the project token of the managed engine, or the
+	// operator's III_ENGINE_TOKEN for an engine Compose attaches to.
+	token string
 
 	mu       sync.Mutex
 	projects map[string]*project
@@ -151,7 +155,7 @@ func (o *Options) defaults() error {
 
 func newDaemon(opts Options) *Daemon {
 	d := &Daemon{
-		opts: opts, log: opts.Logger, out: opts.Out, cwd: opts.Cwd, lookup: opts.LookupEnv, exe: opts.Executable,
+		opts: opts, log: opts.Logger, out: opts.Out, cwd: opts.Cwd, lookup: withoutEngineToken(opts.LookupEnv), exe: opts.Executable,
 		projects: map[string]*project{}, stopReq: make(chan struct{}),
 	}
 	po := opts.Packages
@@ -212,6 +216,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 		if err := d.startManaged(ctx, file); err != nil {
 			return err
 		}
+	} else {
+		// Read past d.lookup, which hides the variable from everything
+		// else (interpolation, worker environments).
+		d.token, _ = opts.LookupEnv(envEngineToken)
 	}
 	if err := d.connect(ctx); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -301,10 +302,15 @@ type removeResult struct {
 	Removed string    `json:"removed"`
 	Down    *opResult `json:"down,omitempty"`
 	Up      *opResult `json:"up,omitempty"`
+	// VMState is what became of a removed VM container's state
+	// directory (worker::remove).
+	VMState  *vmStateJSON  `json:"vm_state,omitempty"`
+	Warnings []warningJSON `json:"warnings,omitempty"`
 }
 
-// fnRemove takes a container out of the file, stops it, and runs the
-// idempotent up of the project that follows.
+// fnRemove takes a container out of the file, stops it, deletes the state
+// of its VM when it ran in one, and runs the idempotent up of the project
+// that follows (when the project runs).
 func (d *Daemon) fnRemove(ctx context.Context, r *request) (any, error) {
 	key, ok, err := stringArg(fnRemove, "worker", r.Worker)
 	if err != nil {
@@ -321,12 +327,40 @@ func (d *Daemon) fnRemove(ctx context.Context, r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	before, berr := composefile.Load(path, d.lookup)
 	if doc.existingNode(key) == nil {
-		f, lerr := composefile.Load(path, d.lookup)
-		if lerr != nil {
-			return nil, lerr
+		if berr != nil {
+			return nil, berr
 		}
-		return nil, unknownContainer(f, key)
+		return nil, unknownContainer(before, key)
+	}
+	// What the container is, by the file as it was: whether it runs in a
+	// VM (and which) is needed after it has left the file.
+	var ref *vmRef
+	var p *project
+	if berr == nil {
+		d.applyNamespace(before)
+		p = d.loadedProject(before.Path)
+		var l *lockfile.Lock
+		if p != nil {
+			l = p.lockOf(before)
+		} else {
+			l, _ = lockfile.Read(lockfile.PathFor(before.Path))
+		}
+		vms := vmContainers(before, l)
+		if err := adapterInUse(before, key, vms); err != nil {
+			return nil, err
+		}
+		if slices.Contains(vms, key) {
+			ref = d.vmRefFor(before, key)
+		}
+	}
+	if p != nil {
+		p.mu.Lock()
+		if c := p.cs[key]; c != nil && c.vm != nil {
+			ref = c.vm
+		}
+		p.mu.Unlock()
 	}
 	if err := doc.delete(key); err != nil {
 		return nil, err
@@ -337,24 +371,32 @@ func (d *Daemon) fnRemove(ctx context.Context, r *request) (any, error) {
 	}
 	d.applyNamespace(f)
 	res := &removeResult{File: f.Path, Removed: key}
-	p := d.loadedProject(f.Path)
-	if p == nil {
+	if p = d.loadedProject(f.Path); p != nil {
+		if err := p.acquire(ctx); err != nil {
+			return nil, err
+		}
+		defer p.release()
+		res.Down = newOp()
+		c := p.get(key)
+		res.Down.add(containerResult{Container: key, State: "stopped", Changed: p.stopOne(ctx, c, nil)})
+		p.mu.Lock()
+		delete(p.cs, key)
+		if c.log != nil {
+			_ = c.log.Close()
+		}
+		p.saveLocked()
+		p.mu.Unlock()
+	}
+	if ref != nil {
+		vs, w := d.removeVMState(ctx, p, before, f, key, ref)
+		res.VMState = vs
+		if w != nil {
+			res.Warnings = append(res.Warnings, *w)
+		}
+	}
+	if p == nil || !p.anyRunning() {
 		return res, nil
 	}
-	if err := p.acquire(ctx); err != nil {
-		return nil, err
-	}
-	defer p.release()
-	res.Down = newOp()
-	c := p.get(key)
-	res.Down.add(containerResult{Container: key, State: "stopped", Changed: p.stopOne(ctx, c, nil)})
-	p.mu.Lock()
-	delete(p.cs, key)
-	if c.log != nil {
-		_ = c.log.Close()
-	}
-	p.saveLocked()
-	p.mu.Unlock()
 	if err := d.checkEngineSection(f); err != nil {
 		return res, nil
 	}

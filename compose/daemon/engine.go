@@ -87,6 +87,14 @@ func (d *Daemon) startManaged(ctx context.Context, f *composefile.File) error {
 		lock.Release()
 		return err
 	}
+	// The engine learns the project token from its environment only: it
+	// is in no file the engine or a worker reads.
+	token, err := d.projectToken(p.store)
+	if err != nil {
+		lock.Release()
+		return err
+	}
+	d.token = token
 	log, err := proc.OpenLog(p.store.Dir(), state.EngineLogName, proc.LogOptions{})
 	if err != nil {
 		lock.Release()
@@ -98,7 +106,12 @@ func (d *Daemon) startManaged(ctx context.Context, f *composefile.File) error {
 		lock.Release()
 		return compose.New(compose.CodeEngineSpawnFailed, "create the engine's lifeline: "+err.Error())
 	}
-	env := append(os.Environ(), fmt.Sprintf("%s=%d", EnvEngineLifeline, lifelineFD))
+	env := []string{fmt.Sprintf("%s=%d", EnvEngineLifeline, lifelineFD), envEngineToken + "=" + token}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envEngineToken+"=") && !strings.HasPrefix(kv, EnvEngineLifeline+"=") {
+			env = append(env, kv)
+		}
+	}
 	pr, err := proc.Start(proc.Spec{
 		Argv: []string{d.exe, "-c", cfgPath, "--no-update-check"},
 		Dir:  f.Dir, Env: env, Log: log, ExtraFiles: []*os.File{r}, DieWithParent: true,

@@ -92,12 +92,13 @@ func engineCallFailed(fn string, err error) error {
 
 // adapterStatus is an engine::adapters::* reply.
 type adapterStatus struct {
-	Adapter   string `json:"adapter"`
-	Namespace string `json:"namespace"`
-	State     string `json:"state"`
-	PID       int    `json:"pid"`
-	Path      string `json:"path"`
-	LastError string `json:"last_error"`
+	Adapter        string `json:"adapter"`
+	Namespace      string `json:"namespace"`
+	State          string `json:"state"`
+	PID            int    `json:"pid"`
+	Path           string `json:"path"`
+	AdapterVersion string `json:"adapter_version"`
+	LastError      string `json:"last_error"`
 }
 
 func callTimeout(d time.Duration) client.CallOption { return client.WithTimeout(d) }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
@@ -23,6 +24,9 @@ const (
 	envConfig           = "III_CONFIG"
 	envConfigName       = "III_CONFIG_NAME"
 	envIsolation        = "III_ISOLATION"
+	// envEngineToken is the engine token's variable; Compose gives it to
+	// the engine it manages and to no worker.
+	envEngineToken = "III_ENGINE_TOKEN"
 )
 
 // workerEnv builds a host worker's environment, lowest layer first: the
@@ -30,10 +34,34 @@ const (
 // III_* variables. A file or map that sets a reserved variable is
 // RESERVED_ENV_OVERRIDE.
 func workerEnv(lookup func(string) (string, bool), c *composefile.Container, reserved map[string]string) ([]string, error) {
+	return buildEnv(lookup, c, reserved, true)
+}
+
+// vmEnv is a VM worker's environment for worker::start: workerEnv without
+// the host baseline (the guest has its own PATH and HOME). The adapter
+// sets III_URL, III_ISOLATION and III_CONFIG itself, so reserved holds none
+// of them. III_ENGINE_TOKEN is refused: the engine token never enters a VM.
+func vmEnv(lookup func(string) (string, bool), c *composefile.Container, reserved map[string]string) ([]string, error) {
+	env, err := buildEnv(lookup, c, reserved, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, envEngineToken+"=") {
+			return nil, compose.New(compose.CodeReservedEnvOverride, fmt.Sprintf(
+				"container %q runs in a VM and its environment sets %s: the engine token never enters a VM (the adapter refuses it); remove it from environment/env_file", c.Key, envEngineToken))
+		}
+	}
+	return env, nil
+}
+
+func buildEnv(lookup func(string) (string, bool), c *composefile.Container, reserved map[string]string, baseline bool) ([]string, error) {
 	env := map[string]string{}
-	for _, k := range baselineEnv {
-		if v, ok := lookup(k); ok {
-			env[k] = v
+	if baseline {
+		for _, k := range baselineEnv {
+			if v, ok := lookup(k); ok {
+				env[k] = v
+			}
 		}
 	}
 	for _, path := range c.EnvFile {

@@ -369,19 +369,63 @@ func (p *project) restartOne(ctx context.Context, f *composefile.File, key strin
 	p.mu.Unlock()
 	var err error
 	if isAdapter && wasRunning && p.isAdapter(f, decl) {
-		p.mu.Lock()
-		c.decl = decl
-		p.mu.Unlock()
-		err = p.restartAdapter(ctx, f, c)
-	} else {
-		p.stopOne(ctx, c, nil)
-		_, err = p.startOne(ctx, f, key)
+		return p.restartAdapterWithVMs(ctx, f, c, decl)
 	}
+	p.stopOne(ctx, c, nil)
+	_, err = p.startOne(ctx, f, key)
 	if err != nil {
 		res.add(containerResult{Container: key, State: state.StatusFailed, Error: errJSON(asComposeError(err))})
 		return res
 	}
 	res.add(containerResult{Container: key, State: c.state, Changed: true})
+	return res
+}
+
+// restartAdapterWithVMs restarts a running adapter container through the
+// plugin host, with a freshly merged configuration (new host roots among
+// it); every sandbox it ran ends. The worker VMs it ran are stopped first,
+// gracefully, and started again once it runs: their state directories
+// stay, so they keep their disks.
+func (p *project) restartAdapterWithVMs(ctx context.Context, f *composefile.File, c *container, decl *composefile.Container) *opResult {
+	res := newOp()
+	af, aerr := p.augment(f)
+	if aerr != nil {
+		af = f
+	}
+	var vms []string
+	for _, k := range af.Dependents(c.key) {
+		p.mu.Lock()
+		dc := p.cs[k]
+		running := dc != nil && dc.vm != nil && dc.running() && dc.vm.adapterKey == c.key
+		p.mu.Unlock()
+		if running {
+			vms = append(vms, k)
+		}
+	}
+	for i := len(vms) - 1; i >= 0; i-- {
+		p.stopOne(ctx, p.get(vms[i]), nil)
+	}
+	p.mu.Lock()
+	c.decl = decl
+	p.mu.Unlock()
+	if err := p.restartAdapter(ctx, f, c); err != nil {
+		res.add(containerResult{Container: c.key, State: state.StatusFailed, Error: errJSON(asComposeError(err))})
+		for _, k := range vms {
+			reason := compose.New(CodeDependencyFailed, fmt.Sprintf(
+				"container %q runs in a VM that %q boots, and that adapter did not come back from its restart; start the project again with compose::up", k, c.key))
+			p.setState(p.get(k), state.StatusFailed, reason)
+			res.add(containerResult{Container: k, State: state.StatusFailed, Error: errJSON(reason)})
+		}
+		return res
+	}
+	res.add(containerResult{Container: c.key, State: c.state, Changed: true})
+	for _, k := range vms {
+		if _, err := p.startOne(ctx, af, k); err != nil {
+			res.add(containerResult{Container: k, State: state.StatusFailed, Error: errJSON(asComposeError(err))})
+			continue
+		}
+		res.add(containerResult{Container: k, State: p.get(k).state, Changed: true})
+	}
 	return res
 }
 

@@ -274,6 +274,15 @@ func TestErrorMessagesGolden(t *testing.T) {
 			onPlatform(registry.Platform{GOOS: "linux", GOARCH: "amd64", Musl: true}), false),
 		pkgScenario("UNSUPPORTED_PLATFORM_intel_mac", "  sandbox-hostdir:\n    worker: package://sandbox-hostdir\n    version: '^1'\n",
 			onPlatform(registry.Platform{GOOS: "darwin", GOARCH: "amd64"}), false),
+		// Supported hosts: a project with a VM worker needs sandbox-libkrun,
+		// which Compose adds; on a musl host it has no artefact.
+		scenario{"UNSUPPORTED_PLATFORM_vm_worker", func(t *testing.T) (error, []string) {
+			dir := proj(t, "  vmw:\n    worker: path://./vmw\n", "vmw")
+			writeFile(t, dir, "vmw/iii.worker.yaml", "runtime:\n  base_image: python\n")
+			musl := registry.Platform{GOOS: "linux", GOARCH: "amd64", Musl: true}
+			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Registry: publishedRegistry(t), Platform: &musl}})
+			return upError(t, c, "gp", nil), []string{dir, "$DIR", testTarget(), "$TARGET"}
+		}},
 		pkgScenario("BUNDLE_NEEDS_A_VM", "  bnd:\n    worker: package://bnd\n    version: '1.0.0'\n    runtime: host\n",
 			onPlatform(registry.Platform{GOOS: "windows", GOARCH: "amd64"}), false),
 		pkgScenario("RUNTIME_REQUIRES_BUNDLE", "  go-worker:\n    worker: package://go-worker\n    version: '1.0.0'\n    runtime: host\n", published, false),

@@ -8,6 +8,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/lockfile"
 	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/compose/state"
 )
@@ -82,13 +83,60 @@ func (d *Daemon) fnLogs(ctx context.Context, r *request) (any, error) {
 		keys = []string{worker}
 	}
 	dir := filepath.Join(state.DirFor(f.Path, f.Namespace, d.getenv), state.LogsDir)
-	if p := d.loadedProject(f.Path); p != nil {
+	// A VM container's log is the adapter's (worker::logs): its output
+	// is recorded there, even after the VM is gone.
+	vms := map[string]*vmRef{}
+	p := d.loadedProject(f.Path)
+	if p != nil {
 		dir = p.store.LogsDir()
+		l := p.lockOf(f)
+		p.mu.Lock()
+		for _, key := range keys {
+			if c := p.cs[key]; c != nil && c.vm != nil {
+				vms[key] = c.vm
+			} else if isVMContainer(f, l, key) {
+				vms[key] = d.vmRefFor(f, key)
+			}
+		}
+		p.mu.Unlock()
+	} else {
+		l, _ := lockfile.Read(lockfile.PathFor(f.Path))
+		for _, key := range keys {
+			if isVMContainer(f, l, key) {
+				vms[key] = d.vmRefFor(f, key)
+			}
+		}
 	}
 	read := func() (logsJSON, bool, error) {
 		out := logsJSON{File: f.Path, Namespace: f.Namespace, Containers: []containerLogs{}}
 		any := false
 		for _, key := range keys {
+			if ref := vms[key]; ref != nil {
+				var cur *proc.Cursor
+				if c, ok := r.Cursors[key]; ok {
+					cur = &c
+				}
+				entries, next, truncated, err := d.vmLogs(ctx, ref, tail, cur, stream)
+				if err != nil {
+					// The adapter is not running (or knows no such VM):
+					// there is nothing to read now.
+					d.log.Debug("cannot read a VM worker's log", "container", key, "vm_id", ref.id, "error", sandboxErrorText(err))
+					entries = []proc.Entry{}
+				}
+				if len(entries) > 0 {
+					any = true
+				}
+				lp := ""
+				if p != nil {
+					p.mu.Lock()
+					if ref.stateDir != "" {
+						lp = filepath.Join(ref.stateDir, "worker.log")
+					}
+					p.mu.Unlock()
+				}
+				out.Containers = append(out.Containers, containerLogs{Container: key, LogPath: lp, Entries: entries, Cursor: next, Truncated: truncated})
+				continue
+			}
 			opts := proc.ReadOptions{Tail: tail, Stream: stream}
 			if cur, ok := r.Cursors[key]; ok {
 				c := cur

@@ -20,9 +20,9 @@ const ManifestFile = "iii.worker.yaml"
 // maxManifestSize bounds iii.worker.yaml; real ones are a few lines.
 const maxManifestSize = 1 << 20
 
-// manifest is the part of iii.worker.yaml a host worker needs. The file
-// belongs to the worker's author and carries more (description, install
-// steps for bundles); unknown keys are ignored.
+// manifest is the part of iii.worker.yaml Compose needs. The file belongs
+// to the worker's author and carries more (description, dependencies,
+// resources); unknown keys are ignored.
 type manifest struct {
 	Name    string `yaml:"name"`
 	Scripts struct {
@@ -30,6 +30,9 @@ type manifest struct {
 		Install string `yaml:"install"`
 	} `yaml:"scripts"`
 	Runtime struct {
+		// Kind selects a VM worker's image when base_image is absent
+		// (typescript, javascript, node, bun, python, rust).
+		Kind      string `yaml:"kind"`
 		BaseImage string `yaml:"base_image"`
 	} `yaml:"runtime"`
 }
@@ -47,47 +50,94 @@ func parseManifest(data []byte, path string) (*manifest, error) {
 	return &m, nil
 }
 
-// startCommand is a path:// worker's start command: scripts.run from the
-// compose file, else scripts.start from the worker's iii.worker.yaml.
-func startCommand(key, dir, run string) (string, error) {
+// loadManifest reads a worker directory's iii.worker.yaml: nil (and no
+// error) when there is none; MISSING_WORKER_DIRECTORY when dir is not a
+// directory; INVALID_MANIFEST when the file cannot be read or decoded.
+func loadManifest(key, dir string) (*manifest, error) {
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return "", compose.New(compose.CodeMissingWorkerDirectory, fmt.Sprintf(
+		return nil, compose.New(compose.CodeMissingWorkerDirectory, fmt.Sprintf(
 			"container %q: worker directory %s does not exist; fix the path:// in worker:", key, dir))
 	}
 	path := filepath.Join(dir, ManifestFile)
 	f, err := os.Open(path)
-	var m *manifest
 	switch {
 	case errors.Is(err, os.ErrNotExist):
+		return nil, nil
 	case err != nil:
-		return "", compose.New(compose.CodeInvalidManifest, fmt.Sprintf("container %q: cannot read %s: %v", key, path, err))
-	default:
-		data, rerr := io.ReadAll(io.LimitReader(f, maxManifestSize+1))
-		f.Close()
-		if rerr != nil {
-			return "", compose.New(compose.CodeInvalidManifest, fmt.Sprintf("container %q: cannot read %s: %v", key, path, rerr))
-		}
-		if len(data) > maxManifestSize {
-			return "", compose.New(compose.CodeInvalidManifest, fmt.Sprintf("container %q: %s is larger than 1 MiB", key, path))
-		}
-		if m, err = parseManifest(data, path); err != nil {
-			return "", err
-		}
+		return nil, compose.New(compose.CodeInvalidManifest, fmt.Sprintf("container %q: cannot read %s: %v", key, path, err))
 	}
-	if m != nil && strings.TrimSpace(m.Runtime.BaseImage) != "" {
-		return "", compose.New(compose.CodeSpawnFailed, fmt.Sprintf(
-			"container %q: %s sets runtime.base_image, so the worker runs in a VM through the sandbox adapter, which this Compose does not do yet; remove runtime.base_image to run it as a host process", key, path))
+	data, rerr := io.ReadAll(io.LimitReader(f, maxManifestSize+1))
+	f.Close()
+	if rerr != nil {
+		return nil, compose.New(compose.CodeInvalidManifest, fmt.Sprintf("container %q: cannot read %s: %v", key, path, rerr))
 	}
+	if len(data) > maxManifestSize {
+		return nil, compose.New(compose.CodeInvalidManifest, fmt.Sprintf("container %q: %s is larger than 1 MiB", key, path))
+	}
+	return parseManifest(data, path)
+}
+
+// startCommand is a path:// worker's start command: scripts.run from the
+// compose file, else scripts.start from the worker's iii.worker.yaml.
+func startCommand(key, dir, run string) (string, error) {
+	m, err := loadManifest(key, dir)
+	if err != nil {
+		return "", err
+	}
+	return commandOf(key, dir, run, m)
+}
+
+// commandOf picks the start command of a worker whose manifest (nil when
+// there is none) was read from dir.
+func commandOf(key, dir, run string, m *manifest) (string, error) {
 	if strings.TrimSpace(run) != "" {
 		return run, nil
 	}
 	if m != nil && strings.TrimSpace(m.Scripts.Start) != "" {
 		return m.Scripts.Start, nil
 	}
+	path := filepath.Join(dir, ManifestFile)
 	where := path + " does not exist"
 	if m != nil {
 		where = path + " has no scripts.start"
 	}
 	return "", compose.New(compose.CodeMissingStartCommand, fmt.Sprintf(
 		"container %q has no start command: %s; set containers.%s.scripts.run in the compose file, or scripts.start in %s", key, where, key, ManifestFile))
+}
+
+// kindImage is the image a VM worker's runtime.kind implies when its
+// manifest names no runtime.base_image: the node and python presets of the
+// adapter's catalog, and the public images upstream uses for the others.
+func kindImage(kind string) (string, bool) {
+	switch kind {
+	case "", "node", "nodejs", "javascript", "typescript":
+		return "node", true
+	case "python":
+		return "python", true
+	case "bun":
+		return "docker.io/oven/bun:latest", true
+	case "rust":
+		return "docker.io/library/rust:slim-bookworm", true
+	}
+	return "", false
+}
+
+// vmImage is the image a VM worker boots: runtime.base_image, else the one
+// runtime.kind implies. An unknown kind is INVALID_MANIFEST.
+func vmImage(key, dir string, m *manifest) (string, error) {
+	if m != nil {
+		if img := strings.TrimSpace(m.Runtime.BaseImage); img != "" {
+			return img, nil
+		}
+	}
+	kind := ""
+	if m != nil {
+		kind = strings.ToLower(strings.TrimSpace(m.Runtime.Kind))
+	}
+	if img, ok := kindImage(kind); ok {
+		return img, nil
+	}
+	return "", compose.New(compose.CodeInvalidManifest, fmt.Sprintf(
+		"container %q: %s has runtime.kind %q, which implies no image (known: typescript, javascript, node, bun, python, rust); set runtime.base_image to the image the worker runs in",
+		key, filepath.Join(dir, ManifestFile), clip(kind, 40)))
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
 )
 
 // fixtures are directory registries built once per test binary (TestMain
@@ -44,7 +46,7 @@ func emptyRegistry(t *testing.T) string {
 // publishedRegistry holds, for this host's target:
 //
 //	sandbox-hostdir 1.0.0          the hostdir example adapter
-//	sandbox-libkrun 0.2.9, 0.3.1   the same binary under the adapter's name
+//	sandbox-libkrun 0.2.9, 0.3.1   the adapter and its guest agent built from this tree
 //	                               (default configs differ: max_concurrent_sandboxes 2 and 3)
 //	go-worker 1.0.0, 1.1.0         a script that runs this test binary as a Go worker;
 //	                               1.1.0 depends on gw-dep ^1 and configuration (engine kind)
@@ -74,9 +76,9 @@ func publishedRegistry(t *testing.T) string {
 	hostdir := filepath.Join(bins, "sandbox-hostdir")
 	pub(registry.Publication{Name: "sandbox-hostdir", Version: "1.0.0", Files: []registry.PublishFile{{Path: hostdir}}, Tags: []string{registry.TagLatest}})
 	for _, v := range []struct{ version, max string }{{"0.2.9", "2"}, {"0.3.1", "3"}} {
-		pub(registry.Publication{Name: "sandbox-libkrun", Version: v.version, Description: "the hostdir example under the adapter's name",
-			Files:         []registry.PublishFile{{Path: hostdir, ArchiveName: "sandbox-libkrun"}},
-			DefaultConfig: json.RawMessage(`{"image_allowlist":["shell"],"max_concurrent_sandboxes":` + v.max + `}`),
+		pub(registry.Publication{Name: "sandbox-libkrun", Version: v.version, Description: "the adapter built from this tree, under both versions",
+			Files:         []registry.PublishFile{{Path: filepath.Join(bins, "sandbox-libkrun")}, {Path: filepath.Join(bins, adapter.AgentName(runtime.GOARCH))}},
+			DefaultConfig: json.RawMessage(`{"image_allowlist":["python","node"],"max_concurrent_sandboxes":` + v.max + `}`),
 			Tags:          []string{registry.TagLatest}})
 	}
 	exe, err := os.Executable()

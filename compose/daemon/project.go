@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -63,6 +64,7 @@ type container struct {
 	decl    *composefile.Container // the declaration it was started with
 	proc    *proc.Process          // host worker
 	adapter *adapterRef            // adapter container
+	vm      *vmRef                 // VM container (kept after a stop: its logs stay readable)
 	// adapterPath is the binary the adapter was started from.
 	adapterPath string
 	owned       bool
@@ -293,6 +295,11 @@ func (p *project) recover(f *composefile.File) error {
 // up starts targets (and their dependencies; everything when empty) in
 // waves. A failure stops what this operation started, in reverse order.
 func (p *project) up(ctx context.Context, f *composefile.File, targets []string) (*opResult, error) {
+	// VM containers start after the adapter that boots them.
+	f, err := p.augment(f)
+	if err != nil {
+		return nil, err
+	}
 	waves, err := f.StartWaves(targets...)
 	if err != nil {
 		return nil, err
@@ -388,12 +395,16 @@ func (p *project) startOne(ctx context.Context, f *composefile.File, key string)
 			switch {
 			case p.isAdapter(f, decl):
 				err = p.startAdapter(ctx, f, c, pi)
+			case pi.entry.Resolved.Type == registry.KindBundle && decl.Runtime != "host":
+				err = p.startVM(ctx, f, c, pi)
 			case pi.entry.Resolved.Type == registry.KindBundle:
 				err = bundleUnsupported(key, pi)
 			default:
 				err = p.startHost(ctx, f, c, pi)
 			}
 		}
+	} else if baseImage(decl.Source.Path) != "" {
+		err = p.startVM(ctx, f, c, nil)
 	} else {
 		err = p.startHost(ctx, f, c, nil)
 	}
@@ -410,13 +421,12 @@ func (p *project) exitedLocked(c *container) bool {
 	return c.proc != nil && c.proc.Exited()
 }
 
-// bundleUnsupported is the error for a bundle package: it is resolved,
-// locked and installed, but running it (in a VM through the sandbox
-// adapter's worker::* functions, or on the host with runtime: host) is not
-// part of this build.
+// bundleUnsupported is the error for a bundle with runtime: host: it is
+// resolved, locked and installed, but running a bundle on the host is not
+// part of this build (without runtime: host it runs in a VM).
 func bundleUnsupported(key string, pi *pkgInfo) error {
 	return compose.New(compose.CodeSpawnFailed, fmt.Sprintf(
-		"container %q: %s %s is a bundle (installed in %s), and this build of Compose does not run bundle workers yet; use a binary package or a path:// worker",
+		"container %q: %s %s is a bundle (installed in %s) with runtime: host, and this build of Compose runs bundles only in VMs; remove runtime: host",
 		key, pi.entry.Resolved.Name, pi.entry.Resolved.Version, pi.inst.Dir))
 }
 
@@ -461,6 +471,10 @@ func (p *project) setPackages(pkgs map[string]*pkgInfo, frozen bool) {
 // container when targets is empty), dependents first.
 func (p *project) down(ctx context.Context, f *composefile.File, targets []string) *opResult {
 	res := newOp()
+	// VM containers stop before the adapter that runs them.
+	if af, err := p.augment(f); err == nil {
+		f = af
+	}
 	var order []string
 	if len(targets) == 0 {
 		order = p.fullStopOrder(f)
@@ -523,7 +537,7 @@ func startSequence(f *composefile.File) []string {
 func (p *project) stopOne(ctx context.Context, c *container, lastErr *compose.Error) bool {
 	p.mu.Lock()
 	wasRunning := c.running()
-	pr, ad, decl := c.proc, c.adapter, c.decl
+	pr, ad, vm, decl := c.proc, c.adapter, c.vm, c.decl
 	p.mu.Unlock()
 	f := p.currentFile()
 	stopTimeout := f.StopTimeout
@@ -544,6 +558,11 @@ func (p *project) stopOne(ctx context.Context, c *container, lastErr *compose.Er
 	case ad != nil && wasRunning:
 		if err := p.stopAdapter(ctx, ad); err != nil {
 			p.d.log.Error("cannot stop a sandbox adapter", "container", c.key, "adapter", ad.name, "error", err)
+		}
+	case vm != nil && wasRunning:
+		p.stopVM(ctx, c, vm, stopTimeout)
+		if decl != nil && decl.Scripts.PostRun != "" {
+			p.postRun(c, decl)
 		}
 	}
 	p.mu.Lock()
@@ -637,8 +656,15 @@ func (p *project) status(f *composefile.File, live []liveWorker) statusJSON {
 				cs.PID, cs.State, cs.Owned = &pid, state.StatusReady, false
 			}
 			cs.LastError = errJSON(c.lastErr)
-			if c.adapter != nil {
+			switch {
+			case c.adapter != nil:
 				cs.LogPath = ""
+			case c.vm != nil:
+				// The adapter keeps a VM's log, beside its disk.
+				cs.LogPath = ""
+				if c.vm.stateDir != "" {
+					cs.LogPath = filepath.Join(c.vm.stateDir, "worker.log")
+				}
 			}
 		}
 		if !cs.Owned && cs.State != state.StatusReady {

@@ -28,7 +28,7 @@ func (p *project) superviseTick(ctx context.Context, reconnected, connected bool
 		err *compose.Error
 	}
 	var failures []failure
-	var adapters, waiting []*container
+	var adapters, vms, waiting []*container
 	p.mu.Lock()
 	for _, c := range p.cs {
 		if c.state != state.StatusReady {
@@ -46,6 +46,8 @@ func (p *project) superviseTick(ctx context.Context, reconnected, connected bool
 			failures = append(failures, failure{c, nil})
 		case c.adapter != nil:
 			adapters = append(adapters, c)
+		case c.vm != nil:
+			vms = append(vms, c)
 		}
 		if !c.reregisterBy.IsZero() {
 			waiting = append(waiting, c)
@@ -63,6 +65,22 @@ func (p *project) superviseTick(ctx context.Context, reconnected, connected bool
 			case "failed", "stopped", "incompatible":
 				failures = append(failures, failure{c, compose.New(CodeWorkerExited, fmt.Sprintf(
 					"container %q: sandbox adapter %s in namespace %q is %s: %s", c.key, c.adapter.name, c.adapter.ns, st.State, st.LastError))})
+			}
+		}
+		for _, c := range vms {
+			// A VM's command that ended takes the container down. An
+			// adapter that does not answer is its own container's
+			// business (it takes its VM containers down with it).
+			st, err := p.d.vmStatus(ctx, c.vm)
+			if err != nil {
+				continue
+			}
+			p.noteStateDir(c.vm, st)
+			if ended(st.State) {
+				p.mu.Lock()
+				c.vm.exit = vmEndText(st)
+				p.mu.Unlock()
+				failures = append(failures, failure{c, nil})
 			}
 		}
 		if len(waiting) > 0 {
@@ -117,14 +135,26 @@ func (p *project) takeDown(ctx context.Context, c *container, reason *compose.Er
 	}
 	if reason == nil {
 		status := "exited"
-		if c.proc != nil {
+		tail := ""
+		p.mu.Lock()
+		vm := c.vm
+		switch {
+		case c.proc != nil:
 			status = "exited (" + exitText(c.proc) + ")"
+		case vm != nil && vm.exit != "":
+			status = "stopped running: its VM (vm_id " + vm.id + ") " + vm.exit
+		}
+		p.mu.Unlock()
+		if vm != nil {
+			tail = p.vmTail(ctx, vm)
+		} else {
+			tail = p.tail(c.key)
 		}
 		msg := fmt.Sprintf("container %q %s after it was ready; Compose does not restart workers: start it again with compose::up", c.key, status)
 		if len(stopped) > 0 {
 			msg += "; stopped with it: " + strings.Join(stopped, ", ")
 		}
-		reason = compose.New(CodeWorkerExited, msg+p.tail(c.key))
+		reason = compose.New(CodeWorkerExited, msg+tail)
 	}
 	p.d.log.Warn("a container stopped running", "container", c.key, "code", reason.Code, "dependents_stopped", stopped)
 	p.stopOne(ctx, c, reason)

@@ -50,12 +50,13 @@ func TestAdapterConfigLayers(t *testing.T) {
 	decl := &composefile.Container{Key: "sandbox-libkrun", ConfigOverride: map[string]any{"image_allowlist": []any{"python", "node", "myimg"},
 		"custom_images": map[string]any{"myimg": "ghcr.io/acme/my-app:1.2.3"}}}
 	ref := &adapterRef{name: "sandbox-libkrun", ns: "shop"}
+	f := &composefile.File{Namespace: "shop", Dir: "/p", Path: "/p/worker-compose.yaml", Containers: map[string]*composefile.Container{}}
 
 	cfg, err := lockfile.ConfigFromJSON([]byte(`{"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}`))
 	assert.NilError(t, err)
 	pi := &pkgInfo{entry: &lockfile.Entry{Resolved: lockfile.Resolved{DefaultConfig: cfg}}}
 	d.eng = &fakeEngine{entries: map[string]string{}}
-	got, err := p.adapterConfig(context.Background(), ref, decl, pi)
+	got, err := p.adapterConfig(context.Background(), f, ref, decl, pi)
 	assert.NilError(t, err)
 	want, _ := decodeJSON([]byte(`{"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,
 		"image_allowlist":["python","node","myimg"],"max_concurrent_sandboxes":32,"custom_images":{"myimg":"ghcr.io/acme/my-app:1.2.3"}}`))
@@ -65,7 +66,7 @@ func TestAdapterConfigLayers(t *testing.T) {
 	// custom image and a limit the file no longer sets.
 	d.eng = &fakeEngine{entries: map[string]string{"shop-sandbox-libkrun": `{"custom_images":{"old":"x:1"},"default_cpus":4,"image_allowlist":["python"]}`}}
 	decl.ConfigOverride = map[string]any{"custom_images": map[string]any{"new": "y:2"}}
-	got, err = p.adapterConfig(context.Background(), ref, decl, pi)
+	got, err = p.adapterConfig(context.Background(), f, ref, decl, pi)
 	assert.NilError(t, err)
 	want, _ = decodeJSON([]byte(`{"auto_install":true,"default_cpus":4,"default_idle_timeout_secs":300,"default_memory_mb":512,
 		"image_allowlist":["python"],"max_concurrent_sandboxes":32,"custom_images":{"old":"x:1","new":"y:2"}}`))
@@ -73,7 +74,7 @@ func TestAdapterConfigLayers(t *testing.T) {
 
 	// A package whose default_config is null has no default layer.
 	d.eng = &fakeEngine{entries: map[string]string{}}
-	got, err = p.adapterConfig(context.Background(), &adapterRef{name: "sandbox-hostdir", ns: "shop"}, &composefile.Container{Key: "sandbox-hostdir"},
+	got, err = p.adapterConfig(context.Background(), f, &adapterRef{name: "sandbox-hostdir", ns: "shop"}, &composefile.Container{Key: "sandbox-hostdir"},
 		&pkgInfo{entry: &lockfile.Entry{}})
 	assert.NilError(t, err)
 	assert.DeepEqual(t, got, map[string]any{})

@@ -90,6 +90,11 @@ func Decode(data []byte, path string) (*State, error) {
 	return &st, nil
 }
 
+// newInvalid is INVALID_STATE_FILE for a file of the state directory.
+func newInvalid(path, what string) error {
+	return compose.New(compose.CodeInvalidStateFile, path+": "+what)
+}
+
 // Encode is the inverse of Decode.
 func (s *State) Encode() ([]byte, error) {
 	data, err := json.MarshalIndent(s, "", "  ")

@@ -38,6 +38,29 @@ const (
 // into '-' ("project" when that leaves nothing), then '-' and the first 8
 // hex digits of the SHA-256 of the canonical compose-file path.
 func Slug(composePath string) string {
+	sum := sha256.Sum256([]byte(composePath))
+	return slugName(composePath) + "-" + hex.EncodeToString(sum[:])[:8]
+}
+
+// LocationSlug is Slug for the project's state as it is placed now: with
+// III_COMPOSE_STATE_DIR set, the hash also covers that directory, so the
+// slug changes when the project moves, is renamed, or its state moves.
+// Compose derives the vm_ids of a project's worker VMs from it: a VM whose
+// project state moved starts from fresh state, as the state it had stays
+// with the old location.
+func LocationSlug(composePath string, getenv func(string) string) string {
+	d := getenv(EnvStateDir)
+	if d == "" {
+		return Slug(composePath)
+	}
+	if abs, err := filepath.Abs(d); err == nil {
+		d = abs
+	}
+	sum := sha256.Sum256([]byte(composePath + "\x00" + filepath.Clean(d)))
+	return slugName(composePath) + "-" + hex.EncodeToString(sum[:])[:8]
+}
+
+func slugName(composePath string) string {
 	base := filepath.Base(filepath.Dir(composePath))
 	var b strings.Builder
 	for _, r := range base {
@@ -51,8 +74,7 @@ func Slug(composePath string) string {
 	if name == "" || base == "/" || base == "." {
 		name = "project"
 	}
-	sum := sha256.Sum256([]byte(composePath))
-	return name + "-" + hex.EncodeToString(sum[:])[:8]
+	return name
 }
 
 // DirFor is the state directory of the project whose canonical compose

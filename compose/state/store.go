@@ -23,6 +23,8 @@ type Store struct {
 
 	mu   sync.Mutex
 	lock *os.File
+	// runsMu serialises the read-modify-write of vm-workers.json.
+	runsMu sync.Mutex
 }
 
 // Open creates (owner-only) and locks the state directory dir of the

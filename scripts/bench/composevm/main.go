@@ -1,0 +1,435 @@
+// Command composevm measures `iii compose --up` of a project with one VM
+// worker, from the moment the command starts until the worker is ready,
+// beside its floor measured in the same run: a raw sandbox::create of the
+// same image through the same engine and adapter (a VM booted to its guest
+// agent, nothing copied, installed or registered).
+//
+//	cold  the first --up: the managed engine, the adapter package installed
+//	      from a directory registry, the adapter started, the image made
+//	      ready, the worker VM booted with a fresh disk, its directory
+//	      copied in, its install step (the Node SDK laid out), its command
+//	      until the worker registers in the project namespace
+//	warm  --up again (Compose stopped in between): the disk keeps the
+//	      install step's result, so boot, copy and the command remain
+//	floor sandbox::create {image: <the worker's image>} until it returns
+//
+// The worker is the Node iii-sdk worker of the Compose tests
+// (compose/daemon/testdata/vmworker) on the Debian-built node image: run
+// scripts/build-images.sh and make setup-test first. From the repository
+// root:
+//
+//	go run ./scripts/bench/composevm [-runs 3]
+package main
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images"
+)
+
+// image is the preset the worker and the floor boot.
+const image = "docker.io/iiidev/node:latest"
+
+// readyWait bounds one --up; a cold one installs the package and the image.
+const readyWait = 10 * time.Minute
+
+func main() {
+	runs := flag.Int("runs", 3, "warm --up runs and floor creates; the median is printed")
+	flag.Parse()
+	if err := run(*runs); err != nil {
+		fmt.Fprintln(os.Stderr, "composevm bench:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	iii, project, port string
+	env                []string
+}
+
+func run(runs int) error {
+	if runs < 1 {
+		return errors.New("-runs must be at least 1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	// Short: the adapter keeps unix sockets under its state directory.
+	work, err := os.MkdirTemp("/tmp", "cvmb")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	b, err := setup(work)
+	if err != nil {
+		return err
+	}
+
+	cold, err := b.up(ctx)
+	if err != nil {
+		return fmt.Errorf("cold --up: %w", err)
+	}
+	var warm, floor []time.Duration
+	for i := range runs {
+		d, err := b.up(ctx)
+		if err != nil {
+			return fmt.Errorf("warm --up run %d: %w", i+1, err)
+		}
+		warm = append(warm, d)
+	}
+	// The floor runs on an engine and adapter Compose started, left up.
+	stop, err := b.start(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	c, err := client.Dial(ctx, "ws://127.0.0.1:"+b.port, client.Options{Name: "composevm-bench", IgnoreEnv: true,
+		Reconnect: client.ReconnectPolicy{Disable: true}})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close(context.Background()) }()
+	var hv string
+	if raw, err := c.Call(ctx, "sandbox-libkrun::adapter::info", nil); err == nil {
+		var info struct{ Hypervisor, Accel string }
+		if json.Unmarshal(raw, &info) == nil {
+			hv = info.Hypervisor + " with " + info.Accel
+		}
+	}
+	for i := range runs {
+		d, err := create(ctx, c)
+		if err != nil {
+			return fmt.Errorf("floor run %d: %w", i+1, err)
+		}
+		floor = append(floor, d)
+	}
+
+	fmt.Printf("host: %s/%s, %d CPUs, load average %s; VM: %s, %s; median of %d runs\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), loadAvg(), hv, image, runs)
+	f := median(floor)
+	fmt.Printf("  %-44s %9s\n", "floor: sandbox::create of the same image", f.Round(time.Millisecond))
+	fmt.Printf("  %-44s %9s   %.1f× the floor (once)\n", "iii compose --up, cold (install, first boot)", cold.Round(time.Millisecond), ratio(cold, f))
+	fmt.Printf("  %-44s %9s   %.1f× the floor\n", "iii compose --up, warm (disk kept)", median(warm).Round(time.Millisecond), ratio(median(warm), f))
+	return nil
+}
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
+
+// setup builds iii, the adapter and its guest agent, publishes the adapter
+// into a directory registry, and lays out the project.
+func setup(work string) (*bench, error) {
+	bin := filepath.Join(work, "bin")
+	for _, b := range []struct {
+		out, pkg string
+		env      []string
+	}{
+		{"iii", "./cmd/iii", nil},
+		{"sandbox-libkrun", "./plugins/sandbox-libkrun/cmd/sandbox-libkrun", nil},
+		{adapter.AgentName(runtime.GOARCH), "./plugins/sandbox-libkrun/cmd/iii-guest-agent", []string{"CGO_ENABLED=0", "GOOS=linux"}},
+	} {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(bin, b.out), b.pkg)
+		cmd.Env = append(os.Environ(), b.env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build %s (run from the repository root): %v\n%s", b.out, err, out)
+		}
+	}
+	reg := filepath.Join(work, "registry")
+	if _, err := registry.Publish(reg, registry.Publication{
+		Name: "sandbox-libkrun", Kind: registry.KindBinary, Version: adapter.Version, Target: registry.HostPlatform().Target(),
+		Files: []registry.PublishFile{{Path: filepath.Join(bin, "sandbox-libkrun")}, {Path: filepath.Join(bin, adapter.AgentName(runtime.GOARCH))}},
+		Tags:  []string{registry.TagLatest}, Now: time.Now(),
+	}); err != nil {
+		return nil, err
+	}
+	root, err := images.DefaultRoot()
+	if err != nil {
+		return nil, err
+	}
+	cache := filepath.Join(work, "cache")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return nil, err
+	}
+	// The adapter reads the presets from the local OCI layout.
+	if err := os.Symlink(filepath.Join(root, "oci"), filepath.Join(cache, "oci")); err != nil {
+		return nil, err
+	}
+	sdk := filepath.Join("testdata", "nodesdk", "node_modules")
+	if _, err := os.Stat(filepath.Join(sdk, "iii-sdk", "package.json")); err != nil {
+		return nil, fmt.Errorf("the Node SDK is not installed in testdata/nodesdk (make setup-test): %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	project := filepath.Join(work, "p")
+	wdir := filepath.Join(project, "w")
+	if err := os.MkdirAll(wdir, 0o755); err != nil {
+		return nil, err
+	}
+	file := fmt.Sprintf(`engine:
+  url: ws://127.0.0.1:%s
+  workers: {}
+containers:
+  sandbox-libkrun:
+    worker: package://sandbox-libkrun
+    version: '%s'
+    config_override:
+      image_allowlist: [node]
+      state_dir: %s
+      cache_dir: %s
+      worker_disk_mb: 1024
+      boot_timeout_ms: 300000
+  w:
+    worker: path://./w
+    startup_timeout: 8m
+`, port, adapter.Version, filepath.Join(work, "s"), cache)
+	files := map[string]string{
+		filepath.Join(project, "worker-compose.yaml"): file,
+		filepath.Join(wdir, "iii.worker.yaml"):        "name: w\nruntime:\n  base_image: " + image + "\nscripts:\n  install: node unpack.mjs\n  start: node worker.mjs\n",
+	}
+	for _, f := range []string{"worker.mjs", "unpack.mjs"} {
+		data, err := os.ReadFile(filepath.Join("compose", "daemon", "testdata", "vmworker", f))
+		if err != nil {
+			return nil, err
+		}
+		files[filepath.Join(wdir, f)] = string(data)
+	}
+	for p, content := range files {
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := writePack(sdk, filepath.Join(wdir, "vendor.pack.gz")); err != nil {
+		return nil, err
+	}
+	home := filepath.Join(work, "h")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return nil, err
+	}
+	env := []string{"HOME=" + home, "III_REGISTRY=" + reg}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "III_") {
+			env = append(env, kv)
+		}
+	}
+	return &bench{iii: filepath.Join(bin, "iii"), project: project, port: port, env: env}, nil
+}
+
+// up times one `iii compose --up` until the worker is ready, then stops it.
+func (b *bench) up(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	stop, err := b.start(ctx)
+	if err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	stop()
+	return d, nil
+}
+
+// start runs `iii compose --up` until the worker is ready; stop sends
+// SIGINT and waits for Compose to exit.
+func (b *bench) start(ctx context.Context) (stop func(), err error) {
+	cmd := exec.CommandContext(ctx, b.iii, "compose", "--up")
+	cmd.Dir, cmd.Env = b.project, b.env
+	out, err := os.Create(filepath.Join(filepath.Dir(b.project), "compose.out"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(2 * time.Minute):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		out.Close()
+	}
+	deadline := time.Now().Add(readyWait)
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			stop()
+			log, _ := os.ReadFile(out.Name())
+			return nil, fmt.Errorf("iii compose --up exited (%v):\n%s", err, tail(string(log), 30))
+		default:
+		}
+		if st, _ := status(ctx, b.port); st == "ready" {
+			return stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			log, _ := os.ReadFile(out.Name())
+			return nil, fmt.Errorf("the worker was not ready within %s:\n%s", readyWait, tail(string(log), 30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// status is the state compose::status gives the worker w.
+func status(ctx context.Context, port string) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := client.Dial(cctx, "ws://127.0.0.1:"+port, client.Options{Name: "composevm-probe-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		IgnoreEnv: true, Reconnect: client.ReconnectPolicy{Disable: true}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = c.Close(cctx) }()
+	raw, err := c.Call(cctx, "compose::status", nil)
+	if err != nil {
+		return "", err
+	}
+	var st struct {
+		Containers []struct {
+			Container, State string
+			Owned            bool
+		} `json:"containers"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return "", err
+	}
+	for _, c := range st.Containers {
+		if c.Container == "w" && c.Owned {
+			return c.State, nil
+		}
+	}
+	return "", nil
+}
+
+// create times one sandbox::create of the image, then stops the sandbox.
+func create(ctx context.Context, c *client.Client) (time.Duration, error) {
+	start := time.Now()
+	raw, err := c.Call(ctx, "sandbox::create", map[string]any{"image": "node"}, client.WithTimeout(readyWait))
+	d := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	var created struct {
+		SandboxID string `json:"sandbox_id"`
+	}
+	if err := json.Unmarshal(raw, &created); err != nil {
+		return 0, err
+	}
+	_, err = c.Call(ctx, "sandbox::stop", map[string]any{"sandbox_id": created.SandboxID, "wait": true})
+	return d, err
+}
+
+// writePack writes node_modules in the format unpack.mjs reads (the copy
+// into a VM leaves node_modules out): u32 path length, path, u32 mode,
+// u32 size, bytes, big endian, gzip.
+func writePack(src, dst string) error {
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zw := gzip.NewWriter(f)
+	var hdr [4]byte
+	u32 := func(v uint32) {
+		binary.BigEndian.PutUint32(hdr[:], v)
+		_, _ = zw.Write(hdr[:])
+	}
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			if rel == "@types" || rel == "undici-types" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		for _, suf := range []string{".map", ".d.ts", ".md", ".ts", ".d.mts", ".d.cts"} {
+			if strings.HasSuffix(p, suf) {
+				return nil
+			}
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		u32(uint32(len(name)))
+		_, _ = zw.Write([]byte(name))
+		u32(uint32(fi.Mode().Perm()))
+		u32(uint32(len(data)))
+		_, err = zw.Write(data)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return zw.Close()
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
+}
+
+func median(s []time.Duration) time.Duration {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c[len(c)/2]
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "n/a"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "n/a"
+	}
+	return strings.Join(f[:3], " ")
+}
