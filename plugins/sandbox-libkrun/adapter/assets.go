@@ -13,6 +13,7 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/initramfs"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/vmlinux"
 )
 
 // AgentName is the guest agent's file name for a guest architecture, as
@@ -132,6 +133,25 @@ func findKernel(cfg *Config, arch string) (*qemu.Kernel, error) {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// unpackKernel returns the ELF vmlinux inside the bzImage at path (cached
+// under the cache's kernel/ directory) when it has a PVH entry point, so
+// VMs boot it directly; "" (boot the bzImage) otherwise. Failing to unpack
+// costs memory, not correctness, so it is logged, not returned.
+func (p *Provider) unpackKernel(ctx context.Context, path string) string {
+	boot, info, err := vmlinux.Extract(ctx, path, filepath.Join(p.cfg.CacheDir, "kernel"))
+	switch {
+	case err != nil:
+		p.log.Info("booting the kernel image as it is: its vmlinux could not be unpacked", "kernel", path, "reason", err)
+		return ""
+	case !info.PVH:
+		p.log.Info("booting the kernel image as it is: the kernel has no PVH entry point (CONFIG_PVH)", "kernel", path)
+		return ""
+	case boot == path:
+		return ""
+	}
+	return boot
 }
 
 // buildInitramfs packs the agent and the kernel's modules, reusing a cached

@@ -290,7 +290,7 @@ func stepSpawnRunner(ctx context.Context, b *Boot) error {
 		ID:           b.Spec.ID,
 		CPUs:         int(b.Spec.CPUs),
 		MemoryMiB:    int(b.Spec.MemoryMB),
-		Kernel:       sel.Kernel.Path,
+		Kernel:       sel.Kernel.BootImage(),
 		KernelConfig: sel.Kernel.Config,
 		Initrd:       b.Initrd,
 		RootDisk:     b.Image.RootfsPath,

@@ -56,6 +56,9 @@ func (s *selection) facts() map[string]any {
 		"guest_agent": s.Agent,
 		"skipped":     append([]string{}, s.Skipped...),
 	}
+	if s.Kernel.Boot != "" {
+		m["kernel_boot_image"] = s.Kernel.Boot
+	}
 	if s.Kernel.ModulesDir != "" {
 		m["kernel_modules"] = s.Kernel.ModulesDir
 	}
@@ -97,6 +100,9 @@ func (p *Provider) selectBackend(ctx context.Context) (*selection, error) {
 		return nil, err
 	}
 	s.Kernel = *k
+	if arch == "amd64" {
+		s.Kernel.Boot = p.unpackKernel(ctx, k.Path)
+	}
 	if s.Agent, err = findAgent(agentCandidates(cfg, p.exe, p.home, arch), arch); err != nil {
 		return nil, err
 	}
@@ -155,7 +161,7 @@ func (p *Provider) tryLibkrun(ctx context.Context, s *selection) error {
 	// A kernel libkrun cannot load, or that cannot find libkrun's devices,
 	// is known from its headers and configuration, without a probe that
 	// would only fail or time out.
-	if _, err := libkrun.DetectKernelFile(s.Kernel.Path, runtime.GOARCH); err != nil {
+	if _, err := libkrun.DetectKernelFile(s.Kernel.BootImage(), runtime.GOARCH); err != nil {
 		return err
 	}
 	if s.Kernel.Config != "" {
@@ -191,7 +197,7 @@ func (p *Provider) tryQEMU(ctx context.Context, s *selection) error {
 		return nil
 	}
 	cands := qemu.DefaultCandidates()
-	fp := probeFingerprint(bin, s.Kernel.Path, s.Initrd, cands)
+	fp := probeFingerprint(bin, s.Kernel.BootImage(), s.Initrd, cands)
 	cacheDir := filepath.Join(cfg.CacheDir, "sandbox-libkrun")
 	results, cached := loadProbeCache(cacheDir, fp, p.now())
 	if !cached {
@@ -237,7 +243,7 @@ func (p *Provider) probeQEMU(ctx context.Context, bin string, s *selection, cand
 	}
 	defer func() { _ = dir.Remove() }()
 	pr := qemu.NewProber(qemu.ProbeConfig{
-		QEMU: bin, Kernel: s.Kernel.Path, Initrd: s.Initrd, StateDir: dir.Path,
+		QEMU: bin, Kernel: s.Kernel.BootImage(), Initrd: s.Initrd, StateDir: dir.Path,
 		Candidates: cands, HWTimeout: hwProbeTimeout, Log: p.log.Named("probe"),
 	})
 	res, err := pr.Probe(ctx)
@@ -258,7 +264,7 @@ func (p *Provider) probeViaRunner(ctx context.Context, s *selection, timeout tim
 	defer func() { _ = dir.Remove() }()
 	spec := backend.Spec{
 		ID: filepath.Base(dir.Path), CPUs: 1, MemoryMiB: 256,
-		Kernel: s.Kernel.Path, KernelConfig: s.Kernel.Config, Initrd: s.Initrd, StateDir: dir.Path,
+		Kernel: s.Kernel.BootImage(), KernelConfig: s.Kernel.Config, Initrd: s.Initrd, StateDir: dir.Path,
 		Accel: s.Accel, QEMUBinary: s.QEMUBinary, LibkrunPath: s.LibkrunPath,
 	}
 	proc, err := runner.Spawn(ctx, runner.SpawnOptions{

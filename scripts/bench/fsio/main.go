@@ -141,6 +141,7 @@ func run(sizeMiB, runs int) error {
 		Hypervisor string `json:"hypervisor"`
 		Accel      string `json:"accel"`
 		Kernel     string `json:"kernel"`
+		KernelBoot string `json:"kernel_boot_image"`
 		Initramfs  string `json:"initramfs"`
 	}
 	if err := json.Unmarshal(raw, &info); err != nil {
@@ -152,6 +153,10 @@ func run(sizeMiB, runs int) error {
 	img, err := filepath.Glob(filepath.Join(cache, "images", "sha256", "*", "rootfs.erofs"))
 	if err != nil || len(img) != 1 {
 		return fmt.Errorf("want one installed image under %s, found %v", cache, img)
+	}
+	if info.KernelBoot != "" {
+		// The file the adapter's VMs really boot.
+		info.Kernel = info.KernelBoot
 	}
 	vm, agent, err := bootDirect(ctx, work, info.Kernel, info.Initramfs, img[0], info.Accel)
 	if err != nil {

@@ -42,6 +42,7 @@ import (
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/initramfs"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/vmlinux"
 )
 
 func main() {
@@ -304,6 +305,15 @@ func rawBoot(ctx context.Context, work, bin, accel, img string, memoryMB int, us
 	if err != nil {
 		return 0, err
 	}
+	// The file the adapter boots: the unpacked vmlinux when the kernel
+	// has a PVH entry point (see package vmlinux), so floor and figure
+	// boot the same thing.
+	bootImage := k.Path
+	if runtime.GOARCH == "amd64" {
+		if p, info, err := vmlinux.Extract(ctx, k.Path, filepath.Join(work, "cache", "kernel")); err == nil && info.PVH {
+			bootImage = p
+		}
+	}
 	agent := filepath.Join(filepath.Dir(bin), adapter.AgentName(runtime.GOARCH))
 	initrd, err := initramfs.Build(ctx, initramfs.Options{AgentPath: agent, ModulesDir: k.ModulesDir, KernelConfig: k.Config, CacheDir: filepath.Join(work, "cache", "initramfs")})
 	if err != nil {
@@ -314,7 +324,7 @@ func rawBoot(ctx context.Context, work, bin, accel, img string, memoryMB int, us
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	cfg := runner.QEMUConfig(backend.Spec{ID: "raw", CPUs: 1, MemoryMiB: memoryMB, Kernel: k.Path, Initrd: initrd,
+	cfg := runner.QEMUConfig(backend.Spec{ID: "raw", CPUs: 1, MemoryMiB: memoryMB, Kernel: bootImage, Initrd: initrd,
 		RootDisk: img, RootFSType: "erofs", StateDir: dir, Accel: accel})
 	start := time.Now()
 	vm, err := qemu.Launch(ctx, cfg)

@@ -16,6 +16,19 @@ type Kernel struct {
 	Version    string
 	ModulesDir string // /lib/modules/<version>
 	Config     string // /boot/config-<version>, "" when absent
+	// Boot is the ELF vmlinux unpacked from Path (package vmlinux) when the
+	// kernel has a PVH entry point; "" boots Path itself.
+	Boot string
+}
+
+// BootImage is the file a VM boots: the unpacked vmlinux when there is one
+// (QEMU maps it instead of copying a bzImage into its heap, and the guest
+// skips its decompressor), else the installed image.
+func (k Kernel) BootImage() string {
+	if k.Boot != "" {
+		return k.Boot
+	}
+	return k.Path
 }
 
 // FindKernel picks the newest installed kernel that has its modules next to
