@@ -11,17 +11,27 @@
 //	   launched as the host launches it (AutoMTLS), without the engine
 //	T  F over TLS (ECDSA P-521, as go-plugin's AutoMTLS), to see what TLS costs
 //	H  a gRPC health check over F's socket (the barest unary call)
+//	R  caller → engine → an in-process function that invokes E's function
+//	   (an in-process hop with nothing behind it)
+//	X  caller → engine → an in-process function that invokes B's function
+//	   (the hop A takes, without the router's own code)
+//	I  B's function through Engine.Invoke from this process: the plugin host
+//	   and go-plugin without the WebSocket and the engine's handler goroutine
+//
+// The WebSocket caller is another process (this binary re-executed), as
+// SDK workers and `iii call` are.
 //
 // The router and plugin hop add A − E; the goal is A − E ≤ 1.5 × F. A − B is
 // the router alone. The adapter is the hostdir example (built with go build
-// unless -adapter names a binary); its catalog needs no sandbox. Calls to
-// the paths are interleaved one by one so machine load moves a figure and
-// its floor alike.
+// unless -adapter names a binary); its catalog needs no sandbox. Paths run
+// in interleaved blocks of consecutive calls so machine load moves a figure
+// and its floor alike and every path is measured warm.
 //
-//	go run ./scripts/bench/router [-n 2000] [-rounds 5] [-warmup 300]
+//	go run ./scripts/bench/router [-n 2000] [-rounds 5] [-warmup 300] [-block 50]
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -34,7 +44,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -43,6 +55,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -68,9 +82,17 @@ const adapterName = "sandbox-hostdir"
 const (
 	floorEnv      = "ROUTER_BENCH_FLOOR_SOCKET"
 	floorStateEnv = "ROUTER_BENCH_FLOOR_STATE"
+	callerEnv     = "ROUTER_BENCH_CALLER_URL"
 )
 
 func main() {
+	if url := os.Getenv(callerEnv); url != "" {
+		if err := serveCaller(url); err != nil {
+			fmt.Fprintln(os.Stderr, "router bench caller:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if sock := os.Getenv(floorEnv); sock != "" {
 		if err := serveFloor(sock, os.Getenv(floorStateEnv)); err != nil {
 			fmt.Fprintln(os.Stderr, "router bench floor server:", err)
@@ -81,6 +103,7 @@ func main() {
 	n := flag.Int("n", 2000, "calls per path per round")
 	rounds := flag.Int("rounds", 5, "rounds (each starts the rotation elsewhere)")
 	warmup := flag.Int("warmup", 300, "calls per path before measuring")
+	block := flag.Int("block", 50, "consecutive calls per path in each interleaved block")
 	adapter := flag.String("adapter", "", "sandbox-hostdir binary (default: go build it)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured rounds here")
 	flag.Parse()
@@ -97,7 +120,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*n, *rounds, *warmup, *adapter); err != nil {
+	if err := run(*n, *rounds, *warmup, *block, *adapter); err != nil {
 		fmt.Fprintln(os.Stderr, "router bench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -107,10 +130,16 @@ func main() {
 type path struct {
 	name string
 	call func(context.Context) error
-	lat  []time.Duration
+	// remote, when set, is the function the caller process calls over
+	// the engine's WebSocket instead of call.
+	remote string
+	lat    []time.Duration
 }
 
-func run(n, rounds, warmup int, adapterBin string) error {
+func run(n, rounds, warmup, block int, adapterBin string) error {
+	if n < 1 || rounds < 1 || block < 1 {
+		return errors.New("-n, -rounds and -block must be at least 1")
+	}
 	ctx := context.Background()
 	tmp, err := os.MkdirTemp("", "router-bench-")
 	if err != nil {
@@ -178,6 +207,12 @@ func run(n, rounds, warmup int, adapterBin string) error {
 	}); err != nil {
 		return err
 	}
+	// X: the hop the router takes, without the router's own code.
+	if err := local.RegisterFunction(engine.FunctionDef{ID: "bench::forward-plugin"}, func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
+		return eng.Invoke(ctx, "", contract.AdapterFunctionID(adapterName, contract.OpCatalogList), call.Data)
+	}); err != nil {
+		return err
+	}
 	// R: an in-process hop with nothing behind it, to tell the cost of the
 	// hop itself from what the plugin call adds.
 	if err := local.RegisterFunction(engine.FunctionDef{ID: "bench::forward"}, func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
@@ -185,11 +220,6 @@ func run(n, rounds, warmup int, adapterBin string) error {
 	}); err != nil {
 		return err
 	}
-	cl, err := client.Dial(ctx, "ws://"+ln.Addr().String(), client.Options{Name: "bench-caller", IgnoreEnv: true})
-	if err != nil {
-		return err
-	}
-	defer cl.Close(context.Background())
 
 	// The floor: the same adapter code in another process (this binary
 	// again) behind a plain gRPC server on a unix socket, so the floor
@@ -262,17 +292,24 @@ func run(n, rounds, warmup int, adapterBin string) error {
 		return err
 	}
 
-	wsCall := func(fn string) func(context.Context) error {
-		return func(ctx context.Context) error {
-			_, err := cl.Call(ctx, fn, json.RawMessage(`{}`))
-			return err
-		}
+	// Callers are other processes, as SDK workers and `iii call` are: a
+	// WebSocket client inside the engine's process would compete with it
+	// for the same two Ps and inflate every WebSocket path.
+	caller, err := startCaller(ctx, "ws://"+ln.Addr().String())
+	if err != nil {
+		return err
 	}
+	defer caller.close()
 	paths := []*path{
-		{name: "A sandbox::catalog::list (router+plugin)", call: wsCall("sandbox::catalog::list")},
-		{name: "B " + adapterName + "::catalog::list (plugin)", call: wsCall(contract.AdapterFunctionID(adapterName, contract.OpCatalogList))},
-		{name: "E engine → in-process function", call: wsCall("bench::catalog::list")},
-		{name: "R engine → in-process hop → E's function", call: wsCall("bench::forward")},
+		{name: "A sandbox::catalog::list (router+plugin)", remote: "sandbox::catalog::list"},
+		{name: "B " + adapterName + "::catalog::list (plugin)", remote: contract.AdapterFunctionID(adapterName, contract.OpCatalogList)},
+		{name: "E engine → in-process function", remote: "bench::catalog::list"},
+		{name: "R engine → in-process hop → E's function", remote: "bench::forward"},
+		{name: "X engine → in-process hop → B's function", remote: "bench::forward-plugin"},
+		{name: "I Engine.Invoke of B's function in process (no WebSocket)", call: func(ctx context.Context) error {
+			_, err := eng.Invoke(ctx, "", contract.AdapterFunctionID(adapterName, contract.OpCatalogList), json.RawMessage(`{}`))
+			return err
+		}},
 		{name: "F raw gRPC CatalogList, unix socket", call: func(ctx context.Context) error {
 			_, err := floor.CatalogList(ctx, &contract.CatalogListRequest{})
 			return err
@@ -291,23 +328,28 @@ func run(n, rounds, warmup int, adapterBin string) error {
 		}},
 	}
 	for _, p := range paths {
-		for range warmup {
-			if err := p.call(ctx); err != nil {
-				return fmt.Errorf("%s: %w", p.name, err)
-			}
+		if _, err := p.measure(ctx, caller, warmup); err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
 		}
 	}
-	// Calls are interleaved one by one (in a rotating order), so a change
-	// in machine load hits every path alike.
-	for r := range rounds {
-		for i := range n {
-			for j := range paths {
-				p := paths[(i+j+r)%len(paths)]
-				t0 := time.Now()
-				if err := p.call(ctx); err != nil {
+	// Each path runs in blocks of consecutive calls, and the blocks of all
+	// paths are interleaved in a new random order each time: every path is
+	// measured warm (a call right after calls to another process pays for
+	// waking the target up, which under nested virtualisation costs tens
+	// of microseconds and would otherwise land on whichever path follows
+	// the floor in a fixed order), and a change in machine load hits every
+	// path alike.
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	for range rounds {
+		for done := 0; done < n; done += block {
+			order := slices.Clone(paths)
+			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			for _, p := range order {
+				lat, err := p.measure(ctx, caller, min(block, n-done))
+				if err != nil {
 					return fmt.Errorf("%s: %w", p.name, err)
 				}
-				p.lat = append(p.lat, time.Since(t0))
+				p.lat = append(p.lat, lat...)
 			}
 		}
 	}
@@ -332,7 +374,8 @@ func run(n, rounds, warmup int, adapterBin string) error {
 		fmt.Printf("%s: router+plugin hop adds A−E = %s; floor F = %s; ratio %.2f× (goal ≤ 1.5×: %s)\n", label, us(added), us(q["F"][i]), ratio, verdict)
 		fmt.Printf("     router alone A−B = %s; plugin hop B−E = %s; TLS on the raw call T−F = %s; go-plugin's own call G = %.2f× F; host's share (B−E)−G = %s\n",
 			us(q["A"][i]-q["B"][i]), us(q["B"][i]-q["E"][i]), us(q["T"][i]-q["F"][i]), float64(q["G"][i])/float64(q["F"][i]), us(q["B"][i]-q["E"][i]-q["G"][i]))
-		fmt.Printf("     an in-process hop alone R−E = %s\n", us(q["R"][i]-q["E"][i]))
+		fmt.Printf("     an in-process hop alone R−E = %s; the router's own code A−X = %s; B over WebSocket minus B in process B−E−I = %s\n",
+			us(q["R"][i]-q["E"][i]), us(q["A"][i]-q["X"][i]), us(q["B"][i]-q["E"][i]-q["I"][i]))
 	}
 	return nil
 }
@@ -351,6 +394,119 @@ func us(d time.Duration) string { return fmt.Sprintf("%.1fµs", float64(d)/float
 
 // serveFloor serves the hostdir adapter over plain gRPC on a unix socket
 // until killed.
+// measure makes count consecutive calls on p and returns their latencies.
+func (p *path) measure(ctx context.Context, c *callerProc, count int) ([]time.Duration, error) {
+	if p.remote != "" {
+		return c.run(p.remote, count)
+	}
+	lat := make([]time.Duration, 0, count)
+	for range count {
+		t0 := time.Now()
+		if err := p.call(ctx); err != nil {
+			return nil, err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return lat, nil
+}
+
+// callerProc is this binary re-executed as a WebSocket caller of the
+// engine: it reads "<function> <count>" lines and answers each with the
+// latencies of count consecutive calls, in nanoseconds, on one line.
+type callerProc struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func startCaller(ctx context.Context, url string) (*callerProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, self)
+	cmd.Env = append(os.Environ(), callerEnv+"="+url)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	return &callerProc{cmd: cmd, in: in, out: sc}, nil
+}
+
+func (c *callerProc) run(fn string, count int) ([]time.Duration, error) {
+	if _, err := fmt.Fprintf(c.in, "%s %d\n", fn, count); err != nil {
+		return nil, err
+	}
+	if !c.out.Scan() {
+		return nil, fmt.Errorf("the caller process ended: %v", c.out.Err())
+	}
+	line := c.out.Text()
+	if msg, ok := strings.CutPrefix(line, "error "); ok {
+		return nil, errors.New(msg)
+	}
+	fields := strings.Fields(line)
+	lat := make([]time.Duration, 0, len(fields))
+	for _, f := range fields {
+		ns, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("caller answered %q", line)
+		}
+		lat = append(lat, time.Duration(ns))
+	}
+	return lat, nil
+}
+
+func (c *callerProc) close() {
+	_ = c.in.Close()
+	_ = c.cmd.Wait()
+}
+
+// serveCaller is the caller process: one WebSocket client of the engine.
+func serveCaller(url string) error {
+	ctx := context.Background()
+	cl, err := client.Dial(ctx, url, client.Options{Name: "bench-caller", IgnoreEnv: true})
+	if err != nil {
+		return err
+	}
+	defer cl.Close(context.Background())
+	in := bufio.NewScanner(os.Stdin)
+	out := bufio.NewWriter(os.Stdout)
+	for in.Scan() {
+		fn, countText, _ := strings.Cut(in.Text(), " ")
+		count, err := strconv.Atoi(countText)
+		if err != nil || count < 1 {
+			return fmt.Errorf("bad command %q", in.Text())
+		}
+		lat := make([]string, 0, count)
+		for range count {
+			t0 := time.Now()
+			if _, err := cl.Call(ctx, fn, json.RawMessage(`{}`)); err != nil {
+				lat = nil
+				fmt.Fprintf(out, "error %s: %v\n", fn, err)
+				break
+			}
+			lat = append(lat, strconv.FormatInt(int64(time.Since(t0)), 10))
+		}
+		if lat != nil {
+			fmt.Fprintln(out, strings.Join(lat, " "))
+		}
+		if err := out.Flush(); err != nil {
+			return err
+		}
+	}
+	return in.Err()
+}
+
 func serveFloor(sock, state string) error {
 	cert, certPEM, err := selfSigned()
 	if err != nil {
