@@ -442,6 +442,37 @@ func TestReconnect(t *testing.T) {
 	assert.Equal(t, string(res.Stdout), "again\n")
 }
 
+// TestHelloMidSession: QEMU's chardev joins a new host connection onto the
+// same byte stream, with no end of file in between, so a new Magic and
+// hello can follow a session's frames. The agent starts a new session for
+// it instead of reading the Magic as a frame header and wedging.
+func TestHelloMidSession(t *testing.T) {
+	env := startAgent(t)
+	a, b := socketPair(t)
+	env.port.attach(a)
+	assert.NilError(t, b.SetDeadline(time.Now().Add(10*time.Second)))
+	br := bufio.NewReader(b)
+	hello := func(nonce string) {
+		t.Helper()
+		p, err := json.Marshal(agentproto.Hello{Role: agentproto.RoleHost, ProtocolMajor: agentproto.ProtocolMajor,
+			ProtocolMinor: agentproto.ProtocolMinor, Nonce: nonce, Version: "test"})
+		assert.NilError(t, err)
+		raw, err := agentproto.AppendFrame([]byte(agentproto.Magic), agentproto.Frame{Kind: agentproto.KindHello, Payload: p})
+		assert.NilError(t, err)
+		_, err = b.Write(raw)
+		assert.NilError(t, err)
+		assert.NilError(t, agentproto.SkipToMagic(br))
+		f, err := agentproto.ReadFrameBuffered(br)
+		assert.NilError(t, err)
+		assert.Equal(t, f.Kind, agentproto.KindHello)
+		h, err := agentproto.DecodeHello(f.Payload)
+		assert.NilError(t, err)
+		assert.Equal(t, h.Nonce, nonce, "the agent answers this host's hello")
+	}
+	hello("first-host")
+	hello("second-host")
+}
+
 func TestNetAndShutdown(t *testing.T) {
 	env := startAgent(t)
 	c := env.connect(t)

@@ -164,6 +164,16 @@ func ReadFrame(r io.Reader) (Frame, error) {
 	return f, nil
 }
 
+// AtMagic reports whether r's next byte is Magic's first, without
+// consuming it: a frame never starts there (its length prefix is below
+// MaxPayload), so the peer has started over with a new hello. It waits for
+// the next byte like a read does; on a read error it reports false and
+// leaves the error to the next read.
+func AtMagic(r *bufio.Reader) bool {
+	b, err := r.Peek(1)
+	return err == nil && b[0] == Magic[0]
+}
+
 // SkipToMagic consumes bytes from r up to and including Magic. Bytes before
 // it are the tail of a frame from a previous connection; more than
 // MaxResyncBytes of them means the peer is not speaking this protocol.

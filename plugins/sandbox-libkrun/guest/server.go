@@ -177,6 +177,8 @@ func (s *Server) Serve(ctx context.Context) error {
 			br.Reset(eofReader{s.Port})
 		case isPortFailure(err):
 			return fmt.Errorf("guest: read port: %w", err)
+		case errors.Is(err, errNewHello):
+			s.log().Debug("a new host said hello; its session replaces this one")
 		default:
 			// A framing error: keep what is buffered, the host's next
 			// hello may already be in it.
@@ -185,6 +187,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	return ctx.Err()
 }
+
+// errNewHello ends a session whose byte stream continues with another
+// host's hello.
+var errNewHello = errors.New("a new hello follows")
 
 func isPortFailure(err error) bool {
 	var pe *portError
@@ -387,6 +393,14 @@ func (s *session) close() {
 
 func (s *session) serve(br *bufio.Reader) error {
 	for {
+		// A new host connection reaches the port as more bytes of the same
+		// stream (QEMU's chardev gives the guest no end of file), so the
+		// next host's Magic and hello can follow this session's frames.
+		// No frame header starts with Magic's first byte (a length below
+		// MaxPayload); leave it buffered for the hello loop.
+		if agentproto.AtMagic(br) {
+			return errNewHello
+		}
 		f, err := agentproto.ReadFrameBuffered(br)
 		if err != nil {
 			return err
