@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/iii-sandbox/iii/internal/jsonkind"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -42,7 +43,7 @@ func newRequest(op string, raw json.RawMessage) (*request, *Error) {
 		return r, nil
 	}
 	if trimmed[0] != '{' {
-		return nil, r.fail("the request must be a JSON object, got %s", jsonKind(trimmed))
+		return nil, r.fail("the request must be a JSON object, got %s", jsonkind.Of(trimmed))
 	}
 	if err := json.Unmarshal(trimmed, &r.fields); err != nil {
 		return nil, r.fail("the request is not valid JSON: %v", err)
@@ -68,27 +69,6 @@ func (r *request) function() string {
 	return RouterPrefix + r.op
 }
 
-// jsonKind names the JSON type of a raw value for error messages.
-func jsonKind(raw []byte) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '"':
-		return "a string"
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
-}
-
 // get returns a field's raw value; null and absent are the same.
 func (r *request) get(name string) (json.RawMessage, bool) {
 	v, ok := r.fields[name]
@@ -103,7 +83,7 @@ func (r *request) get(name string) (json.RawMessage, bool) {
 }
 
 func (r *request) typeErr(name, want string, raw []byte) *Error {
-	return r.fail("field %q must be %s, got %s", name, want, jsonKind(raw))
+	return r.fail("field %q must be %s, got %s", name, want, jsonkind.Of(raw))
 }
 
 func (r *request) str(name string) (string, bool, *Error) {
@@ -164,7 +144,7 @@ func (r *request) unsigned(name string, bits int) (uint64, bool, *Error) {
 			return v, true, nil
 		}
 	}
-	if jsonKind(raw) == "a number" {
+	if jsonkind.Of(raw) == "a number" {
 		return 0, false, r.fail("field %q must be a whole number from 0 to %d, got %s", name, uint64(1)<<bits-1, truncate(string(raw), 40))
 	}
 	return 0, false, r.typeErr(name, "a whole number", raw)
@@ -216,7 +196,7 @@ func (r *request) strings(name string) ([]string, *Error) {
 		var s string
 		it = bytes.TrimSpace(it)
 		if len(it) == 0 || it[0] != '"' || json.Unmarshal(it, &s) != nil {
-			return nil, r.fail("field %q must be an array of strings, but item %d is %s", name, i, jsonKind(it))
+			return nil, r.fail("field %q must be an array of strings, but item %d is %s", name, i, jsonkind.Of(it))
 		}
 		out = append(out, s)
 	}
@@ -233,7 +213,7 @@ func (r *request) sandboxID() (string, *Error) {
 	}
 	var s string
 	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-		return "", r.failCode(S001, "field \"sandbox_id\" must be a string, got %s", jsonKind(raw))
+		return "", r.failCode(S001, "field \"sandbox_id\" must be a string, got %s", jsonkind.Of(raw))
 	}
 	id, err := uuid.Parse(s)
 	if err != nil {
@@ -253,7 +233,7 @@ func (r *request) mode(name string, def Mode, required bool) (Mode, *Error) {
 	}
 	var s string
 	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-		return 0, r.fail("field %q must be an octal string such as \"0644\", got %s (quote it: a bare 644 is a decimal number)", name, jsonKind(raw))
+		return 0, r.fail("field %q must be an octal string such as \"0644\", got %s (quote it: a bare 644 is a decimal number)", name, jsonkind.Of(raw))
 	}
 	m, err := ParseMode(s)
 	if err != nil {
@@ -339,7 +319,7 @@ func (r *request) env() ([]string, *Error) {
 			v := bytes.TrimSpace(m[k])
 			var s string
 			if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
-				return nil, r.fail("env.%s must be a string, got %s", k, jsonKind(v))
+				return nil, r.fail("env.%s must be a string, got %s", k, jsonkind.Of(v))
 			}
 			if strings.IndexByte(s, 0) >= 0 {
 				return nil, r.fail("env.%s must not contain NUL bytes", k)
@@ -615,7 +595,7 @@ func (r *request) runFiles() ([]RunFile, *Error) {
 		sub := &request{op: r.op, code: r.code}
 		it = bytes.TrimSpace(it)
 		if len(it) == 0 || it[0] != '{' || json.Unmarshal(it, &sub.fields) != nil {
-			return nil, r.fail("files[%d] must be an object {path, content}, got %s", i, jsonKind(it))
+			return nil, r.fail("files[%d] must be an object {path, content}, got %s", i, jsonkind.Of(it))
 		}
 		path, e := sub.requiredStr("path")
 		if e != nil {

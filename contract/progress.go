@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/iii-sandbox/iii/internal/jsonkind"
 )
 
 // Progress of sandbox::create and sandbox::run (contract 1.1, additive).
@@ -93,7 +95,7 @@ func DecodeProgressEvent(raw []byte) (*ProgressEvent, error) {
 		return nil, fmt.Errorf("progress event: %d bytes is more than %d", len(raw), maxProgressEvent)
 	}
 	if len(raw) == 0 || raw[0] != '{' {
-		return nil, fmt.Errorf("progress event: want a JSON object, got %s", jsonKind(raw))
+		return nil, fmt.Errorf("progress event: want a JSON object, got %s", jsonkind.Of(raw))
 	}
 	var ev ProgressEvent
 	if err := json.Unmarshal(raw, &ev); err != nil {

@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/internal/yamlnode"
 )
 
 var (
@@ -23,7 +24,7 @@ var (
 )
 
 func (p *parser) containers(f *File, key, n *yaml.Node) error {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		if f.Engine == nil {
 			return p.fail(compose.CodeEmptyContainers, key, "containers has no value and the file has no engine: section; declare at least one worker under containers:")
 		}
@@ -51,7 +52,7 @@ func (p *parser) container(f *File, k, n *yaml.Node) (*Container, error) {
 		return nil, p.fail(compose.CodeInvalidComposeFile, k,
 			"container key %q is not a valid worker name: the key is the name the worker registers under, so use 1 to 64 letters, digits, ., _ or -, starting with a letter or digit", clip(key, 80))
 	}
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return nil, p.fail(compose.CodeInvalidComposeFile, n, "%s has no value; declare at least worker: path://<dir> or worker: package://<name> with a version:", path)
 	}
 	if n.Kind != yaml.MappingNode {
@@ -67,7 +68,7 @@ func (p *parser) container(f *File, k, n *yaml.Node) (*Container, error) {
 		switch fk.Value {
 		case "worker":
 			workerNode = v
-			if isNull(v) || (v.Kind == yaml.ScalarNode && strings.TrimSpace(v.Value) == "") {
+			if yamlnode.IsNull(v) || (v.Kind == yaml.ScalarNode && strings.TrimSpace(v.Value) == "") {
 				err = p.fail(compose.CodeInvalidComposeFile, v, "%s is empty; write worker: path://<dir> (a directory, relative to this file) or worker: package://<name> with a version:", fpath)
 				break
 			}
@@ -215,7 +216,7 @@ func (p *parser) source(w string, n *yaml.Node, path string) (Source, error) {
 // It is refused early when it can be none of those, so a typo fails at
 // validation instead of at the registry.
 func (p *parser) version(n *yaml.Node, path string) (string, error) {
-	if n.Kind == yaml.ScalarNode && (n.ShortTag() == tagFloat || n.ShortTag() == tagInt) {
+	if n.Kind == yaml.ScalarNode && (n.ShortTag() == yamlnode.TagFloat || n.ShortTag() == yamlnode.TagInt) {
 		return "", p.fail(compose.CodeInvalidComposeFile, n, "%s %s is a YAML number; quote it so it stays as written: version: '%s'", path, n.Value, n.Value)
 	}
 	s, err := p.nonEmpty(n, path)
@@ -268,7 +269,7 @@ func (p *parser) environment(c *Container, n *yaml.Node, path string) error {
 			return p.fail(compose.CodeReservedEnvOverride, k, "%s sets %s, which Compose sets itself for every worker; remove it (reserved: %s)",
 				path, name, strings.Join(reservedEnv, ", "))
 		}
-		if isNull(v) {
+		if yamlnode.IsNull(v) {
 			return p.fail(compose.CodeInvalidComposeFile, v, "%s has no value; give it one (\"\" for empty) or remove it", vpath)
 		}
 		if v.Kind != yaml.ScalarNode {
@@ -277,7 +278,7 @@ func (p *parser) environment(c *Container, n *yaml.Node, path string) error {
 		value := v.Value
 		// Numbers and booleans are taken as written (PORT: 8080): an
 		// environment variable is text either way.
-		if v.ShortTag() == tagStr {
+		if v.ShortTag() == yamlnode.TagStr {
 			s, err := Interpolate(v.Value, p.lookup)
 			if err != nil {
 				return p.relocate(err, v, vpath)

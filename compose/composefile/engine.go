@@ -11,6 +11,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/host/config"
+	"github.com/iii-sandbox/iii/internal/yamlnode"
 )
 
 // The sandbox adapter package and the selector Compose pins it to: the
@@ -80,7 +81,7 @@ func (e *Engine) URLPort() int {
 }
 
 func (p *parser) engine(n, top *yaml.Node) (*Engine, error) {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		// Nothing under engine: attach to whatever engine holds the
 		// default address instead of starting one (0.26 upgrade guide).
 		return &Engine{Empty: true, URL: DefaultEngineURL}, nil
@@ -136,7 +137,7 @@ func (p *parser) engine(n, top *yaml.Node) (*Engine, error) {
 
 func (p *parser) engineURL(n *yaml.Node) (string, error) {
 	const fix = "write a WebSocket URL with a port, such as url: ws://127.0.0.1:49134, or remove the key for that default"
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return "", p.fail(compose.CodeInvalidManagedEngineURL, n, "engine.url is blank; %s", fix)
 	}
 	s, err := p.str(n, "engine.url")
@@ -227,7 +228,7 @@ func listenerPort(v any, lookup LookupFunc) (int, bool) {
 }
 
 func (p *parser) engineWorkers(n, top *yaml.Node) ([]EngineWorker, error) {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return nil, p.fail(compose.CodeInvalidComposeFile, n,
 			"engine.workers has no value; write `workers: {}` for no engine workers (an `engine:` key with nothing under it is different: Compose then starts no engine)")
 	}
@@ -258,7 +259,7 @@ func (p *parser) engineWorkers(n, top *yaml.Node) ([]EngineWorker, error) {
 				"%s: engine.workers configures only the engine's own workers (configuration, iii-worker-manager, iii-http-functions, iii-stream, each with an optional #instance suffix); a project worker goes under containers: with worker: path://<dir> or package://<name>",
 				path)
 		}
-		if isNull(v) {
+		if yamlnode.IsNull(v) {
 			return nil, p.fail(compose.CodeInvalidEngineWorkerConfig, v, "%s has no value; write `%s: {}` for its defaults", path, name)
 		}
 		if v.Kind != yaml.MappingNode {

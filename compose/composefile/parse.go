@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/internal/yamlnode"
 )
 
 var (
@@ -178,20 +179,20 @@ func (p *parser) topNode(data []byte) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
-		return nil, p.yamlError(sh.restore(err.Error()))
+		return nil, p.yamlError(sh.Restore(err.Error()))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		return nil, p.fail(compose.CodeInvalidComposeFile, &extra, "a second YAML document starts here; a compose file holds one document (remove the --- separator)")
 	} else if !errors.Is(err, io.EOF) {
-		return nil, p.yamlError(sh.restore(err.Error()))
+		return nil, p.yamlError(sh.Restore(err.Error()))
 	}
-	budget := maxNodes
-	unfolded, bad, msg := unfold(&doc, &budget)
+	budget := yamlnode.MaxNodes
+	unfolded, bad, msg := yamlnode.Unfold(&doc, &budget)
 	if bad != nil {
 		return nil, p.fail(compose.CodeInvalidComposeFile, bad, "%s", msg)
 	}
-	sh.restoreTree(unfolded)
+	restoreTree(sh, unfolded)
 	if err := p.checkKeys(unfolded, ""); err != nil {
 		return nil, err
 	}
@@ -234,7 +235,7 @@ func (p *parser) checkKeys(n *yaml.Node, path string) error {
 			if k.Kind != yaml.ScalarNode {
 				return p.fail(compose.CodeInvalidComposeFile, k, "%s: a key must be a plain value, not %s", orTop(path), aKind(k))
 			}
-			if k.ShortTag() == tagMerge {
+			if k.ShortTag() == yamlnode.TagMerge {
 				return p.fail(compose.CodeInvalidComposeFile, k, "%s: merge keys (<<) are not supported; repeat the keys, or use an alias (*name) for a whole value", orTop(path))
 			}
 			if first, dup := seen[k.Value]; dup {
@@ -260,7 +261,7 @@ func (p *parser) parse(data []byte) (*File, error) {
 		StopTimeout:    DefaultStopTimeout,
 		Containers:     map[string]*Container{},
 	}
-	if top == nil || isNull(top) {
+	if top == nil || yamlnode.IsNull(top) {
 		return nil, compose.New(compose.CodeEmptyContainers, fmt.Sprintf(
 			"%s is empty; declare at least one worker under containers: (or an engine: section)", p.name))
 	}
@@ -366,10 +367,10 @@ func ValidNamespace(ns string) error {
 // boolean is refused rather than converted: `version: 1.10` would silently
 // become "1.1".
 func (p *parser) str(n *yaml.Node, path string) (string, error) {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return "", p.fail(compose.CodeInvalidComposeFile, n, "%s has no value; give it one or remove the key", path)
 	}
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != tagStr {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != yamlnode.TagStr {
 		hint := ""
 		if n.Kind == yaml.ScalarNode {
 			hint = fmt.Sprintf("; quote it: %s: '%s'", lastKey(path), n.Value)
@@ -396,7 +397,7 @@ func (p *parser) nonEmpty(n *yaml.Node, path string) (string, error) {
 }
 
 func (p *parser) namespace(n *yaml.Node, path string) (string, error) {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return "", p.fail(compose.CodeInvalidNamespace, n, "%s has no value; write a name such as shop, or remove the key for default", path)
 	}
 	s, err := p.str(n, path)
@@ -413,15 +414,15 @@ func (p *parser) namespace(n *yaml.Node, path string) (string, error) {
 // duration reads a duration. zeroOK allows 0 (stop_timeout: 0s means kill
 // at once); a zero readiness or hook budget could never succeed.
 func (p *parser) duration(n *yaml.Node, path string, zeroOK bool) (d time.Duration, err error) {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return 0, p.fail(compose.CodeInvalidDuration, n, "%s has no value; write a duration such as 30s, or remove the key for the default", path)
 	}
 	if n.Kind != yaml.ScalarNode {
 		return 0, p.fail(compose.CodeInvalidDuration, n, "%s must be a duration such as 30s, not %s", path, aKind(n))
 	}
-	if tag := n.ShortTag(); tag != tagStr {
+	if tag := n.ShortTag(); tag != yamlnode.TagStr {
 		return 0, p.fail(compose.CodeInvalidDuration, n, "%s: %s is a bare %s; durations need a unit: write %s: %ss (or ms, m, h)",
-			path, n.Value, kindName(n), lastKey(path), n.Value)
+			path, n.Value, yamlnode.KindName(n), lastKey(path), n.Value)
 	}
 	s, err := Interpolate(n.Value, p.lookup)
 	if err != nil {
@@ -440,12 +441,12 @@ func (p *parser) duration(n *yaml.Node, path string, zeroOK bool) (d time.Durati
 // intValue reads an integer in [lo, hi]. A plain ${VAR} that expands to a
 // number counts as one, as it would if the number were written in place.
 func (p *parser) intValue(n *yaml.Node, path string, lo, hi int) (int, error) {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return 0, p.fail(compose.CodeInvalidComposeFile, n, "%s has no value; give it an integer or remove the key", path)
 	}
 	text := n.Value
-	ok := n.Kind == yaml.ScalarNode && n.ShortTag() == tagInt
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == tagStr && n.Style&quotedStyles == 0 && strings.Contains(n.Value, "${") {
+	ok := n.Kind == yaml.ScalarNode && n.ShortTag() == yamlnode.TagInt
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == yamlnode.TagStr && n.Style&quotedStyles == 0 && strings.Contains(n.Value, "${") {
 		s, err := Interpolate(n.Value, p.lookup)
 		if err != nil {
 			return 0, p.relocate(err, n, path)
@@ -469,7 +470,7 @@ const quotedStyles = yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle | yaml.Lite
 
 // mapping checks that n is a mapping; null gets the "write {}" fix.
 func (p *parser) mapping(n *yaml.Node, path string) error {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return p.fail(compose.CodeInvalidComposeFile, n, "%s has no value; write %s: {} or remove the key", path, lastKey(path))
 	}
 	if n.Kind != yaml.MappingNode {
@@ -480,7 +481,7 @@ func (p *parser) mapping(n *yaml.Node, path string) error {
 
 // stringList reads a list of strings with references expanded.
 func (p *parser) stringList(n *yaml.Node, path string) ([]string, error) {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return nil, p.fail(compose.CodeInvalidComposeFile, n, "%s has no value; write %s: [] or remove the key", path, lastKey(path))
 	}
 	if n.Kind != yaml.SequenceNode {

@@ -9,14 +9,11 @@ package packages
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +21,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/internal/download"
 )
 
 // Limits of what one package may unpack to, and of its download.
@@ -253,9 +251,10 @@ func (in *Installer) fetch(ctx context.Context, req Request) (path string, err e
 	if req.Size > 0 && req.Size < limit {
 		limit = req.Size
 	}
-	h := sha256.New()
-	pw := &progressWriter{report: in.report, ev: Event{Phase: PhaseProgress, Package: req.label(), Target: req.Target, Total: total}}
-	n, err := io.Copy(io.MultiWriter(f, h, pw), io.LimitReader(body, limit+1))
+	meter := &download.Meter{Total: total, Steps: progressSteps, Report: func(n int64) {
+		in.report(Event{Phase: PhaseProgress, Package: req.label(), Target: req.Target, Bytes: n, Total: total})
+	}}
+	n, sum, err := download.Copy(f, body, limit, meter)
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", compose.New(compose.CodePackageDownloadFailed, fmt.Sprintf("download of %s from %s was interrupted: %v", req.label(), req.URL, ctx.Err()))
@@ -271,8 +270,8 @@ func (in *Installer) fetch(ctx context.Context, req Request) (path string, err e
 	if req.Size > 0 && n != req.Size {
 		return "", digestMismatch(req, fmt.Sprintf("it has %d bytes, not the %d the registry lists", n, req.Size))
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != req.SHA256 {
-		return "", digestMismatch(req, "its sha256 is "+got)
+	if sum != req.SHA256 {
+		return "", digestMismatch(req, "its sha256 is "+sum)
 	}
 	if err := f.Sync(); err != nil {
 		return "", compose.New(compose.CodeIOError, fmt.Sprintf("download %s: %v", req.label(), err))
@@ -289,68 +288,11 @@ func digestMismatch(req Request, why string) error {
 
 // open starts reading an artefact URL; total is its length when known.
 func (in *Installer) open(ctx context.Context, req Request) (io.ReadCloser, int64, error) {
-	fail := func(format string, args ...any) error {
-		return compose.New(compose.CodePackageDownloadFailed, fmt.Sprintf("download of %s from %s failed: %s", req.label(), req.URL, fmt.Sprintf(format, args...)))
-	}
-	u, err := url.Parse(req.URL)
+	body, total, err := download.Open(ctx, in.HTTP, req.URL, DownloadTimeout)
 	if err != nil {
-		return nil, 0, fail("not a URL")
+		return nil, 0, compose.New(compose.CodePackageDownloadFailed, fmt.Sprintf("download of %s from %s failed: %v", req.label(), req.URL, err))
 	}
-	switch u.Scheme {
-	case "file":
-		f, err := os.Open(filepath.FromSlash(u.Path))
-		if err != nil {
-			return nil, 0, fail("%v", unwrapPath(err))
-		}
-		st, err := f.Stat()
-		if err != nil || !st.Mode().IsRegular() {
-			f.Close()
-			return nil, 0, fail("not a regular file")
-		}
-		return f, st.Size(), nil
-	case "http", "https":
-		dctx, cancel := context.WithTimeout(ctx, DownloadTimeout)
-		hreq, err := http.NewRequestWithContext(dctx, http.MethodGet, u.String(), nil)
-		if err != nil {
-			cancel()
-			return nil, 0, fail("%v", err)
-		}
-		client := in.HTTP
-		if client == nil {
-			client = &http.Client{}
-		}
-		resp, err := client.Do(hreq)
-		if err != nil {
-			cancel()
-			return nil, 0, fail("%v", unwrapURL(err))
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			cancel()
-			return nil, 0, fail("the server answered %s", resp.Status)
-		}
-		return &cancelBody{ReadCloser: resp.Body, cancel: cancel}, max(resp.ContentLength, 0), nil
-	}
-	return nil, 0, fail("only http, https and file URLs are downloaded")
-}
-
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (c *cancelBody) Close() error {
-	err := c.ReadCloser.Close()
-	c.cancel()
-	return err
-}
-
-func unwrapURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
+	return body, total, nil
 }
 
 func unwrapPath(err error) error {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/internal/download"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/extract"
 )
 
@@ -349,11 +350,11 @@ func TestPrinter(t *testing.T) {
 	assert.Check(t, !strings.Contains(out, "downloading"), "the bar replaces the start line")
 }
 
-// progressWriter reports in byte steps: at most progressSteps+1 events
-// for a known size.
+// A download's meter reports in byte steps: at most progressSteps+1
+// events for a known size.
 func TestProgressSteps(t *testing.T) {
 	var n int
-	pw := &progressWriter{report: func(Event) { n++ }, ev: Event{Total: 1000}}
+	pw := &download.Meter{Total: 1000, Steps: progressSteps, Report: func(int64) { n++ }}
 	for range 1000 {
 		_, _ = pw.Write([]byte{0})
 	}

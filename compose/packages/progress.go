@@ -44,32 +44,8 @@ type Event struct {
 type Progress func(Event)
 
 // progressSteps is how many progress events a download of known size
-// sends at most; unknown sizes report every progressChunk bytes.
-const (
-	progressSteps = 50
-	progressChunk = 1 << 20
-)
-
-// progressWriter counts downloaded bytes and reports them in steps of
-// bytes, not of time, so the same download always reports the same way.
-type progressWriter struct {
-	report func(Event)
-	ev     Event
-	next   int64
-}
-
-func (p *progressWriter) Write(b []byte) (int, error) {
-	p.ev.Bytes += int64(len(b))
-	if p.ev.Bytes >= p.next {
-		p.report(p.ev)
-		step := int64(progressChunk)
-		if p.ev.Total > 0 {
-			step = max(p.ev.Total/progressSteps, 1)
-		}
-		p.next = p.ev.Bytes + step
-	}
-	return len(b), nil
-}
+// sends at most (see download.Meter).
+const progressSteps = 50
 
 // IsTerminal reports whether f is a character device (a terminal), where
 // a redrawn progress bar makes sense.

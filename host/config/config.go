@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/iii-sandbox/iii/internal/yamlnode"
 )
 
 // Defaults of config.yaml.
@@ -131,7 +133,7 @@ type parser struct {
 	name   string
 	dir    string
 	lookup LookupFunc
-	ph     *placeholders
+	ph     *yamlnode.Shield
 	doc    yaml.Node // as parsed, placeholders still tokens
 }
 
@@ -168,29 +170,29 @@ func (p *parser) parse(data []byte) (*Config, error) {
 	p.ph = ph
 	dec := yaml.NewDecoder(strings.NewReader(text))
 	if err := dec.Decode(&p.doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, p.fail(CodeInvalidConfig, nil, "not valid YAML: %s", ph.restore(strings.TrimPrefix(err.Error(), "yaml: ")))
+		return nil, p.fail(CodeInvalidConfig, nil, "not valid YAML: %s", ph.Restore(strings.TrimPrefix(err.Error(), "yaml: ")))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, p.fail(CodeInvalidConfig, nil, "holds more than one YAML document (a second \"---\"); config.yaml is one document")
 	}
-	budget := maxNodes
+	budget := yamlnode.MaxNodes
 	root, err := p.unfold(&p.doc, &budget)
 	if err != nil {
 		return nil, err
 	}
-	ph.restoreKeys(root)
+	restoreKeys(ph, root)
 	if err := p.checkDuplicateKeys(root, ""); err != nil {
 		return nil, err
 	}
 	cfg := &Config{Dir: p.dir}
 	top := documentTop(root)
-	if isNull(top) {
+	if yamlnode.IsNull(top) {
 		// An empty file is a valid config: no workers, every default.
 		return p.finish(cfg, nil, nil)
 	}
 	if top.Kind != yaml.MappingNode {
-		return nil, p.fail(CodeInvalidConfig, top, "the top level must be a mapping with the keys registration_namespace_grace_ms, workers, sandbox and engine_token, not a %s", kindName(top))
+		return nil, p.fail(CodeInvalidConfig, top, "the top level must be a mapping with the keys registration_namespace_grace_ms, workers, sandbox and engine_token, not a %s", yamlnode.KindName(top))
 	}
 	var unresolved []unresolvedVar
 	p.expandTree(top, "", &unresolved)
@@ -224,14 +226,14 @@ func (p *parser) parse(data []byte) (*Config, error) {
 	if len(unresolved) > 0 {
 		return nil, p.unsetError(unresolved[0])
 	}
-	if graceNode != nil && !isNull(graceNode) {
+	if graceNode != nil && !yamlnode.IsNull(graceNode) {
 		ms, err := p.intValue(graceNode, "registration_namespace_grace_ms", 1, maxGraceMS)
 		if err != nil {
 			return nil, err
 		}
 		cfg.NamespaceGrace = time.Duration(ms) * time.Millisecond
 	}
-	if tokenNode != nil && !isNull(tokenNode) {
+	if tokenNode != nil && !yamlnode.IsNull(tokenNode) {
 		if cfg.EngineToken, err = p.engineToken(tokenNode); err != nil {
 			return nil, err
 		}
@@ -261,21 +263,21 @@ type entry struct {
 }
 
 func (p *parser) workerEntries(n *yaml.Node, unresolved []unresolvedVar) ([]entry, error) {
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return nil, nil
 	}
 	if n.Kind == yaml.MappingNode {
 		return nil, p.fail(CodeInvalidConfig, n, "workers must be a list of entries like `- name: iii-worker-manager`; the name-to-config map form belongs to engine.workers in worker-compose.yaml")
 	}
 	if n.Kind != yaml.SequenceNode {
-		return nil, p.fail(CodeInvalidConfig, n, "workers must be a list of {name, config} entries, not a %s", kindName(n))
+		return nil, p.fail(CodeInvalidConfig, n, "workers must be a list of {name, config} entries, not a %s", yamlnode.KindName(n))
 	}
 	var out []entry
 	seen := map[string]int{}
 	for i, item := range n.Content {
 		path := fmt.Sprintf("workers[%d]", i)
 		if item.Kind != yaml.MappingNode {
-			return nil, p.fail(CodeInvalidConfig, item, "%s must be a mapping with name and an optional config, not a %s", path, kindName(item))
+			return nil, p.fail(CodeInvalidConfig, item, "%s must be a mapping with name and an optional config, not a %s", path, yamlnode.KindName(item))
 		}
 		e := entry{index: i}
 		for j := 0; j+1 < len(item.Content); j += 2 {
@@ -289,11 +291,11 @@ func (p *parser) workerEntries(n *yaml.Node, unresolved []unresolvedVar) ([]entr
 				return nil, p.fail(CodeInvalidConfig, k, "unknown key %q in %s; an entry has only name and config", k.Value, path)
 			}
 		}
-		if e.nameNode == nil || isNull(e.nameNode) {
+		if e.nameNode == nil || yamlnode.IsNull(e.nameNode) {
 			return nil, p.fail(CodeInvalidConfig, item, "%s has no name; write `- name: <worker>`", path)
 		}
 		if e.nameNode.Kind != yaml.ScalarNode {
-			return nil, p.fail(CodeInvalidConfig, e.nameNode, "%s.name must be a string, not a %s", path, kindName(e.nameNode))
+			return nil, p.fail(CodeInvalidConfig, e.nameNode, "%s.name must be a string, not a %s", path, yamlnode.KindName(e.nameNode))
 		}
 		for _, u := range unresolved {
 			if u.node == e.nameNode {
@@ -369,7 +371,7 @@ func (p *parser) sandboxFix(e entry) string {
 // asWritten renders an entry's config block as the user wrote it:
 // config_override is never interpolated, so placeholders must survive.
 func (p *parser) asWritten(e entry) string {
-	budget := maxNodes
+	budget := yamlnode.MaxNodes
 	root, err := p.unfold(&p.doc, &budget)
 	if err != nil {
 		return ""
@@ -388,12 +390,12 @@ func (p *parser) asWritten(e entry) string {
 		}
 		item := list.Content[e.index]
 		for j := 0; j+1 < len(item.Content); j += 2 {
-			if item.Content[j].Value == "config" && !isNull(item.Content[j+1]) {
+			if item.Content[j].Value == "config" && !yamlnode.IsNull(item.Content[j+1]) {
 				block, err := encodeNode(item.Content[j+1])
 				if err != nil {
 					return ""
 				}
-				return p.ph.restore(block)
+				return p.ph.Restore(block)
 			}
 		}
 	}
@@ -430,7 +432,7 @@ func indent(s, prefix string) string {
 // variables, where such bytes only cause trouble).
 func (p *parser) engineToken(n *yaml.Node) (string, error) {
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
-		return "", p.fail(CodeInvalidConfig, n, "engine_token must be a string, not a %s", kindName(n))
+		return "", p.fail(CodeInvalidConfig, n, "engine_token must be a string, not a %s", yamlnode.KindName(n))
 	}
 	tok := n.Value
 	if tok == "" {
@@ -446,17 +448,17 @@ func (p *parser) engineToken(n *yaml.Node) (string, error) {
 
 func (p *parser) sandbox(n *yaml.Node) (*Sandbox, error) {
 	s := &Sandbox{Adapter: DefaultSandboxAdapter, Namespace: DefaultSandboxNamespace}
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return s, nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return nil, p.fail(CodeInvalidConfig, n, "sandbox must be a mapping, not a %s; write:\n\n    sandbox:\n      adapter: sandbox-libkrun\n      namespace: default", kindName(n))
+		return nil, p.fail(CodeInvalidConfig, n, "sandbox must be a mapping, not a %s; write:\n\n    sandbox:\n      adapter: sandbox-libkrun\n      namespace: default", yamlnode.KindName(n))
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		switch k.Value {
 		case "adapter":
-			if isNull(v) {
+			if yamlnode.IsNull(v) {
 				continue
 			}
 			name, err := p.stringValue(v, "sandbox.adapter")
@@ -468,7 +470,7 @@ func (p *parser) sandbox(n *yaml.Node) (*Sandbox, error) {
 			}
 			s.Adapter = name
 		case "namespace":
-			if isNull(v) {
+			if yamlnode.IsNull(v) {
 				continue
 			}
 			ns, err := p.stringValue(v, "sandbox.namespace")
@@ -532,7 +534,7 @@ func (p *parser) listener(e entry) (Listener, error) {
 		return l, err
 	}
 	path := e.Name + ".config"
-	if v := fields["host"]; !isNull(v) {
+	if v := fields["host"]; !yamlnode.IsNull(v) {
 		h, err := p.stringValue(v, path+".host")
 		if err != nil {
 			return l, err
@@ -542,14 +544,14 @@ func (p *parser) listener(e entry) (Listener, error) {
 		}
 		l.Host = h
 	}
-	if v := fields["port"]; !isNull(v) {
+	if v := fields["port"]; !yamlnode.IsNull(v) {
 		port, err := p.intValue(v, path+".port", 0, 65535)
 		if err != nil {
 			return l, err
 		}
 		l.Port = int(port)
 	}
-	if v := fields["handshake_timeout_ms"]; !isNull(v) {
+	if v := fields["handshake_timeout_ms"]; !yamlnode.IsNull(v) {
 		ms, err := p.intValue(v, path+".handshake_timeout_ms", 1, maxHandshakeMS)
 		if err != nil {
 			return l, err
@@ -599,7 +601,7 @@ func (p *parser) configuration(e entry) (Configuration, error) {
 	if err != nil {
 		return c, err
 	}
-	if v := fields["ttl_seconds"]; !isNull(v) {
+	if v := fields["ttl_seconds"]; !yamlnode.IsNull(v) {
 		ttl, err := p.intValue(v, path+".ttl_seconds", 0, 365*24*3600)
 		if err != nil {
 			return c, err
@@ -610,7 +612,7 @@ func (p *parser) configuration(e entry) (Configuration, error) {
 	if err != nil {
 		return c, err
 	}
-	if v := adapter["name"]; !isNull(v) {
+	if v := adapter["name"]; !yamlnode.IsNull(v) {
 		name, err := p.stringValue(v, path+".adapter.name")
 		if err != nil {
 			return c, err
@@ -623,7 +625,7 @@ func (p *parser) configuration(e entry) (Configuration, error) {
 	if err != nil {
 		return c, err
 	}
-	if v := store["directory"]; !isNull(v) {
+	if v := store["directory"]; !yamlnode.IsNull(v) {
 		dir, err := p.stringValue(v, path+".adapter.config.directory")
 		if err != nil {
 			return c, err
@@ -647,11 +649,11 @@ func (p *parser) resolve(dir string) string {
 // allowed. A nil or null node is an empty mapping.
 func (p *parser) mapping(n *yaml.Node, path string, allowed ...string) (map[string]*yaml.Node, error) {
 	out := map[string]*yaml.Node{}
-	if isNull(n) {
+	if yamlnode.IsNull(n) {
 		return out, nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return nil, p.fail(CodeInvalidConfig, n, "%s must be a mapping, not a %s", path, kindName(n))
+		return nil, p.fail(CodeInvalidConfig, n, "%s must be a mapping, not a %s", path, yamlnode.KindName(n))
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i]
@@ -674,14 +676,14 @@ func (p *parser) mapping(n *yaml.Node, path string, allowed ...string) (map[stri
 
 func (p *parser) stringValue(n *yaml.Node, path string) (string, error) {
 	if n.Kind != yaml.ScalarNode {
-		return "", p.fail(CodeInvalidConfig, n, "%s must be a string, not a %s", path, kindName(n))
+		return "", p.fail(CodeInvalidConfig, n, "%s must be a string, not a %s", path, yamlnode.KindName(n))
 	}
 	return n.Value, nil
 }
 
 func (p *parser) intValue(n *yaml.Node, path string, lo, hi int64) (int64, error) {
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != tagInt {
-		return 0, p.fail(CodeInvalidConfig, n, "%s must be a whole number from %d to %d, not a %s", path, lo, hi, kindName(n))
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != yamlnode.TagInt {
+		return 0, p.fail(CodeInvalidConfig, n, "%s must be a whole number from %d to %d, not a %s", path, lo, hi, yamlnode.KindName(n))
 	}
 	var v int64
 	if err := n.Decode(&v); err != nil || v < lo || v > hi {

@@ -2,63 +2,21 @@ package config
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"gopkg.in/yaml.v3"
-)
 
-// maxNodes bounds the node count after aliases are unfolded, so a small
-// file with nested aliases ("billion laughs") cannot make the engine build
-// a huge tree.
-const maxNodes = 100_000
-
-// YAML tags as yaml.v3 reports them in Node.ShortTag.
-const (
-	tagStr   = "!!str"
-	tagInt   = "!!int"
-	tagNull  = "!!null"
-	tagBool  = "!!bool"
-	tagFloat = "!!float"
+	"github.com/iii-sandbox/iii/internal/yamlnode"
 )
 
 // unfold copies a node tree with every alias replaced by a copy of its
 // anchor. Later passes mutate scalars (placeholder expansion) and must not
 // see one node twice through an alias.
 func (p *parser) unfold(n *yaml.Node, budget *int) (*yaml.Node, error) {
-	if n == nil {
-		return nil, nil
+	c, bad, msg := yamlnode.Unfold(n, budget)
+	if bad != nil {
+		return nil, p.fail(CodeInvalidConfig, bad, "%s", msg)
 	}
-	*budget--
-	if *budget < 0 {
-		return nil, p.fail(CodeInvalidConfig, n, "the document is too large once its aliases are unfolded (more than %d nodes)", maxNodes)
-	}
-	if n.Kind == yaml.AliasNode {
-		if n.Alias == nil {
-			return nil, p.fail(CodeInvalidConfig, n, "alias without an anchor")
-		}
-		c, err := p.unfold(n.Alias, budget)
-		if err != nil {
-			return nil, err
-		}
-		// Keep the alias's own position so errors point at the use.
-		c.Line, c.Column = n.Line, n.Column
-		c.Anchor = ""
-		return c, nil
-	}
-	c := *n
-	c.Content = nil
-	if len(n.Content) > 0 {
-		c.Content = make([]*yaml.Node, 0, len(n.Content))
-		for _, child := range n.Content {
-			cc, err := p.unfold(child, budget)
-			if err != nil {
-				return nil, err
-			}
-			c.Content = append(c.Content, cc)
-		}
-	}
-	return &c, nil
+	return c, nil
 }
 
 // checkDuplicateKeys walks every mapping: yaml.v3 decodes into a Node
@@ -79,7 +37,7 @@ func (p *parser) checkDuplicateKeys(n *yaml.Node, path string) error {
 			k := n.Content[i]
 			key := k.Value
 			if k.Kind != yaml.ScalarNode {
-				return p.fail(CodeInvalidConfig, k, "%s: a mapping key must be a plain value, not a %s", orTop(path), kindName(k))
+				return p.fail(CodeInvalidConfig, k, "%s: a mapping key must be a plain value, not a %s", orTop(path), yamlnode.KindName(k))
 			}
 			if first, dup := seen[key]; dup {
 				return p.fail(CodeInvalidConfig, k, "key %q appears twice in %s (first at line %d); keep one", key, orTop(path), first)
@@ -93,99 +51,29 @@ func (p *parser) checkDuplicateKeys(n *yaml.Node, path string) error {
 	return nil
 }
 
-// placeholders shields ${...} from the YAML parser. The engine syntax is
-// written inside flow mappings (`config: { port: ${PORT:3112} }`), where
-// a raw "{" or "}" is YAML syntax, so each placeholder is swapped for an
-// alphanumeric token before parsing and expanded on the node tree after.
-// Working on nodes, not text, also means a variable's value can never add
-// keys or lines to the document, and placeholders in comments are ignored.
-type placeholders struct {
-	prefix string
-	text   []string // token i stands for text[i]
-}
-
-// tokenize replaces every placeholder in data with a token. Equal
-// placeholders share a token so duplicate-key checks still see equal keys.
-func tokenize(data []byte) (string, *placeholders) {
+// tokenize hides every placeholder in data from the YAML parser behind a
+// token (see yamlnode.Shield): the engine syntax is written inside flow
+// mappings (`config: { port: ${PORT:3112} }`), where a raw "{" or "}" is
+// YAML syntax. Placeholders in comments are restored untouched.
+func tokenize(data []byte) (string, *yamlnode.Shield) {
 	src := string(data)
-	ph := &placeholders{}
 	ps := Placeholders(src)
-	if len(ps) == 0 {
-		return src, ph
+	spans := make([]yamlnode.Span, len(ps))
+	for i, p := range ps {
+		spans[i] = yamlnode.Span{Start: p.Start, End: p.End}
 	}
-	// The prefix must not occur in the file, or user text could pass for a
-	// token.
-	for n := 0; ; n++ {
-		ph.prefix = fmt.Sprintf("iiiph%dx", n)
-		if !strings.Contains(src, ph.prefix) {
-			break
-		}
-	}
-	index := map[string]int{}
-	var b strings.Builder
-	last := 0
-	for _, p := range ps {
-		text := src[p.Start:p.End]
-		i, ok := index[text]
-		if !ok {
-			i = len(ph.text)
-			index[text] = i
-			ph.text = append(ph.text, text)
-		}
-		b.WriteString(src[last:p.Start])
-		fmt.Fprintf(&b, "%s%dz", ph.prefix, i)
-		last = p.End
-	}
-	b.WriteString(src[last:])
-	return b.String(), ph
-}
-
-// replace rewrites each token in s with f(placeholder text).
-func (ph *placeholders) replace(s string, f func(text string) string) (string, bool) {
-	if ph.prefix == "" || !strings.Contains(s, ph.prefix) {
-		return s, false
-	}
-	var b strings.Builder
-	found := false
-	for {
-		j := strings.Index(s, ph.prefix)
-		if j < 0 {
-			b.WriteString(s)
-			return b.String(), found
-		}
-		k := j + len(ph.prefix)
-		d := k
-		for d < len(s) && s[d] >= '0' && s[d] <= '9' {
-			d++
-		}
-		i, err := strconv.Atoi(s[k:d])
-		if d == k || d >= len(s) || s[d] != 'z' || err != nil || i >= len(ph.text) {
-			b.WriteString(s[:k])
-			s = s[k:]
-			continue
-		}
-		b.WriteString(s[:j])
-		b.WriteString(f(ph.text[i]))
-		found = true
-		s = s[d+1:]
-	}
-}
-
-// restore puts the placeholders back as written.
-func (ph *placeholders) restore(s string) string {
-	out, _ := ph.replace(s, func(text string) string { return text })
-	return out
+	return yamlnode.NewShield(src, "iiiph", spans)
 }
 
 // restoreKeys puts placeholders back in mapping keys: keys are names, never
 // expanded.
-func (ph *placeholders) restoreKeys(n *yaml.Node) {
+func restoreKeys(ph *yamlnode.Shield, n *yaml.Node) {
 	for i, c := range n.Content {
 		if n.Kind == yaml.MappingNode && i%2 == 0 {
-			c.Value = ph.restore(c.Value)
+			c.Value = ph.Restore(c.Value)
 			continue
 		}
-		ph.restoreKeys(c)
+		restoreKeys(ph, c)
 	}
 }
 
@@ -213,7 +101,7 @@ func (p *parser) expandTree(n *yaml.Node, path string, out *[]unresolvedVar) {
 			p.expandTree(n.Content[i+1], joinPath(path, n.Content[i].Value), out)
 		}
 	case yaml.ScalarNode:
-		value, found := p.ph.replace(n.Value, func(text string) string {
+		value, found := p.ph.Replace(n.Value, func(text string) string {
 			v, unresolved := Expand(text, p.lookup, nil)
 			for _, name := range unresolved {
 				*out = append(*out, unresolvedVar{node: n, path: path, name: name})
@@ -257,32 +145,4 @@ func orTop(path string) string {
 		return "the top level"
 	}
 	return path
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "mapping"
-	case yaml.SequenceNode:
-		return "list"
-	case yaml.ScalarNode:
-		switch n.ShortTag() {
-		case tagNull:
-			return "null"
-		case tagInt:
-			return "integer"
-		case tagFloat:
-			return "number"
-		case tagBool:
-			return "boolean"
-		}
-		return "string"
-	case yaml.AliasNode:
-		return "alias"
-	}
-	return "document"
-}
-
-func isNull(n *yaml.Node) bool {
-	return n == nil || (n.Kind == yaml.ScalarNode && n.ShortTag() == tagNull)
 }

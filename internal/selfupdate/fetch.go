@@ -2,18 +2,15 @@ package selfupdate
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"os"
-	"path/filepath"
 
 	"github.com/iii-sandbox/iii/compose/packages"
+	"github.com/iii-sandbox/iii/internal/download"
 )
 
 // fetcher reads indexes and archives from a source.
@@ -59,14 +56,14 @@ func (f *fetcher) index(ctx context.Context, src Source) (*Index, error) {
 		req.Header.Set("Accept", "application/json")
 		resp, err := f.http.Do(req)
 		if err != nil {
-			return nil, unreachable("GET %s failed: %v", where, unwrapURL(err))
+			return nil, unreachable("GET %s failed: %v", where, download.UnwrapURL(err))
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			return nil, unreachable("GET %s answered %s", where, resp.Status)
 		}
 		if data, err = io.ReadAll(io.LimitReader(resp.Body, MaxIndexBytes+1)); err != nil {
-			return nil, unreachable("reading %s failed: %v", where, unwrapURL(err))
+			return nil, unreachable("reading %s failed: %v", where, download.UnwrapURL(err))
 		}
 	}
 	return DecodeIndex(data, where)
@@ -89,14 +86,15 @@ func (f *fetcher) download(ctx context.Context, u string, a Asset, label, target
 	if a.Size > 0 {
 		limit = a.Size
 	}
-	h := sha256.New()
-	pw := &progressWriter{report: f.report, ev: packages.Event{Phase: packages.PhaseProgress, Package: label, Target: target, Total: total}}
-	n, err := io.Copy(io.MultiWriter(dst, h, pw), io.LimitReader(body, limit+1))
+	meter := &download.Meter{Total: total, Steps: progressSteps, Report: func(n int64) {
+		f.report(packages.Event{Phase: packages.PhaseProgress, Package: label, Target: target, Bytes: n, Total: total})
+	}}
+	n, sum, err := download.Copy(dst, body, limit, meter)
 	if err != nil {
 		if ctx.Err() != nil {
 			return newError(CodeDownloadFailed, fmt.Sprintf("the download of %s from %s was interrupted (%v); nothing was changed", label, u, ctx.Err()))
 		}
-		return newError(CodeDownloadFailed, fmt.Sprintf("the download of %s from %s failed after %d bytes: %v; nothing was changed", label, u, n, unwrapURL(err)))
+		return newError(CodeDownloadFailed, fmt.Sprintf("the download of %s from %s failed after %d bytes: %v; nothing was changed", label, u, n, download.UnwrapURL(err)))
 	}
 	mismatch := func(why string) error {
 		return newError(CodeDigestMismatch, fmt.Sprintf(
@@ -111,8 +109,8 @@ func (f *fetcher) download(ctx context.Context, u string, a Asset, label, target
 	case a.Size > 0 && n != a.Size:
 		return mismatch(fmt.Sprintf("it has %d bytes, not the %d the index lists", n, a.Size))
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != a.SHA256 {
-		return mismatch("its sha256 is " + got)
+	if sum != a.SHA256 {
+		return mismatch("its sha256 is " + sum)
 	}
 	f.report(packages.Event{Phase: packages.PhaseVerified, Package: label, Target: target, Bytes: n, Total: n})
 	return nil
@@ -121,93 +119,16 @@ func (f *fetcher) download(ctx context.Context, u string, a Asset, label, target
 // open starts reading an asset URL (http, https or file); total is its
 // length when known.
 func (f *fetcher) open(ctx context.Context, raw, label string) (io.ReadCloser, int64, error) {
-	fail := func(format string, args ...any) error {
-		return newError(CodeDownloadFailed, fmt.Sprintf("the download of %s from %s failed: %s; nothing was changed", label, raw, fmt.Sprintf(format, args...)))
-	}
-	u, err := url.Parse(raw)
+	body, total, err := download.Open(ctx, f.http, raw, DownloadTimeout)
 	if err != nil {
-		return nil, 0, fail("not a URL")
+		return nil, 0, newError(CodeDownloadFailed, fmt.Sprintf("the download of %s from %s failed: %v; nothing was changed", label, raw, err))
 	}
-	switch u.Scheme {
-	case "file":
-		fh, err := os.Open(filepath.FromSlash(u.Path))
-		if err != nil {
-			return nil, 0, fail("%s", errText(err, ""))
-		}
-		st, err := fh.Stat()
-		if err != nil || !st.Mode().IsRegular() {
-			fh.Close()
-			return nil, 0, fail("not a regular file")
-		}
-		return fh, st.Size(), nil
-	case "http", "https":
-		dctx, cancel := context.WithTimeout(ctx, DownloadTimeout)
-		req, err := http.NewRequestWithContext(dctx, http.MethodGet, u.String(), nil)
-		if err != nil {
-			cancel()
-			return nil, 0, fail("%v", err)
-		}
-		resp, err := f.http.Do(req)
-		if err != nil {
-			cancel()
-			return nil, 0, fail("%v", unwrapURL(err))
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			cancel()
-			return nil, 0, fail("the server answered %s", resp.Status)
-		}
-		return &cancelBody{ReadCloser: resp.Body, cancel: cancel}, max(resp.ContentLength, 0), nil
-	}
-	return nil, 0, fail("only http, https and file URLs are downloaded")
+	return body, total, nil
 }
 
-// cancelBody ends the download's context when the body is closed.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (c *cancelBody) Close() error {
-	err := c.ReadCloser.Close()
-	c.cancel()
-	return err
-}
-
-// progressSteps bounds the progress events of a download of known size;
-// unknown sizes report every progressChunk bytes. Steps are in bytes, not
-// time, so a download always reports the same way.
-const (
-	progressSteps = 100
-	progressChunk = 1 << 20
-)
-
-type progressWriter struct {
-	report func(packages.Event)
-	ev     packages.Event
-	next   int64
-}
-
-func (p *progressWriter) Write(b []byte) (int, error) {
-	p.ev.Bytes += int64(len(b))
-	if p.ev.Bytes >= p.next {
-		p.report(p.ev)
-		step := int64(progressChunk)
-		if p.ev.Total > 0 {
-			step = max(p.ev.Total/progressSteps, 1)
-		}
-		p.next = p.ev.Bytes + step
-	}
-	return len(b), nil
-}
-
-func unwrapURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
+// progressSteps bounds the progress events of a download of known size
+// (see download.Meter).
+const progressSteps = 100
 
 // errText is an error's text without the path an *fs.PathError repeats.
 func errText(err error, otherwise string) string {

@@ -17,8 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 
+	"github.com/iii-sandbox/iii/internal/textscan"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 )
 
@@ -30,17 +30,6 @@ import (
 type FS struct {
 	Root string
 }
-
-// Limits on what the agent holds in memory for one operation.
-const (
-	// maxSedFileBytes bounds a file that sed rewrites in memory.
-	maxSedFileBytes = 64 << 20
-	// maxScanLine bounds the part of one line grep matches against.
-	maxScanLine = 1 << 20
-	// binarySniff is how much of a file is checked for NUL bytes to
-	// decide it is binary, as grep does.
-	binarySniff = 8 << 10
-)
 
 type pathPair struct {
 	guest string // cleaned absolute guest path
@@ -751,9 +740,6 @@ func compileGlobPair(op string, inc, exc []string) (*GlobSet, *GlobSet, error) {
 	return include, exclude, nil
 }
 
-// isBinary applies grep's rule: a NUL byte near the start means binary.
-func isBinary(head []byte) bool { return bytes.IndexByte(head, 0) >= 0 }
-
 // Grep searches files for an RE2 pattern, line by line.
 func (f *FS) Grep(ctx context.Context, req *agentproto.FSRequest) (*agentproto.GrepResult, error) {
 	root, err := f.resolve(req.Path, "path")
@@ -795,7 +781,7 @@ func grepFile(ctx context.Context, re *regexp.Regexp, guestPath, hostPath string
 	}
 	defer file.Close()
 	br := bufio.NewReaderSize(file, 64<<10)
-	if head, _ := br.Peek(binarySniff); isBinary(head) {
+	if head, _ := br.Peek(textscan.BinarySniff); textscan.IsBinary(head) {
 		return false
 	}
 	for lineNo := 1; ; lineNo++ {
@@ -810,7 +796,7 @@ func grepFile(ctx context.Context, re *regexp.Regexp, guestPath, hostPath string
 					return true
 				}
 				res.Matches = append(res.Matches, agentproto.GrepMatch{
-					Path: guestPath, Line: lineNo, Content: cutLine(line, maxLine),
+					Path: guestPath, Line: lineNo, Content: textscan.CutLine(line, maxLine),
 				})
 			}
 		}
@@ -820,16 +806,17 @@ func grepFile(ctx context.Context, re *regexp.Regexp, guestPath, hostPath string
 	}
 }
 
-// readLine returns one line without its newline, at most maxScanLine bytes
-// of it (the rest of a longer line is skipped), and io.EOF after the last.
+// readLine returns one line without its newline, at most textscan.MaxLine
+// bytes of it (the rest of a longer line is skipped), and io.EOF after the
+// last.
 func readLine(br *bufio.Reader) ([]byte, error) {
 	var buf []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
-		if len(buf)+len(chunk) <= maxScanLine {
+		if len(buf)+len(chunk) <= textscan.MaxLine {
 			buf = append(buf, chunk...)
-		} else if len(buf) < maxScanLine {
-			buf = append(buf, chunk[:maxScanLine-len(buf)]...)
+		} else if len(buf) < textscan.MaxLine {
+			buf = append(buf, chunk[:textscan.MaxLine-len(buf)]...)
 		}
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):
@@ -841,19 +828,6 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 			return buf, err
 		}
 	}
-}
-
-// cutLine bounds a match's content to max bytes, cut at a character
-// boundary, with a trailing "…" to show it was cut.
-func cutLine(line []byte, max int) string {
-	if len(line) <= max {
-		return string(line)
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(line[cut]) {
-		cut--
-	}
-	return string(line[:cut]) + "…"
 }
 
 // Sed replaces pattern matches in files: the listed files, or the files
@@ -933,14 +907,14 @@ func sedFile(re *regexp.Regexp, hostPath, repl string, literal, firstOnly, skipB
 	if !fi.Mode().IsRegular() {
 		return 0, &fs.PathError{Op: "sed", Path: hostPath, Err: syscall.EISDIR}
 	}
-	if fi.Size() > maxSedFileBytes {
-		return 0, agentproto.Errorf(agentproto.CodeFSIO, "file is larger than %d MiB", maxSedFileBytes>>20)
+	if fi.Size() > textscan.MaxSedFile {
+		return 0, agentproto.Errorf(agentproto.CodeFSIO, "file is larger than %d MiB", textscan.MaxSedFile>>20)
 	}
 	data, err := os.ReadFile(hostPath)
 	if err != nil {
 		return 0, err
 	}
-	if skipBinary && isBinary(data[:min(len(data), binarySniff)]) {
+	if skipBinary && textscan.IsBinary(data[:min(len(data), textscan.BinarySniff)]) {
 		return 0, errSkipped
 	}
 	locs := re.FindAllSubmatchIndex(data, -1)

@@ -20,6 +20,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/fs"
 
+	"github.com/iii-sandbox/iii/internal/textscan"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 )
 
@@ -546,11 +547,11 @@ func TestParseMode(t *testing.T) {
 }
 
 func TestCutLine(t *testing.T) {
-	assert.Equal(t, cutLine([]byte("abc"), 3), "abc")
-	assert.Equal(t, cutLine([]byte("abcd"), 3), "abc…")
-	assert.Equal(t, cutLine([]byte("日本語"), 4), "日…")
-	assert.Equal(t, cutLine([]byte("日本語"), 0), "…")
-	assert.Assert(t, bytes.Equal([]byte(cutLine([]byte{0xff, 0xfe}, 1)), []byte("\xff…")))
+	assert.Equal(t, textscan.CutLine([]byte("abc"), 3), "abc")
+	assert.Equal(t, textscan.CutLine([]byte("abcd"), 3), "abc…")
+	assert.Equal(t, textscan.CutLine([]byte("日本語"), 4), "日…")
+	assert.Equal(t, textscan.CutLine([]byte("日本語"), 0), "…")
+	assert.Assert(t, bytes.Equal([]byte(textscan.CutLine([]byte{0xff, 0xfe}, 1)), []byte("\xff…")))
 }
 
 func FuzzParseMode(f *testing.F) {

@@ -39,6 +39,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/iii-sandbox/iii/internal/atomicfile"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/extract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
 )
@@ -267,7 +268,7 @@ func (s *Store) writeRef(canon string, d v1.Hash) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(s.imagesDir("refs", refKey(canon)+".json"), b)
+	return atomicfile.Write(s.imagesDir("refs", refKey(canon)+".json"), b, 0o644)
 }
 
 // installed loads the image of digest d if it is complete in the cache.
@@ -418,29 +419,6 @@ func makeWritable(p string) error {
 		}
 		return nil
 	})
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 var errNoPlatform = errors.New("no manifest for the wanted platform")

@@ -40,13 +40,34 @@ type Leftover struct {
 // QEMU. Directories another adapter holds are left alone, so adapters may
 // share a state_dir.
 func CleanLeftovers(ctx context.Context, stateDir string, log hclog.Logger) []Leftover {
+	return sweep(ctx, stateDir, ValidDirName, log, sweepLog{
+		scanFailed: "cannot scan state_dir for leftovers",
+		scanKey:    "state_dir",
+		failed:     "could not clean a leftover VM state directory",
+		cleaned:    "cleaned a leftover VM state directory",
+	}, cleanDir)
+}
+
+// sweepLog is what a sweep logs: a parent directory it cannot read
+// (under scanKey), and each leftover it failed to clean or cleaned.
+type sweepLog struct {
+	scanFailed, scanKey string
+	failed, cleaned     string
+}
+
+// sweep calls clean on each subdirectory of parent whose name valid
+// accepts, until ctx ends, and logs and returns every one clean reports
+// as a leftover. A parent that does not exist has nothing to clean.
+func sweep(ctx context.Context, parent string, valid func(string) bool, log hclog.Logger, msg sweepLog,
+	clean func(ctx context.Context, dir string) (Leftover, bool),
+) []Leftover {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	des, err := os.ReadDir(stateDir)
+	des, err := os.ReadDir(parent)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			log.Warn("cannot scan state_dir for leftovers", "state_dir", stateDir, "error", err)
+			log.Warn(msg.scanFailed, msg.scanKey, parent, "error", err)
 		}
 		return nil
 	}
@@ -55,22 +76,33 @@ func CleanLeftovers(ctx context.Context, stateDir string, log hclog.Logger) []Le
 		if ctx.Err() != nil {
 			break
 		}
-		if !de.IsDir() || !ValidDirName(de.Name()) {
+		if !de.IsDir() || !valid(de.Name()) {
 			continue
 		}
-		dir := filepath.Join(stateDir, de.Name())
-		lo, stale := cleanDir(ctx, dir)
+		dir := filepath.Join(parent, de.Name())
+		lo, stale := clean(ctx, dir)
 		if !stale {
 			continue
 		}
 		if lo.Err != nil {
-			log.Warn("could not clean a leftover VM state directory", "dir", dir, "killed", lo.Killed, "error", lo.Err)
+			log.Warn(msg.failed, "dir", dir, "killed", lo.Killed, "error", lo.Err)
 		} else {
-			log.Info("cleaned a leftover VM state directory", "dir", dir, "killed", lo.Killed)
+			log.Info(msg.cleaned, "dir", dir, "killed", lo.Killed)
 		}
 		out = append(out, lo)
 	}
 	return out
+}
+
+// stopOwned kills the processes that belong to dir and waits until they
+// are gone.
+func stopOwned(ctx context.Context, dir string) Leftover {
+	lo := Leftover{Dir: dir, Killed: ownedProcesses(dir)}
+	for _, pid := range lo.Killed {
+		kill(pid)
+	}
+	lo.Err = waitGone(ctx, lo.Killed)
+	return lo
 }
 
 // cleanDir cleans dir if nobody holds it; stale reports whether it was a
@@ -92,13 +124,8 @@ func cleanDir(ctx context.Context, dir string) (Leftover, bool) {
 	}
 	defer lock.Close()
 
-	pids := ownedProcesses(dir)
-	for _, pid := range pids {
-		kill(pid)
-	}
-	lo.Killed = pids
-	if err := waitGone(ctx, pids); err != nil {
-		lo.Err = err
+	lo = stopOwned(ctx, dir)
+	if lo.Err != nil {
 		return lo, true
 	}
 	if err := os.RemoveAll(dir); err != nil {

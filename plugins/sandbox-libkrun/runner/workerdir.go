@@ -75,49 +75,28 @@ func (d *Dir) Release() {
 // The directories themselves, with each worker's disk, logs and record,
 // stay: the worker's next start uses them.
 func CleanWorkerLeftovers(ctx context.Context, workersDir string, log hclog.Logger) []Leftover {
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
-	des, err := os.ReadDir(workersDir)
+	return sweep(ctx, workersDir, contract.ValidVMID, log, sweepLog{
+		scanFailed: "cannot scan the worker state directories",
+		scanKey:    "dir",
+		failed:     "could not stop what a dead adapter left running for a worker VM",
+		cleaned:    "stopped the processes a dead adapter left running for a worker VM; its state stays",
+	}, cleanWorkerDir)
+}
+
+// cleanWorkerDir stops what a dead adapter left running for the worker
+// directory dir and removes its runtime files; it reports a leftover only
+// when something was running.
+func cleanWorkerDir(ctx context.Context, dir string) (Leftover, bool) {
+	lock, err := lockFile(filepath.Join(dir, LockName), true)
 	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			log.Warn("cannot scan the worker state directories", "dir", workersDir, "error", err)
-		}
-		return nil
+		return Leftover{}, false // a live adapter runs it, or it vanished
 	}
-	var out []Leftover
-	for _, de := range des {
-		if ctx.Err() != nil {
-			break
+	defer lock.Close()
+	lo := stopOwned(ctx, dir)
+	if lo.Err == nil {
+		for _, name := range runtimeFiles() {
+			_ = os.Remove(filepath.Join(dir, name))
 		}
-		if !de.IsDir() || !contract.ValidVMID(de.Name()) {
-			continue
-		}
-		dir := filepath.Join(workersDir, de.Name())
-		lock, err := lockFile(filepath.Join(dir, LockName), true)
-		if err != nil {
-			continue // a live adapter runs it, or it vanished
-		}
-		lo := Leftover{Dir: dir, Killed: ownedProcesses(dir)}
-		for _, pid := range lo.Killed {
-			kill(pid)
-		}
-		lo.Err = waitGone(ctx, lo.Killed)
-		if lo.Err == nil {
-			for _, name := range runtimeFiles() {
-				_ = os.Remove(filepath.Join(dir, name))
-			}
-		}
-		_ = lock.Close()
-		if len(lo.Killed) == 0 && lo.Err == nil {
-			continue
-		}
-		if lo.Err != nil {
-			log.Warn("could not stop what a dead adapter left running for a worker VM", "dir", dir, "killed", lo.Killed, "error", lo.Err)
-		} else {
-			log.Info("stopped the processes a dead adapter left running for a worker VM; its state stays", "dir", dir, "killed", lo.Killed)
-		}
-		out = append(out, lo)
 	}
-	return out
+	return lo, len(lo.Killed) > 0 || lo.Err != nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/jsonkind"
 )
 
 // Configuration keys the kit owns (spec §7.3), plus reaper_tick_ms.
@@ -244,7 +245,7 @@ func readObject(raw []byte) (map[string]json.RawMessage, error) {
 		return nil, err
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, fmt.Errorf("got %s", jsonKind(raw))
+		return nil, fmt.Errorf("got %s", jsonkind.Of(raw))
 	}
 	out := map[string]json.RawMessage{}
 	for dec.More() {
@@ -274,26 +275,6 @@ func readObject(raw []byte) (map[string]json.RawMessage, error) {
 	return out, nil
 }
 
-func jsonKind(raw []byte) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '"':
-		return "a string"
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
-}
-
 func parseBool(key string, v json.RawMessage) (bool, error) {
 	switch string(bytes.TrimSpace(v)) {
 	case "true":
@@ -301,7 +282,7 @@ func parseBool(key string, v json.RawMessage) (bool, error) {
 	case "false":
 		return false, nil
 	}
-	return false, configErr(key, "must be true or false, got %s", jsonKind(v))
+	return false, configErr(key, "must be true or false, got %s", jsonkind.Of(v))
 }
 
 // parseUint reads a whole number: digits only, so 1.5, 1e3 and -1 are
@@ -310,10 +291,10 @@ func parseUint(key string, v json.RawMessage, bits int, minimum uint64) (uint64,
 	s := string(bytes.TrimSpace(v))
 	limit := uint64(1)<<bits - 1
 	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
-		if jsonKind(v) == "a number" {
+		if jsonkind.Of(v) == "a number" {
 			return 0, configErr(key, "must be a whole number from %d to %d, got %s", minimum, limit, truncate(s, 40))
 		}
-		return 0, configErr(key, "must be a whole number, got %s", jsonKind(v))
+		return 0, configErr(key, "must be a whole number, got %s", jsonkind.Of(v))
 	}
 	n, err := strconv.ParseUint(s, 10, bits)
 	if err != nil || n < minimum {
@@ -336,7 +317,7 @@ func parseString(key string, v json.RawMessage) (string, error) {
 	v = bytes.TrimSpace(v)
 	var s string
 	if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
-		return "", configErr(key, "must be a string, got %s", jsonKind(v))
+		return "", configErr(key, "must be a string, got %s", jsonkind.Of(v))
 	}
 	return s, nil
 }
@@ -387,7 +368,7 @@ func parseAllowlist(raw json.RawMessage, known func(string) bool) ([]string, err
 	raw = bytes.TrimSpace(raw)
 	var items []json.RawMessage
 	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
-		return nil, configErr(KeyImageAllowlist, "must be a list of image names, got %s", jsonKind(raw))
+		return nil, configErr(KeyImageAllowlist, "must be a list of image names, got %s", jsonkind.Of(raw))
 	}
 	var out []string
 	for i, it := range items {

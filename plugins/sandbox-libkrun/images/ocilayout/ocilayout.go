@@ -25,6 +25,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/iii-sandbox/iii/internal/atomicfile"
 )
 
 // RefNameAnnotation names an index.json entry.
@@ -136,7 +138,7 @@ func Put(dir, ref string, img v1.Image) (v1.Hash, error) {
 	}
 	defer unlock()
 
-	if err := writeFileAtomic(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644); err != nil {
 		return v1.Hash{}, err
 	}
 	layers, err := img.Layers()
@@ -226,7 +228,7 @@ func writeIndex(dir string, im *v1.IndexManifest) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, "index.json"), b)
+	return atomicfile.Write(filepath.Join(dir, "index.json"), b, 0o644)
 }
 
 // writeBlob stores a blob under its digest unless it is already there,
@@ -268,29 +270,6 @@ func writeBlob(dir string, h v1.Hash, open func() (io.ReadCloser, error)) error 
 		return err
 	}
 	return os.Rename(tmp.Name(), final)
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // lock takes the layout's exclusive writer lock.

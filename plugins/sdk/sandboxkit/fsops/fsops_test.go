@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/textscan"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/fs"
@@ -336,7 +337,7 @@ func TestReplaceLines(t *testing.T) {
 }
 
 func TestReadLine(t *testing.T) {
-	long := strings.Repeat("z", maxScanLine+500)
+	long := strings.Repeat("z", textscan.MaxLine+500)
 	tr, _ := newTree(t, fs.WithFile("f", "a\n"+long+"\nb"))
 	out, err := tr.Grep(ctx, &contract.FsGrepRequest{Path: "/f", Pattern: "^(a|b|z+)$", MaxMatches: 10, MaxLineBytes: 3})
 	assert.NilError(t, err)

@@ -7,27 +7,15 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/iii-sandbox/iii/contract"
-)
-
-// Limits of fs::grep and fs::sed.
-const (
-	// maxScanLine is the longest line matched whole; the rest of a longer
-	// line is skipped (minified files would otherwise hold one line of
-	// many megabytes in memory).
-	maxScanLine = 1 << 20
-	// binarySniff is how much of a file is checked for a NUL byte, the
-	// sign of a binary file, which grep and a walking sed skip.
-	binarySniff = 8 << 10
-	// maxSedFile is the largest file sed rewrites; it is read whole.
-	maxSedFile = 64 << 20
+	"github.com/iii-sandbox/iii/internal/textscan"
 )
 
 // osCreateExcl creates a new file, failing if it exists.
@@ -108,12 +96,12 @@ func (t *Tree) walkFiles(ctx context.Context, name string, recursive bool, inclu
 }
 
 // readLine returns the next line without its line ending, keeping at most
-// maxScanLine bytes of it. ok is false at the end of the input.
+// textscan.MaxLine bytes of it. ok is false at the end of the input.
 func readLine(br *bufio.Reader, buf []byte) (line []byte, ok bool, err error) {
 	buf = buf[:0]
 	for {
 		chunk, err := br.ReadSlice('\n')
-		if room := maxScanLine - len(buf); room > 0 {
+		if room := textscan.MaxLine - len(buf); room > 0 {
 			buf = append(buf, chunk[:min(len(chunk), room)]...)
 		}
 		switch {
@@ -134,22 +122,6 @@ func readLine(br *bufio.Reader, buf []byte) (line []byte, ok bool, err error) {
 func trimEOL(b []byte) []byte {
 	b = bytes.TrimSuffix(b, []byte("\n"))
 	return bytes.TrimSuffix(b, []byte("\r"))
-}
-
-// isBinary reports whether the start of a file holds a NUL byte.
-func isBinary(head []byte) bool { return bytes.IndexByte(head, 0) >= 0 }
-
-// cutLine shortens a matched line to at most n bytes on a UTF-8 boundary,
-// marking the cut with "…".
-func cutLine(line []byte, n uint64) string {
-	if uint64(len(line)) <= n {
-		return string(line)
-	}
-	cut := int(n)
-	for cut > 0 && !utf8.RuneStart(line[cut]) {
-		cut--
-	}
-	return string(line[:cut]) + "…"
 }
 
 // Grep serves fs::grep: every line matching the RE2 pattern in the file,
@@ -193,7 +165,7 @@ func (t *Tree) Grep(ctx context.Context, req *contract.FsGrepRequest) (*contract
 		}
 		defer f.Close()
 		br := bufio.NewReaderSize(f, 64<<10)
-		if head, _ := br.Peek(binarySniff); isBinary(head) {
+		if head, _ := br.Peek(textscan.BinarySniff); textscan.IsBinary(head) {
 			return nil
 		}
 		shown := t.display(file)
@@ -217,7 +189,7 @@ func (t *Tree) Grep(ctx context.Context, req *contract.FsGrepRequest) (*contract
 				out.Truncated = true
 				return errFull
 			}
-			out.Matches = append(out.Matches, contract.GrepMatch{Path: shown, Line: n, Content: cutLine(line, maxLine)})
+			out.Matches = append(out.Matches, contract.GrepMatch{Path: shown, Line: n, Content: textscan.CutLine(line, int(min(maxLine, math.MaxInt)))})
 		}
 	}
 	switch {
@@ -300,9 +272,9 @@ func (t *Tree) binaryFile(name string) (bool, error) {
 		return false, err
 	}
 	defer f.Close()
-	head := make([]byte, binarySniff)
+	head := make([]byte, textscan.BinarySniff)
 	n, _ := io.ReadFull(f, head)
-	return isBinary(head[:n]), nil
+	return textscan.IsBinary(head[:n]), nil
 }
 
 // sedFile rewrites one file; failures are reported in the result, not as
@@ -327,8 +299,8 @@ func (t *Tree) sedFile(name, display string, re *regexp.Regexp, req *contract.Fs
 	if !st.Mode().IsRegular() {
 		return fail(contract.NewError(contract.S212, "not a regular file: %s", display))
 	}
-	if st.Size() > maxSedFile {
-		return fail(contract.NewError(contract.S216, "%s is larger than sed's %d MiB limit", display, maxSedFile>>20))
+	if st.Size() > textscan.MaxSedFile {
+		return fail(contract.NewError(contract.S216, "%s is larger than sed's %d MiB limit", display, textscan.MaxSedFile>>20))
 	}
 	data, err := t.root.ReadFile(name)
 	if err != nil {
