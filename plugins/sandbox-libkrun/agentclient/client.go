@@ -130,6 +130,31 @@ func (c *Client) handshake(br *bufio.Reader) (*agentproto.Hello, error) {
 	if _, err := c.conn.Write(buf); err != nil {
 		return nil, &agentproto.Error{Code: agentproto.CodeDisconnected, Message: fmt.Sprintf("send hello: %v", err)}
 	}
+	// The guest's virtio console driver discards what arrives before the
+	// agent opens its port, and under a slow boot the hello can land just
+	// before that: say it again until the agent answers. Every copy
+	// precedes any later frame on the stream, so the agent (which starts a
+	// new session per hello) has seen them all before the first request.
+	stopResend, resendDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(resendDone)
+		t := time.NewTicker(helloResend)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopResend:
+				return
+			case <-t.C:
+				if _, err := c.conn.Write(buf); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	defer func() {
+		close(stopResend)
+		<-resendDone
+	}()
 	for {
 		// Bytes before the magic are the rest of a frame the agent was
 		// writing to a previous connection.
@@ -154,6 +179,25 @@ func (c *Client) handshake(br *bufio.Reader) (*agentproto.Hello, error) {
 			return h, nil
 		}
 	}
+}
+
+// helloResend is how often the handshake repeats its hello while the agent
+// has not answered.
+const helloResend = time.Second
+
+// skipHello consumes a Magic-prefixed hello frame.
+func skipHello(br *bufio.Reader) error {
+	if err := agentproto.SkipToMagic(br); err != nil {
+		return err
+	}
+	f, err := agentproto.ReadFrameBuffered(br)
+	if err != nil {
+		return err
+	}
+	if f.Kind != agentproto.KindHello {
+		return fmt.Errorf("agentproto: a %v frame follows the hello magic", f.Kind)
+	}
+	return nil
 }
 
 func handshakeErr(err error) error {
@@ -189,6 +233,13 @@ func (c *Client) readLoop(br *bufio.Reader) {
 	var asm agentproto.Assembler
 	var err error
 	for {
+		if agentproto.AtMagic(br) {
+			// The agent's answer to a repeated hello of the handshake.
+			if err = skipHello(br); err != nil {
+				break
+			}
+			continue
+		}
 		var f agentproto.Frame
 		f, err = agentproto.ReadFrameBuffered(br)
 		if err != nil {

@@ -473,6 +473,73 @@ func TestHelloMidSession(t *testing.T) {
 	hello("second-host")
 }
 
+// TestHelloRepeated: the guest's console driver drops what arrives before
+// the agent opens its port, so a hello sent too early is lost. The client
+// repeats it until the agent answers.
+func TestHelloRepeated(t *testing.T) {
+	a, b := socketPair(t)
+	agentDone := make(chan error, 1)
+	go func() {
+		// A fake agent that drops the first hello, as the driver does
+		// before the port is open, and answers the next one.
+		br := bufio.NewReader(a)
+		for i := 0; ; i++ {
+			if err := agentproto.SkipToMagic(br); err != nil {
+				agentDone <- err
+				return
+			}
+			f, err := agentproto.ReadFrameBuffered(br)
+			if err != nil {
+				agentDone <- err
+				return
+			}
+			if i == 0 {
+				continue
+			}
+			h, err := agentproto.DecodeHello(f.Payload)
+			if err != nil {
+				agentDone <- err
+				return
+			}
+			p, _ := json.Marshal(agentproto.Hello{Role: agentproto.RoleAgent, ProtocolMajor: agentproto.ProtocolMajor,
+				ProtocolMinor: agentproto.ProtocolMinor, Nonce: h.Nonce, Version: "fake"})
+			raw, _ := agentproto.AppendFrame([]byte(agentproto.Magic), agentproto.Frame{Kind: agentproto.KindHello, Payload: p})
+			_, err = a.Write(raw)
+			agentDone <- err
+			return
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := New(ctx, b, Options{})
+	assert.NilError(t, err)
+	defer c.Close()
+	assert.Equal(t, c.Hello().Version, "fake")
+	assert.NilError(t, <-agentDone)
+}
+
+// TestDuplicateHelloAnswer: the agent answers every copy of a repeated
+// hello; answers that arrive after the handshake are skipped and the
+// connection keeps working.
+func TestDuplicateHelloAnswer(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	p, err := json.Marshal(agentproto.Hello{Role: agentproto.RoleHost, ProtocolMajor: agentproto.ProtocolMajor,
+		ProtocolMinor: agentproto.ProtocolMinor, Nonce: "again", Version: "test"})
+	assert.NilError(t, err)
+	raw, err := agentproto.AppendFrame([]byte(agentproto.Magic), agentproto.Frame{Kind: agentproto.KindHello, Payload: p})
+	assert.NilError(t, err)
+	c.wmu.Lock()
+	_, err = c.conn.Write(raw)
+	c.wmu.Unlock()
+	assert.NilError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.Exec(ctx, ExecRequest{Argv: []string{"echo", "still"}})
+	assert.NilError(t, err)
+	assert.Equal(t, string(res.Stdout), "still\n")
+}
+
 func TestNetAndShutdown(t *testing.T) {
 	env := startAgent(t)
 	c := env.connect(t)
