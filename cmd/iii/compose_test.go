@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 )
 
 // composeWait bounds the waits of the Compose scripts (Node workers and
@@ -96,10 +96,8 @@ func TestComposeScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := filepath.Dir(filepath.Dir(wd))
-	sdk := filepath.Join(root, "testdata", "nodesdk", "node_modules", "iii-sdk", "dist", "index.mjs")
-	node, nodeErr := exec.LookPath("node")
-	_, sdkErr := os.Stat(sdk)
-	hasNode := nodeErr == nil && sdkErr == nil
+	sdk, sdkErr := nodesdk.Locate(wd)
+	hasNode := sdkErr == nil
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/compose",
 		Setup: func(e *testscript.Env) error {
@@ -122,8 +120,8 @@ func TestComposeScripts(t *testing.T) {
 			e.Setenv("III_REGISTRY", filepath.Join(plugins, "registry"))
 			e.Setenv("TARGET", registry.HostPlatform().Target())
 			e.Setenv("III_PLUGIN_PATH", plugins)
-			e.Setenv("III_SDK_URL", (&url.URL{Scheme: "file", Path: sdk}).String())
-			e.Setenv("NODE_WORKER", node+" "+filepath.Join(root, "compose", "daemon", "testdata", "node", "worker.mjs"))
+			e.Setenv("III_SDK_URL", sdk.URL)
+			e.Setenv("NODE_WORKER", sdk.Node+" "+filepath.Join(root, "compose", "daemon", "testdata", "node", "worker.mjs"))
 			return nil
 		},
 		Condition: func(cond string) (bool, error) {

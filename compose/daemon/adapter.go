@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -114,14 +115,18 @@ func (p *project) setsHostRoots(f *composefile.File, decl *composefile.Container
 // adapter when it starts: the compose file's directory, the package cache
 // (bundles run from there), each path:// VM worker's directory the file
 // declares now (so one outside the compose directory is admitted), and
-// whatever config_override lists itself.
+// whatever config_override lists itself. The package cache may lie inside
+// ~/.iii (its default does): a root is trusted, and the adapter refuses a
+// .iii directory only below the root that admits a worker. So a path://
+// worker inside a .iii directory (Compose's state, the project token) never
+// becomes a root of its own.
 func (p *project) hostRoots(f *composefile.File, decl *composefile.Container) []string {
 	roots := []string{f.Dir}
 	if pk := p.d.pk; pk != nil && pk.cacheErr == nil && pk.installer != nil && pk.installer.Dir != "" {
 		roots = append(roots, p.d.pk.installer.Dir)
 	}
 	for _, key := range vmContainers(f, p.lockOf(f)) {
-		if c := f.Containers[key]; c.Source.Kind == composefile.SourcePath {
+		if c := f.Containers[key]; c.Source.Kind == composefile.SourcePath && !inDotIII(f.Dir, c.Source.Path) {
 			roots = append(roots, c.Source.Path)
 		}
 	}
@@ -139,6 +144,17 @@ func (p *project) hostRoots(f *composefile.File, decl *composefile.Container) []
 		}
 	}
 	return out
+}
+
+// inDotIII reports whether dir lies inside a .iii directory, counting only
+// the part below base when dir is under base (a project may itself live
+// below some .iii directory).
+func inDotIII(base, dir string) bool {
+	p := dir
+	if rel, err := filepath.Rel(base, dir); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		p = rel
+	}
+	return slices.Contains(strings.Split(filepath.Clean(p), string(filepath.Separator)), ".iii")
 }
 
 // startAdapter starts an adapter container through the engine's plugin

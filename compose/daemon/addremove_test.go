@@ -21,13 +21,13 @@ func TestAddAndRemove(t *testing.T) {
 	// two's start command comes from its manifest.
 	writeFile(t, dir, "two/iii.worker.yaml", "name: two\nscripts:\n  start: "+n.runCommand()+"\n")
 	path := filepath.Join(dir, "worker-compose.yaml")
-	env := map[string]string{"III_SDK_URL": n.sdkURL, "PATH": os.Getenv("PATH")}
+	env := map[string]string{"III_SDK_URL": n.URL, "PATH": os.Getenv("PATH")}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, LookupEnv: lookup})
 	c := caller(t, eng.url)
 	assert.NilError(t, call(t, c, "ar", "compose::up", nil, nil))
 
-	obj := map[string]any{"worker": "./two", "start_after": []string{"one"}, "environment": map[string]string{"III_SDK_URL": n.sdkURL}}
+	obj := map[string]any{"worker": "./two", "start_after": []string{"one"}, "environment": map[string]string{"III_SDK_URL": n.URL}}
 	var added addResult
 	assert.NilError(t, call(t, c, "ar", "compose::add", map[string]any{"workers": []any{obj}}, &added))
 	assert.DeepEqual(t, added.Added, []string{"two"})
@@ -36,7 +36,7 @@ func TestAddAndRemove(t *testing.T) {
 	assert.DeepEqual(t, added.Up.Containers, []containerResult{{Container: "one", State: "ready"}, {Container: "two", State: "ready", Changed: true}})
 	data, err := os.ReadFile(path)
 	assert.NilError(t, err)
-	assert.Equal(t, string(data), original+"  two:\n    worker: path://./two\n    start_after:\n      - one\n    environment:\n      III_SDK_URL: "+n.sdkURL+"\n")
+	assert.Equal(t, string(data), original+"  two:\n    worker: path://./two\n    start_after:\n      - one\n    environment:\n      III_SDK_URL: "+n.URL+"\n")
 
 	var again addResult
 	assert.NilError(t, call(t, c, "ar", "compose::add", map[string]any{"workers": []any{obj}}, &again))
@@ -44,7 +44,7 @@ func TestAddAndRemove(t *testing.T) {
 	assert.DeepEqual(t, again.Unchanged, []string{"two"})
 
 	// A supplied field replaces the whole field; the worker restarts.
-	obj["environment"] = map[string]string{"III_SDK_URL": n.sdkURL, "APP_MODE": "b"}
+	obj["environment"] = map[string]string{"III_SDK_URL": n.URL, "APP_MODE": "b"}
 	var changed addResult
 	assert.NilError(t, call(t, c, "ar", "compose::add", map[string]any{"workers": []any{obj}}, &changed))
 	assert.DeepEqual(t, changed.Changed, []string{"two"})

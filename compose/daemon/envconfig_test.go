@@ -54,13 +54,13 @@ containers:
     env_file: [./a.env, ./b.env]
     environment:
       APP_C: from-environment
-      III_SDK_URL: "` + n.sdkURL + `"
+      III_SDK_URL: "` + n.URL + `"
     scripts: { run: ` + n.runCommand() + ` }
   fresh:
     worker: path://./fresh
     config_name: fresh-entry
     config_override: { port: 1 }
-    environment: { III_SDK_URL: "` + n.sdkURL + `" }
+    environment: { III_SDK_URL: "` + n.URL + `" }
     scripts: { run: ` + n.runCommand() + ` }
 `
 	dir := newProject(t, file, "w", "fresh")
@@ -81,7 +81,7 @@ containers:
 	assert.DeepEqual(t, ping.Env, map[string]string{
 		"APP_A": "1", "APP_B": "from-b", "APP_C": "from-environment",
 		"HOME": "/home/compose-test", "PATH": os.Getenv("PATH"),
-		"III_SDK_URL":           n.sdkURL,
+		"III_SDK_URL":           n.URL,
 		"III_URL":               eng.url,
 		"III_NAMESPACE":         "cfgtest",
 		"III_COMPOSE_NAMESPACE": "cfgtest",

@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,44 +17,32 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/host/server"
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
 // waitFor bounds every wait in these tests; a safety net, not a timing.
 const waitFor = 60 * time.Second
 
-// nodeSDK locates node and the published iii-sdk; tests that run Node
-// workers skip without them (make setup-test installs the SDK).
+// nodeSDK is node and the published iii-sdk, with the Node test worker;
+// tests that run Node workers skip without them (make setup-test installs
+// the SDK).
 type nodeSDK struct {
-	node, sdkURL, worker string
+	nodesdk.SDK
+	worker string
 }
 
 func findNode(t *testing.T) nodeSDK {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed; the Compose tests with Node workers need it (make setup-test)")
-	}
+	sdk := nodesdk.Find(t)
 	wd, err := os.Getwd()
 	assert.NilError(t, err)
-	root := wd
-	for {
-		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(root)
-		assert.Assert(t, parent != root, "go.mod not found above %s", wd)
-		root = parent
-	}
-	entry := filepath.Join(root, "testdata", "nodesdk", "node_modules", "iii-sdk", "dist", "index.mjs")
-	if _, err := os.Stat(entry); err != nil {
-		t.Skipf("the Node SDK is not installed at %s; run make setup-test", entry)
-	}
-	return nodeSDK{node: node, sdkURL: (&url.URL{Scheme: "file", Path: entry}).String(), worker: filepath.Join(wd, "testdata", "node", "worker.mjs")}
+	return nodeSDK{SDK: sdk, worker: filepath.Join(wd, "testdata", "node", "worker.mjs")}
 }
 
 // runCommand is the scripts.run of a Node test worker.
-func (n nodeSDK) runCommand() string { return n.node + " " + n.worker }
+func (n nodeSDK) runCommand() string { return n.Node + " " + n.worker }
 
 // testEngine is a real engine (host/server: configuration worker, plugin
 // host, router, listener) on a loopback port.
@@ -91,31 +76,12 @@ type testDaemon struct {
 	info   Info
 	cancel context.CancelFunc
 	done   chan error
-	out    *syncBuffer
-}
-
-type syncBuffer struct {
-	mu  chan struct{}
-	buf strings.Builder
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu <- struct{}{}
-	defer func() { <-b.mu }()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu <- struct{}{}
-	defer func() { <-b.mu }()
-	return b.buf.String()
+	out    *syncbuf.Buffer
 }
 
 func startDaemon(t *testing.T, opts Options) *testDaemon {
 	t.Helper()
-	td := &testDaemon{done: make(chan error, 1), out: newSyncBuffer()}
+	td := &testDaemon{done: make(chan error, 1), out: &syncbuf.Buffer{}}
 	served := make(chan Info, 1)
 	opts.OnServe = func(i Info) { served <- i }
 	// Hermetic packages: an empty registry unless the test gives one,

@@ -22,7 +22,7 @@ func nodeContainer(n nodeSDK, key, startAfter string, env map[string]string) str
 	if startAfter != "" {
 		fmt.Fprintf(&b, "    start_after: [%s]\n", startAfter)
 	}
-	fmt.Fprintf(&b, "    scripts: { run: %s }\n    environment:\n      III_SDK_URL: %q\n", n.runCommand(), n.sdkURL)
+	fmt.Fprintf(&b, "    scripts: { run: %s }\n    environment:\n      III_SDK_URL: %q\n", n.runCommand(), n.URL)
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)

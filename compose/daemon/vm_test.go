@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"compress/gzip"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -22,6 +20,9 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
 )
@@ -59,90 +60,18 @@ func vmHost(t *testing.T) (layout, sdk string) {
 	if e, err := ocilayout.Find(layout, vmNodeImage); err != nil || e == nil {
 		t.Skipf("%s is not in the local OCI layout %s (scripts/build-images.sh): %v", vmNodeImage, layout, err)
 	}
-	wd, err := os.Getwd()
-	assert.NilError(t, err)
-	sdk = filepath.Join(filepath.Dir(filepath.Dir(wd)), "testdata", "nodesdk", "node_modules")
-	if _, err := os.Stat(filepath.Join(sdk, "iii-sdk", "package.json")); err != nil {
-		t.Skipf("the Node SDK is not installed in testdata/nodesdk (make setup-test): %v", err)
-	}
-	return layout, sdk
-}
-
-// shortTemp is a temporary directory with a short path: the adapter keeps
-// unix sockets under its state directory.
-func shortTemp(t *testing.T, prefix string) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", prefix)
-	assert.NilError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(d) })
-	return d
-}
-
-// writeSDKPack writes the Node SDK (node_modules) in the format
-// testdata/vmworker/unpack.mjs reads: the copy into a VM leaves
-// node_modules out, so the worker's install step lays it out in the guest.
-// Records: u32 path length, path, u32 mode, u32 size, bytes (big endian).
-func writeSDKPack(t *testing.T, src, dst string) {
-	t.Helper()
-	f, err := os.Create(dst)
-	assert.NilError(t, err)
-	defer f.Close()
-	zw := gzip.NewWriter(f)
-	var hdr [4]byte
-	u32 := func(v uint32) {
-		binary.BigEndian.PutUint32(hdr[:], v)
-		_, _ = zw.Write(hdr[:])
-	}
-	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			if rel == "@types" || rel == "undici-types" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		for _, suf := range []string{".map", ".d.ts", ".md", ".ts", ".d.mts", ".d.cts"} {
-			if strings.HasSuffix(p, suf) {
-				return nil
-			}
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		name := filepath.ToSlash(rel)
-		u32(uint32(len(name)))
-		_, _ = zw.Write([]byte(name))
-		u32(uint32(fi.Mode().Perm()))
-		u32(uint32(len(b)))
-		_, err = zw.Write(b)
-		return err
-	})
-	assert.NilError(t, err)
-	assert.NilError(t, zw.Close())
+	return layout, nodesdk.FindModules(t)
 }
 
 // vmWorkerDir lays out a Node VM worker in dir: its manifest (base_image,
 // install, start), the worker, the install step and the SDK pack.
 func vmWorkerDir(t *testing.T, dir, sdk string) {
 	t.Helper()
-	writeFile(t, dir, ManifestFile, "name: vmtest\nruntime:\n  kind: javascript\n  base_image: "+vmNodeImage+"\nscripts:\n  install: node unpack.mjs\n  start: node worker.mjs\n")
-	for _, f := range []string{"worker.mjs", "unpack.mjs"} {
-		b, err := os.ReadFile(filepath.Join("testdata", "vmworker", f))
-		assert.NilError(t, err)
-		writeFile(t, dir, f, string(b))
-	}
-	writeSDKPack(t, sdk, filepath.Join(dir, "vendor.pack.gz"))
+	writeFile(t, dir, ManifestFile, "name: vmtest\nruntime:\n  kind: javascript\n  base_image: "+vmNodeImage+"\nscripts:\n  install: node "+nodesdk.Unpacker+"\n  start: node worker.mjs\n")
+	b, err := os.ReadFile(filepath.Join("testdata", "vmworker", "worker.mjs"))
+	assert.NilError(t, err)
+	writeFile(t, dir, "worker.mjs", string(b))
+	assert.NilError(t, nodesdk.WriteWorkerFiles(dir, sdk))
 }
 
 // callLong calls fn in ns with a timeout a VM's first start fits in.
@@ -193,8 +122,8 @@ func TestVMWorkerPathDot(t *testing.T) {
 	eng := startEngine(t, "engine_token: "+token+"\n")
 	c := caller(t, eng.url)
 
-	sbState := shortTemp(t, "cvs")
-	cache := shortTemp(t, "cvc")
+	sbState := dirs.Short(t, "cvs")
+	cache := dirs.Short(t, "cvc")
 	assert.NilError(t, os.Symlink(layout, filepath.Join(cache, "oci")))
 	file := "namespace: vmp\nstop_timeout: 20s\ncontainers:\n" +
 		"  sandbox-libkrun:\n    worker: package://sandbox-libkrun\n    version: '0.3.1'\n    config_override:\n" +
@@ -345,8 +274,8 @@ func TestVMWorkerTokenReplacement(t *testing.T) {
 	reg := publishedRegistry(t)
 	eng := startEngine(t, "")
 	c := caller(t, eng.url)
-	sbState := shortTemp(t, "cvs")
-	cache := shortTemp(t, "cvc")
+	sbState := dirs.Short(t, "cvs")
+	cache := dirs.Short(t, "cvc")
 	assert.NilError(t, os.Symlink(layout, filepath.Join(cache, "oci")))
 	file := "namespace: vmt\ncontainers:\n" +
 		"  sandbox-libkrun:\n    worker: package://sandbox-libkrun\n    version: '0.2.9'\n    config_override:\n" +
@@ -386,7 +315,7 @@ func TestVMWorkerTokenReplacement(t *testing.T) {
 
 	before, err := st.ReplaceProjectToken()
 	assert.NilError(t, err)
-	out := newSyncBuffer()
+	out := &syncbuf.Buffer{}
 	d := newDaemon(Options{Out: out, Logger: hclog.NewNullLogger(), LookupEnv: func(string) (string, bool) { return "", false }})
 	defer d.bgCancel()
 	tok, err := d.projectToken(st)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 )
 
 // When a removed VM container's state cannot be deleted, compose::remove
@@ -113,7 +114,7 @@ func TestProjectTokenReplacement(t *testing.T) {
 			for _, r := range tc.runs {
 				assert.NilError(t, st.RecordVMRun(r))
 			}
-			out := newSyncBuffer()
+			out := &syncbuf.Buffer{}
 			d := newDaemon(Options{Out: out, Logger: hclog.NewNullLogger(), LookupEnv: func(string) (string, bool) { return "", false }})
 			tok, err := d.projectToken(st)
 			assert.NilError(t, err)

@@ -1,7 +1,6 @@
 package configuration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,28 +18,11 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// syncBuffer collects log lines from the watcher goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 type env map[string]string
 
@@ -52,7 +34,7 @@ func (e env) lookup(k string) (string, bool) {
 type fixture struct {
 	w    *Worker
 	dir  string
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 	env  *sync.Map
 }
 
@@ -66,7 +48,7 @@ func newWorker(t *testing.T, vars env) *fixture {
 
 func openWorker(t *testing.T, dir string, vars env) *fixture {
 	t.Helper()
-	f := &fixture{dir: dir, logs: &syncBuffer{}, env: &sync.Map{}}
+	f := &fixture{dir: dir, logs: &syncbuf.Buffer{}, env: &sync.Map{}}
 	for k, v := range vars {
 		f.env.Store(k, v)
 	}

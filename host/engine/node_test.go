@@ -1,13 +1,8 @@
 package engine
 
 import (
-	"bufio"
-	"encoding/json"
 	"io"
 	"net"
-	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,146 +13,36 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
 // The published Node SDK (iii-sdk 0.22.1, installed by make setup-test) must
 // work against this engine unchanged. These tests run it for real.
 
-type nodeEnv struct {
-	node   string
-	script string
-	sdkURL string
-}
+// sdkScript drives the SDK as a worker or a caller (see its header); every
+// line it prints is JSON.
+var sdkScript = nodesdk.Script{Path: filepath.Join("testdata", "node", "sdk.mjs"), RejectNonJSON: true}
 
-func findNode(t *testing.T) nodeEnv {
+// startNode runs a job; the process ends when the test does.
+func startNode(t *testing.T, ne nodesdk.SDK, job map[string]any) *nodesdk.Proc {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed; the Node SDK acceptance tests need it (make setup-test)")
-	}
-	dir, err := os.Getwd()
-	assert.NilError(t, err)
-	root := dir
-	for {
-		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(root)
-		if parent == root {
-			t.Fatal("repository root (go.mod) not found above " + dir)
-		}
-		root = parent
-	}
-	entry := filepath.Join(root, "testdata", "nodesdk", "node_modules", "iii-sdk", "dist", "index.mjs")
-	if _, err := os.Stat(entry); err != nil {
-		t.Skipf("the Node SDK is not installed at %s; run make setup-test", entry)
-	}
-	return nodeEnv{
-		node:   node,
-		script: filepath.Join(dir, "testdata", "node", "sdk.mjs"),
-		sdkURL: (&url.URL{Scheme: "file", Path: entry}).String(),
-	}
+	return ne.Start(t, sdkScript, job, waitFor)
 }
 
-type nodeProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan map[string]any
-	done  chan struct{}
-	err   error
-}
-
-func (ne nodeEnv) start(t *testing.T, job map[string]any) *nodeProc {
+// runNode runs a caller job to completion and returns its result lines.
+func runNode(t *testing.T, ne nodesdk.SDK, job map[string]any) []map[string]any {
 	t.Helper()
-	cmd := exec.Command(ne.node, ne.script, string(mustJSON(t, job)))
-	cmd.Env = append(os.Environ(), "III_SDK_URL="+ne.sdkURL)
-	stdin, err := cmd.StdinPipe()
-	assert.NilError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	assert.NilError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &syncWriter{w: &stderr}
-	assert.NilError(t, cmd.Start())
-	p := &nodeProc{cmd: cmd, stdin: stdin, lines: make(chan map[string]any, 100), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) != nil {
-				t.Errorf("node printed a non-JSON line: %q", sc.Text())
-				continue
-			}
-			p.lines <- m
-		}
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		select {
-		case <-p.done:
-		case <-time.After(waitFor):
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("node stderr (%v):\n%s", job["name"], stderr.String())
-		}
-	})
-	return p
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-// String returns what was written so far (the writer must be a
-// *strings.Builder).
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.(*strings.Builder).String()
-}
-
-func (s *syncWriter) Write(b []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(b)
-}
-
-func (p *nodeProc) line(t *testing.T) map[string]any {
-	t.Helper()
-	select {
-	case m := <-p.lines:
-		return m
-	case <-p.done:
-		select {
-		case m := <-p.lines:
-			return m
-		default:
-		}
-		t.Fatalf("node exited before printing: %v", p.err)
-	case <-time.After(2 * waitFor):
-		t.Fatal("node printed nothing")
-	}
-	return nil
-}
-
-// run runs a caller job to completion and returns its result lines.
-func (ne nodeEnv) run(t *testing.T, job map[string]any) []map[string]any {
-	t.Helper()
-	p := ne.start(t, job)
+	p := startNode(t, ne, job)
 	calls := job["calls"].([]map[string]any)
 	out := make([]map[string]any, 0, len(calls))
 	for range calls {
-		out = append(out, p.line(t))
+		out = append(out, p.Line(t, 2*waitFor))
 	}
 	select {
-	case <-p.done:
-		assert.NilError(t, p.err, "the caller exits cleanly")
+	case <-p.Done():
+		assert.NilError(t, p.Err(), "the caller exits cleanly")
 	case <-time.After(waitFor):
 		t.Fatal("caller did not exit")
 	}
@@ -174,14 +59,14 @@ func ownerOf(te *testEngine, ns, id string) string {
 }
 
 func TestNodeSDKCallsAndErrors(t *testing.T) {
-	ne := findNode(t)
+	ne := nodesdk.Find(t)
 	te := startEngine(t, Options{})
-	ne.start(t, map[string]any{"mode": "serve", "url": te.url, "name": "node-svc", "functions": []string{"nodeacc::echo", "nodeacc::fail"}})
+	startNode(t, ne, map[string]any{"mode": "serve", "url": te.url, "name": "node-svc", "functions": []string{"nodeacc::echo", "nodeacc::fail"}})
 	pollUntil(t, "node worker registered", func() bool {
 		return ownerOf(te, DefaultNamespace, "nodeacc::echo") == "node-svc" && ownerOf(te, DefaultNamespace, "nodeacc::fail") == "node-svc"
 	})
 
-	res := ne.run(t, map[string]any{"mode": "call", "url": te.url, "name": "node-caller", "calls": []map[string]any{
+	res := runNode(t, ne, map[string]any{"mode": "call", "url": te.url, "name": "node-caller", "calls": []map[string]any{
 		{"function_id": "nodeacc::echo", "payload": map[string]any{"x": 1, "s": "héllo"}},
 		{"function_id": "nodeacc::fail", "payload": map[string]any{"reason": "bad input"}},
 		{"function_id": "nodeacc::missing", "payload": map[string]any{}},
@@ -212,11 +97,11 @@ func TestNodeSDKCallsAndErrors(t *testing.T) {
 }
 
 func TestNodeSDKNamespaces(t *testing.T) {
-	ne := findNode(t)
+	ne := nodesdk.Find(t)
 	te := startEngine(t, Options{})
-	ne.start(t, map[string]any{"mode": "serve", "url": te.url, "name": "orders-svc", "namespace": "orders",
+	startNode(t, ne, map[string]any{"mode": "serve", "url": te.url, "name": "orders-svc", "namespace": "orders",
 		"functions": []string{"shared::echo", "only::orders"}})
-	ne.start(t, map[string]any{"mode": "serve", "url": te.url, "name": "default-svc", "functions": []string{"shared::echo"}})
+	startNode(t, ne, map[string]any{"mode": "serve", "url": te.url, "name": "default-svc", "functions": []string{"shared::echo"}})
 	pollUntil(t, "both workers registered", func() bool {
 		return ownerOf(te, "orders", "shared::echo") == "orders-svc" && ownerOf(te, "orders", "only::orders") == "orders-svc" &&
 			ownerOf(te, DefaultNamespace, "shared::echo") == "default-svc"
@@ -225,7 +110,7 @@ func TestNodeSDKNamespaces(t *testing.T) {
 
 	// A namespaced Node caller: 0.22.1 sends no namespace on invokes, so its
 	// calls route strictly to default, and engine::* resolves there too.
-	res := ne.run(t, map[string]any{"mode": "call", "url": te.url, "name": "orders-caller", "namespace": "orders", "calls": []map[string]any{
+	res := runNode(t, ne, map[string]any{"mode": "call", "url": te.url, "name": "orders-caller", "namespace": "orders", "calls": []map[string]any{
 		{"function_id": "shared::echo", "payload": map[string]any{"n": 1}},
 		{"function_id": "only::orders", "payload": map[string]any{}},
 		{"function_id": "engine::functions::list", "payload": map[string]any{"prefix": "only::"}},
@@ -320,11 +205,11 @@ func (p *partitionProxy) close() {
 }
 
 func TestNodeSDKReconnectKeepsFunctions(t *testing.T) {
-	ne := findNode(t)
+	ne := nodesdk.Find(t)
 
 	t.Run("engine drops the connection", func(t *testing.T) {
 		te := startEngine(t, Options{})
-		ne.start(t, map[string]any{"mode": "serve", "url": te.url, "name": "re-svc", "functions": []string{"re::echo"}})
+		startNode(t, ne, map[string]any{"mode": "serve", "url": te.url, "name": "re-svc", "functions": []string{"re::echo"}})
 		pollUntil(t, "registered", func() bool { return ownerOf(te, DefaultNamespace, "re::echo") == "re-svc" })
 		old := te.reg.get(DefaultNamespace, "re::echo").owner
 		// Test hook: cut the socket from the engine side, abruptly.
@@ -333,19 +218,18 @@ func TestNodeSDKReconnectKeepsFunctions(t *testing.T) {
 			f := te.reg.get(DefaultNamespace, "re::echo")
 			return f != nil && f.owner != old && f.owner.name() == "re-svc"
 		})
-		res := ne.run(t, map[string]any{"mode": "call", "url": te.url, "name": "re-caller", "calls": []map[string]any{
+		res := runNode(t, ne, map[string]any{"mode": "call", "url": te.url, "name": "re-caller", "calls": []map[string]any{
 			{"function_id": "re::echo", "payload": map[string]any{"after": "reconnect"}},
 		}})
 		assert.Equal(t, res[0]["ok"], true, "%v", res[0])
 	})
 
 	t.Run("reattach evicts a half-open previous connection", func(t *testing.T) {
-		var buf strings.Builder
-		logs := &syncWriter{w: &buf}
+		logs := &syncbuf.Buffer{}
 		logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: logs})
 		te := startEngine(t, Options{Logger: logger})
 		proxy := newPartitionProxy(t, strings.TrimPrefix(te.url, "ws://"))
-		ne.start(t, map[string]any{"mode": "serve", "url": "ws://" + proxy.ln.Addr().String(), "name": "ra-svc", "functions": []string{"ra::echo"}})
+		startNode(t, ne, map[string]any{"mode": "serve", "url": "ws://" + proxy.ln.Addr().String(), "name": "ra-svc", "functions": []string{"ra::echo"}})
 		pollUntil(t, "registered", func() bool { return ownerOf(te, DefaultNamespace, "ra::echo") == "ra-svc" })
 		old := te.reg.get(DefaultNamespace, "ra::echo").owner
 
@@ -364,7 +248,7 @@ func TestNodeSDKReconnectKeepsFunctions(t *testing.T) {
 		case <-time.After(waitFor):
 			t.Fatal("evicted connection not cleaned up")
 		}
-		res := ne.run(t, map[string]any{"mode": "call", "url": te.url, "name": "ra-caller", "calls": []map[string]any{
+		res := runNode(t, ne, map[string]any{"mode": "call", "url": te.url, "name": "ra-caller", "calls": []map[string]any{
 			{"function_id": "ra::echo", "payload": map[string]any{"after": "reattach"}},
 		}})
 		assert.Equal(t, res[0]["ok"], true, "%v", res[0])

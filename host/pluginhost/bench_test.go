@@ -15,7 +15,7 @@ import (
 // whole path over WebSocket beside its floors.
 func BenchmarkPluginHop(b *testing.B) {
 	te := newEnv(b, Options{})
-	if _, err := te.start(b, map[string]any{"adapter": "sandbox-hostdir", "path": testBin(b, "sandbox-hostdir"), "config": hostdirConfig(b, nil)}); err != nil {
+	if _, err := te.start(b, map[string]any{"adapter": "sandbox-hostdir", "path": testBins.Path(b, "sandbox-hostdir"), "config": hostdirConfig(b, nil)}); err != nil {
 		b.Fatal(err)
 	}
 	m := te.host.entries[key{"sandbox-hostdir", "default"}]
@@ -56,7 +56,7 @@ func BenchmarkPluginHop(b *testing.B) {
 	})
 	b.Run("invoke", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := te.eng.Invoke(ctx, "", "sandbox-hostdir::catalog::list", json.RawMessage(`{}`)); err != nil {
+			if _, err := te.Engine.Invoke(ctx, "", "sandbox-hostdir::catalog::list", json.RawMessage(`{}`)); err != nil {
 				b.Fatal(err)
 			}
 		}

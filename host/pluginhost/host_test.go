@@ -19,6 +19,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
 	"github.com/iii-sandbox/iii/plugins/sdk"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -36,11 +37,11 @@ func TestAdapterEnv(t *testing.T) {
 // the real WebSocket, with the contract's JSON, errors and schemas.
 func TestStartCallStop(t *testing.T) {
 	te := newEnv(t, Options{})
-	st, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBin(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
+	st, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBins.Path(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
 	assert.NilError(t, err)
 	assert.Equal(t, st["state"], "running")
 	assert.Equal(t, st["namespace"], "default")
-	assert.Equal(t, st["path"], testBin(t, "sandbox-hostdir"))
+	assert.Equal(t, st["path"], testBins.Path(t, "sandbox-hostdir"))
 	assert.Equal(t, st["adapter_version"], "0.1.0")
 	assert.DeepEqual(t, st["contract"], map[string]any{"major": float64(contract.Major), "minor": float64(contract.Minor)})
 	pid := int(st["pid"].(float64))
@@ -48,55 +49,55 @@ func TestStartCallStop(t *testing.T) {
 	assert.Assert(t, te.host.Hosted("sandbox-hostdir", "default"))
 
 	// Published as worker sandbox-hostdir with its PID.
-	wi := te.mustCall(t, engine.FnWorkersInfo, map[string]any{"name": "sandbox-hostdir"})
+	wi := te.MustCall(t, engine.FnWorkersInfo, map[string]any{"name": "sandbox-hostdir"})
 	w := wi["worker"].(map[string]any)
 	assert.Equal(t, w["runtime"], "go-plugin")
 	assert.Equal(t, w["pid"], float64(pid))
 	assert.Equal(t, w["isolation"], "none")
 	assert.Equal(t, len(wi["functions"].([]any)), 17, "16 ops and adapter::info")
-	fi := te.mustCall(t, engine.FnFunctionsInfo, map[string]any{"function_id": "sandbox-hostdir::fs::write"})
+	fi := te.MustCall(t, engine.FnFunctionsInfo, map[string]any{"function_id": "sandbox-hostdir::fs::write"})
 	assert.Assert(t, fi["request_schema"] != nil && fi["response_schema"] != nil)
 
-	info := te.mustCall(t, "sandbox-hostdir::adapter::info", map[string]any{})
+	info := te.MustCall(t, "sandbox-hostdir::adapter::info", map[string]any{})
 	assert.Equal(t, info["adapter"], "sandbox-hostdir")
-	cat := te.mustCall(t, "sandbox-hostdir::catalog::list", map[string]any{})
+	cat := te.MustCall(t, "sandbox-hostdir::catalog::list", map[string]any{})
 	assert.Equal(t, cat["images"].([]any)[0].(map[string]any)["name"], "python")
 
-	run := te.mustCall(t, "sandbox-hostdir::run", map[string]any{"image": "python", "lang": "python", "code": "print(2+2)"})
+	run := te.MustCall(t, "sandbox-hostdir::run", map[string]any{"image": "python", "lang": "python", "code": "print(2+2)"})
 	assert.Equal(t, run["stdout"], "4\n")
 	assert.Equal(t, run["success"], true)
 
 	// Request errors are decoded by the host: S001, S210.
-	_, err = te.call(t, "sandbox-hostdir::run", map[string]any{"image": "python", "code": "1"})
-	se := sandboxErr(t, err)
+	_, err = te.Call(t, "sandbox-hostdir::run", map[string]any{"image": "python", "code": "1"})
+	se := enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Code, contract.S001)
 	assert.Check(t, is.Contains(se.Message, `"lang"`))
-	_, err = te.call(t, "sandbox-hostdir::fs::ls", map[string]any{"sandbox_id": "not-a-uuid", "path": "/"})
-	assert.Equal(t, sandboxErr(t, err).Code, contract.S001)
-	_, err = te.call(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": "1b4e6709-f265-4142-9178-3a7d83b46aa5", "path": "/a"})
-	assert.Equal(t, sandboxErr(t, err).Code, contract.S210)
+	_, err = te.Call(t, "sandbox-hostdir::fs::ls", map[string]any{"sandbox_id": "not-a-uuid", "path": "/"})
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S001)
+	_, err = te.Call(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": "1b4e6709-f265-4142-9178-3a7d83b46aa5", "path": "/a"})
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S210)
 	// The adapter's own errors pass through: S002 for an unknown sandbox.
-	_, err = te.call(t, "sandbox-hostdir::exec", map[string]any{"sandbox_id": "1b4e6709-f265-4142-9178-3a7d83b46aa5", "cmd": "true"})
-	assert.Equal(t, sandboxErr(t, err).Code, contract.S002)
+	_, err = te.Call(t, "sandbox-hostdir::exec", map[string]any{"sandbox_id": "1b4e6709-f265-4142-9178-3a7d83b46aa5", "cmd": "true"})
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S002)
 
 	// Starting it again is refused; restart is the way.
-	_, err = te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBin(t, "sandbox-hostdir")})
+	_, err = te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBins.Path(t, "sandbox-hostdir")})
 	assert.Equal(t, codeOf(err), CodeAlreadyStarted)
 
-	out, err := te.call(t, FnStop, map[string]any{"adapter": "sandbox-hostdir"})
+	out, err := te.Call(t, FnStop, map[string]any{"adapter": "sandbox-hostdir"})
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(string(out), `"state":"stopped"`))
 	assert.Assert(t, !te.host.Hosted("sandbox-hostdir", "default"))
-	assert.Equal(t, len(adapterProcesses(testBinDir)), 0, "stop leaves no adapter process")
-	_, err = te.call(t, "sandbox-hostdir::catalog::list", map[string]any{})
+	assert.Equal(t, len(adapterProcesses()), 0, "stop leaves no adapter process")
+	_, err = te.Call(t, "sandbox-hostdir::catalog::list", map[string]any{})
 	assert.Equal(t, codeOf(err), protocol.CodeFunctionNotFound)
 
 	// Restart brings it back with its last configuration.
-	out, err = te.call(t, FnRestart, map[string]any{"adapter": "sandbox-hostdir"})
+	out, err = te.Call(t, FnRestart, map[string]any{"adapter": "sandbox-hostdir"})
 	assert.NilError(t, err, "%s", out)
 	assert.Check(t, is.Contains(string(out), `"state":"running"`))
 	assert.Check(t, is.Contains(string(out), `"restarts":1`))
-	run = te.mustCall(t, "sandbox-hostdir::run", map[string]any{"image": "python", "lang": "python", "code": "print(6*7)"})
+	run = te.MustCall(t, "sandbox-hostdir::run", map[string]any{"image": "python", "lang": "python", "code": "print(6*7)"})
 	assert.Equal(t, run["stdout"], "42\n")
 }
 
@@ -124,19 +125,19 @@ func TestAdaptersFunctionErrors(t *testing.T) {
 		{FnStop, map[string]any{"adapter": "never-started"}, CodeNotStarted},
 		{FnRestart, map[string]any{"adapter": "never-started"}, CodeNotStarted},
 	} {
-		_, err := te.call(t, tc.fn, tc.in)
+		_, err := te.Call(t, tc.fn, tc.in)
 		assert.Equal(t, codeOf(err), tc.code, "%s %v: %v", tc.fn, tc.in, err)
 	}
-	_, err := te.call(t, FnStart, map[string]any{"adapter": "sandbox-nowhere"})
+	_, err := te.Call(t, FnStart, map[string]any{"adapter": "sandbox-nowhere"})
 	assert.Check(t, is.Contains(err.Error(), ".iii/plugins/sandbox-nowhere"), "the error says where the host looked")
 
-	_, err = te.call(t, FnStart, map[string]any{"adapter": "y", "path": notPlugin})
+	_, err = te.Call(t, FnStart, map[string]any{"adapter": "y", "path": notPlugin})
 	assert.Equal(t, codeOf(err), CodeStartFailed)
 	assert.Check(t, is.Contains(err.Error(), "I am no plugin"), "the adapter's last words explain the failure")
 	st := te.status(t, "y", "default")
 	assert.Equal(t, st["state"], "failed")
-	_, err = te.call(t, "y::catalog::list", nil)
-	assert.Equal(t, sandboxErr(t, err).Code, contract.S301)
+	_, err = te.Call(t, "y::catalog::list", nil)
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S301)
 }
 
 // A bad configuration value fails closed: the adapter exits at start,
@@ -145,7 +146,7 @@ func TestAdaptersFunctionErrors(t *testing.T) {
 func TestConfigRejected(t *testing.T) {
 	te := newEnv(t, Options{})
 	bad := hostdirConfig(t, map[string]any{"max_concurrent_sandboxes": "many"})
-	_, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "namespace": "tools", "path": testBin(t, "sandbox-hostdir"), "config": bad})
+	_, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "namespace": "tools", "path": testBins.Path(t, "sandbox-hostdir"), "config": bad})
 	assert.Equal(t, codeOf(err), CodeConfigRejected, "%v", err)
 	assert.Check(t, is.Contains(err.Error(), "max_concurrent_sandboxes"))
 
@@ -153,24 +154,24 @@ func TestConfigRejected(t *testing.T) {
 	assert.Equal(t, st["state"], "failed")
 	assert.Check(t, is.Contains(st["last_error"].(string), "max_concurrent_sandboxes"))
 	assert.Check(t, st["pid"] == nil)
-	assert.Equal(t, len(adapterProcesses(testBinDir)), 0, "the adapter exited")
+	assert.Equal(t, len(adapterProcesses()), 0, "the adapter exited")
 
-	_, err = te.call(t, "sandbox-hostdir::catalog::list", map[string]any{}, client.WithNamespace("tools"))
-	se := sandboxErr(t, err)
+	_, err = te.Call(t, "sandbox-hostdir::catalog::list", map[string]any{}, client.WithNamespace("tools"))
+	se := enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Code, contract.S301)
 	assert.Check(t, is.Contains(se.Message, "max_concurrent_sandboxes"), "callers get the reason")
 	assert.Check(t, is.Contains(se.Message, `namespace "tools"`))
 	assert.Check(t, is.Contains(se.Message, "engine::adapters::restart"))
 
 	// Restart without config keeps the bad value: still refused.
-	_, err = te.call(t, FnRestart, map[string]any{"adapter": "sandbox-hostdir", "namespace": "tools"})
+	_, err = te.Call(t, FnRestart, map[string]any{"adapter": "sandbox-hostdir", "namespace": "tools"})
 	assert.Equal(t, codeOf(err), CodeConfigRejected)
 
 	good := hostdirConfig(t, map[string]any{"max_concurrent_sandboxes": 4})
-	out, err := te.call(t, FnRestart, map[string]any{"adapter": "sandbox-hostdir", "namespace": "tools", "config": good})
+	out, err := te.Call(t, FnRestart, map[string]any{"adapter": "sandbox-hostdir", "namespace": "tools", "config": good})
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(string(out), `"state":"running"`))
-	cat := te.mustCall(t, "sandbox-hostdir::catalog::list", map[string]any{}, client.WithNamespace("tools"))
+	cat := te.MustCall(t, "sandbox-hostdir::catalog::list", map[string]any{}, client.WithNamespace("tools"))
 	assert.Assert(t, len(cat["images"].([]any)) > 0)
 }
 
@@ -181,16 +182,16 @@ func TestIncompatibleMajorPlugin(t *testing.T) {
 	for _, name := range []string{"sandbox-major2", "sandbox-infomajor"} {
 		t.Run(name, func(t *testing.T) {
 			te := newEnv(t, Options{})
-			_, err := te.start(t, map[string]any{"adapter": name, "path": testBin(t, name), "config": hostdirConfig(t, nil)})
+			_, err := te.start(t, map[string]any{"adapter": name, "path": testBins.Path(t, name), "config": hostdirConfig(t, nil)})
 			assert.Equal(t, codeOf(err), CodeIncompatible, "%v", err)
 			st := te.status(t, name, "default")
 			assert.Equal(t, st["state"], "incompatible")
 			assert.Check(t, is.Contains(st["last_error"].(string), "install an adapter release for contract major 1"))
-			_, err = te.call(t, name+"::exec", map[string]any{"sandbox_id": "1b4e6709-f265-4142-9178-3a7d83b46aa5", "cmd": "true"})
-			se := sandboxErr(t, err)
+			_, err = te.Call(t, name+"::exec", map[string]any{"sandbox_id": "1b4e6709-f265-4142-9178-3a7d83b46aa5", "cmd": "true"})
+			se := enginetest.SandboxError(t, err)
 			assert.Equal(t, se.Code, contract.S302)
 			assert.Equal(t, se.Retryable, false)
-			assert.Equal(t, len(adapterProcesses(testBinDir)), 0)
+			assert.Equal(t, len(adapterProcesses()), 0)
 		})
 	}
 }
@@ -200,20 +201,20 @@ func TestIncompatibleMajorPlugin(t *testing.T) {
 // the file is small UTF-8. A large file streams through.
 func TestFsStreaming(t *testing.T) {
 	te := newEnv(t, Options{})
-	_, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBin(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
+	_, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBins.Path(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
 	assert.NilError(t, err)
-	sb := te.mustCall(t, "sandbox-hostdir::create", map[string]any{"image": "shell"})
+	sb := te.MustCall(t, "sandbox-hostdir::create", map[string]any{"image": "shell"})
 	id := sb["sandbox_id"].(string)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 
 	readFile := func(path string) (map[string]any, []byte) {
 		t.Helper()
-		res := te.mustCall(t, "sandbox-hostdir::fs::read", map[string]any{"sandbox_id": id, "path": path})
+		res := te.MustCall(t, "sandbox-hostdir::fs::read", map[string]any{"sandbox_id": id, "path": path})
 		var ref protocol.StreamChannelRef
 		b, _ := json.Marshal(res["content"])
 		assert.NilError(t, json.Unmarshal(b, &ref))
-		r, err := te.cl.OpenChannelReader(ctx, ref)
+		r, err := te.Client.OpenChannelReader(ctx, ref)
 		assert.NilError(t, err)
 		defer r.Close()
 		data, err := io.ReadAll(r)
@@ -221,13 +222,13 @@ func TestFsStreaming(t *testing.T) {
 		return res, data
 	}
 
-	te.mustCall(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/a.txt", "content": "héllo\n"})
+	te.MustCall(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/a.txt", "content": "héllo\n"})
 	res, data := readFile("/home/a.txt")
 	assert.Equal(t, res["body"], "héllo\n")
 	assert.Equal(t, string(data), "héllo\n")
 	assert.Equal(t, res["size"], float64(len("héllo\n")))
 
-	te.mustCall(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/b.bin", "content_b64": "AAEC/w=="})
+	te.MustCall(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/b.bin", "content_b64": "AAEC/w=="})
 	res, data = readFile("/home/b.bin")
 	assert.Check(t, res["body"] == nil, "binary is never inlined")
 	assert.DeepEqual(t, data, []byte{0, 1, 2, 0xff})
@@ -235,11 +236,11 @@ func TestFsStreaming(t *testing.T) {
 	// 3 MiB streamed in through a channel from a WebSocket writer.
 	big := make([]byte, 3<<20+123)
 	_, _ = rand.Read(big)
-	wref, rref, err := te.cl.CreateChannel(ctx, 0)
+	wref, rref, err := te.Client.CreateChannel(ctx, 0)
 	assert.NilError(t, err)
 	done := make(chan error, 1)
 	go func() {
-		w, err := te.cl.OpenChannelWriter(ctx, wref)
+		w, err := te.Client.OpenChannelWriter(ctx, wref)
 		if err != nil {
 			done <- err
 			return
@@ -250,7 +251,7 @@ func TestFsStreaming(t *testing.T) {
 		}
 		done <- w.Close()
 	}()
-	wr := te.mustCall(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/big.bin", "content": rref})
+	wr := te.MustCall(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/big.bin", "content": rref})
 	assert.NilError(t, <-done)
 	assert.Equal(t, wr["bytes_written"], float64(len(big)))
 	res, data = readFile("/home/big.bin")
@@ -261,30 +262,30 @@ func TestFsStreaming(t *testing.T) {
 	// A text file just under the inline limit is inlined; at the limit it
 	// is not.
 	under := strings.Repeat("x", contract.InlineBodyLimit-1)
-	te.mustCall(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/under.txt", "content": under})
+	te.MustCall(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/under.txt", "content": under})
 	res, data = readFile("/home/under.txt")
 	assert.Equal(t, res["body"], under)
 	assert.Equal(t, len(data), len(under))
-	te.mustCall(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/at.txt", "content": under + "x"})
+	te.MustCall(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/at.txt", "content": under + "x"})
 	res, data = readFile("/home/at.txt")
 	assert.Check(t, res["body"] == nil)
 	assert.Equal(t, len(data), contract.InlineBodyLimit)
 
 	// A channel ref that cannot be read is the request's fault: S210.
-	_, err = te.call(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/x", "content": rref})
-	se := sandboxErr(t, err)
+	_, err = te.Call(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/x", "content": rref})
+	se := enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Code, contract.S210)
 	assert.Check(t, is.Contains(se.Message, "cannot be read"))
 
 	// A missing file is the adapter's S211.
-	_, err = te.call(t, "sandbox-hostdir::fs::read", map[string]any{"sandbox_id": id, "path": "/home/missing"})
-	assert.Equal(t, sandboxErr(t, err).Code, contract.S211)
+	_, err = te.Call(t, "sandbox-hostdir::fs::read", map[string]any{"sandbox_id": id, "path": "/home/missing"})
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S211)
 }
 
 // A crashed adapter is relaunched and republished with its new PID.
 func TestCrashRelaunch(t *testing.T) {
 	te := newEnv(t, Options{})
-	st, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBin(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
+	st, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBins.Path(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
 	assert.NilError(t, err)
 	pid := int(st["pid"].(float64))
 	assert.NilError(t, syscall.Kill(pid, syscall.SIGKILL))
@@ -295,18 +296,18 @@ func TestCrashRelaunch(t *testing.T) {
 	s, _ := te.host.Lookup("sandbox-hostdir", "default")
 	assert.Equal(t, s.Restarts, 1)
 	assert.Equal(t, s.LastError, "", "last_error is cleared once running")
-	wi := te.mustCall(t, engine.FnWorkersInfo, map[string]any{"name": "sandbox-hostdir"})
+	wi := te.MustCall(t, engine.FnWorkersInfo, map[string]any{"name": "sandbox-hostdir"})
 	assert.Equal(t, wi["worker"].(map[string]any)["pid"], float64(s.PID), "republished with the new PID")
-	run := te.mustCall(t, "sandbox-hostdir::run", map[string]any{"image": "python", "lang": "python", "code": "print(2+2)"})
+	run := te.MustCall(t, "sandbox-hostdir::run", map[string]any{"image": "python", "lang": "python", "code": "print(2+2)"})
 	assert.Equal(t, run["stdout"], "4\n")
-	assert.Check(t, is.Contains(te.logs.String(), "sandbox adapter died; relaunching"))
+	assert.Check(t, is.Contains(te.Logs.String(), "sandbox adapter died; relaunching"))
 }
 
 // An adapter that stops answering (SIGSTOP) fails its health checks and
 // is killed and relaunched.
 func TestHungAdapterRelaunched(t *testing.T) {
 	te := newEnv(t, Options{PingInterval: 100 * time.Millisecond})
-	st, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBin(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
+	st, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBins.Path(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
 	assert.NilError(t, err)
 	pid := int(st["pid"].(float64))
 	assert.NilError(t, syscall.Kill(pid, syscall.SIGSTOP))
@@ -314,8 +315,8 @@ func TestHungAdapterRelaunched(t *testing.T) {
 		s, _ := te.host.Lookup("sandbox-hostdir", "default")
 		return s.State == StateRunning && s.PID != pid && s.PID != 0
 	})
-	assert.Check(t, is.Contains(te.logs.String(), "health check failed"))
-	run := te.mustCall(t, "sandbox-hostdir::catalog::list", map[string]any{})
+	assert.Check(t, is.Contains(te.Logs.String(), "health check failed"))
+	run := te.MustCall(t, "sandbox-hostdir::catalog::list", map[string]any{})
 	assert.Assert(t, run["images"] != nil)
 }
 
@@ -324,25 +325,25 @@ func TestHungAdapterRelaunched(t *testing.T) {
 func TestCloseStopsEverything(t *testing.T) {
 	te := newEnv(t, Options{})
 	for _, ns := range []string{"a", "b"} {
-		_, err := te.host.Start(context.Background(), StartRequest{Adapter: "sandbox-hostdir", Namespace: ns, Path: testBin(t, "sandbox-hostdir"),
+		_, err := te.host.Start(context.Background(), StartRequest{Adapter: "sandbox-hostdir", Namespace: ns, Path: testBins.Path(t, "sandbox-hostdir"),
 			Config: mustJSON(t, hostdirConfig(t, nil))})
 		assert.NilError(t, err)
 	}
-	_, err := te.host.Start(context.Background(), StartRequest{Adapter: "sandbox-althost", Path: testBin(t, "sandbox-althost"),
+	_, err := te.host.Start(context.Background(), StartRequest{Adapter: "sandbox-althost", Path: testBins.Path(t, "sandbox-althost"),
 		Config: json.RawMessage(`{"image_allowlist":["python"],"state_dir":"` + t.TempDir() + `"}`)})
 	assert.NilError(t, err)
 	list := te.host.List()
 	assert.Equal(t, len(list), 3)
 	assert.Equal(t, list[0].Namespace+"/"+list[0].Adapter, "a/sandbox-hostdir", "sorted by namespace, then name")
-	assert.Equal(t, len(adapterProcesses(testBinDir)), 3)
+	assert.Equal(t, len(adapterProcesses()), 3)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	assert.NilError(t, te.host.Close(ctx))
-	assert.Equal(t, len(adapterProcesses(testBinDir)), 0)
+	assert.Equal(t, len(adapterProcesses()), 0)
 	for _, s := range te.host.List() {
 		assert.Equal(t, s.State, StateStopped)
 	}
-	_, err = te.host.Start(ctx, StartRequest{Adapter: "sandbox-hostdir", Path: testBin(t, "sandbox-hostdir")})
+	_, err = te.host.Start(ctx, StartRequest{Adapter: "sandbox-hostdir", Path: testBins.Path(t, "sandbox-hostdir")})
 	assert.Equal(t, codeOf(err), CodeStopping)
 }
 
@@ -357,10 +358,10 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 // directory, so swapping adapters by name changes which binary runs it.
 func TestAltHostInterpreter(t *testing.T) {
 	te := newEnv(t, Options{})
-	_, err := te.start(t, map[string]any{"adapter": "sandbox-althost", "path": testBin(t, "sandbox-althost"), "config": hostdirConfig(t, nil)})
+	_, err := te.start(t, map[string]any{"adapter": "sandbox-althost", "path": testBins.Path(t, "sandbox-althost"), "config": hostdirConfig(t, nil)})
 	assert.NilError(t, err)
-	info := te.mustCall(t, "sandbox-althost::adapter::info", nil)
+	info := te.MustCall(t, "sandbox-althost::adapter::info", nil)
 	dir := info["interpreter_dir"].(string)
-	run := te.mustCall(t, "sandbox-althost::run", map[string]any{"image": "python", "lang": "python", "code": "import os; print(os.environ['ALTHOST_VIA'])"})
+	run := te.MustCall(t, "sandbox-althost::run", map[string]any{"image": "python", "lang": "python", "code": "import os; print(os.environ['ALTHOST_VIA'])"})
 	assert.Equal(t, run["stdout"], filepath.Join(dir, "python3")+"\n")
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -43,7 +44,7 @@ func readProgress(ctx context.Context, r *client.ChannelReader) ([]contract.Prog
 // reply arrives. Either end of the channel is accepted.
 func TestProgressChannel(t *testing.T) {
 	te := newEnv(t, Options{})
-	_, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBin(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
+	_, err := te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBins.Path(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
 	assert.NilError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -61,9 +62,9 @@ func TestProgressChannel(t *testing.T) {
 			func(w, _ protocol.StreamChannelRef) protocol.StreamChannelRef { return w }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wref, rref, err := te.cl.CreateChannel(ctx, 0)
+			wref, rref, err := te.Client.CreateChannel(ctx, 0)
 			assert.NilError(t, err)
-			r, err := te.cl.OpenChannelReader(ctx, rref)
+			r, err := te.Client.OpenChannelReader(ctx, rref)
 			assert.NilError(t, err)
 			defer r.Close()
 			type result struct {
@@ -77,7 +78,7 @@ func TestProgressChannel(t *testing.T) {
 			}()
 
 			tc.payload["progress"] = tc.pass(wref, rref)
-			out := te.mustCall(t, tc.fn, tc.payload)
+			out := te.MustCall(t, tc.fn, tc.payload)
 			got := <-read
 			assert.NilError(t, got.err)
 			id, _ := out["sandbox_id"].(string)
@@ -89,24 +90,24 @@ func TestProgressChannel(t *testing.T) {
 	}
 
 	t.Run("a channel that cannot be written is S001", func(t *testing.T) {
-		_, err := te.call(t, "sandbox-hostdir::create", map[string]any{"image": "shell",
+		_, err := te.Call(t, "sandbox-hostdir::create", map[string]any{"image": "shell",
 			"progress": map[string]any{"channel_id": "nope", "access_key": "nope", "direction": "write"}})
-		se := sandboxErr(t, err)
+		se := enginetest.SandboxError(t, err)
 		assert.Equal(t, se.Code, contract.S001)
 		assert.Check(t, is.Contains(se.Message, "progress channel"))
 	})
 
 	t.Run("a malformed progress field is S001", func(t *testing.T) {
-		_, err := te.call(t, "sandbox-hostdir::run", map[string]any{"image": "shell", "lang": "sh", "code": "true", "progress": true})
-		assert.Equal(t, sandboxErr(t, err).Code, contract.S001)
+		_, err := te.Call(t, "sandbox-hostdir::run", map[string]any{"image": "shell", "lang": "sh", "code": "true", "progress": true})
+		assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S001)
 	})
 
 	t.Run("nobody reads the channel", func(t *testing.T) {
 		// The reply still comes: the host never waits on the caller's
 		// reading for long.
-		wref, _, err := te.cl.CreateChannel(ctx, 0)
+		wref, _, err := te.Client.CreateChannel(ctx, 0)
 		assert.NilError(t, err)
-		out := te.mustCall(t, "sandbox-hostdir::create", map[string]any{"image": "shell", "progress": wref})
+		out := te.MustCall(t, "sandbox-hostdir::create", map[string]any{"image": "shell", "progress": wref})
 		assert.Check(t, out["sandbox_id"] != "")
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -39,28 +40,28 @@ func libkrunConfig(t *testing.T, root string) map[string]any {
 func TestWorkerFunctionsPublished(t *testing.T) {
 	te := newEnv(t, Options{})
 	root := t.TempDir()
-	st, err := te.start(t, map[string]any{"adapter": "sandbox-libkrun", "path": testBin(t, "sandbox-libkrun"), "config": libkrunConfig(t, root)})
+	st, err := te.start(t, map[string]any{"adapter": "sandbox-libkrun", "path": testBins.Path(t, "sandbox-libkrun"), "config": libkrunConfig(t, root)})
 	assert.NilError(t, err)
 	assert.Equal(t, st["state"], "running")
 
-	wi := te.mustCall(t, engine.FnWorkersInfo, map[string]any{"name": "sandbox-libkrun"})
+	wi := te.MustCall(t, engine.FnWorkersInfo, map[string]any{"name": "sandbox-libkrun"})
 	assert.Equal(t, len(wi["functions"].([]any)), 23, "16 ops, adapter::info and 6 worker::*")
 	for _, op := range contract.WorkerOps() {
-		fi := te.mustCall(t, engine.FnFunctionsInfo, map[string]any{"function_id": "sandbox-libkrun::" + op})
+		fi := te.MustCall(t, engine.FnFunctionsInfo, map[string]any{"function_id": "sandbox-libkrun::" + op})
 		assert.Assert(t, fi["request_schema"] != nil && fi["response_schema"] != nil, op)
 	}
-	info := te.mustCall(t, "sandbox-libkrun::adapter::info", map[string]any{})
+	info := te.MustCall(t, "sandbox-libkrun::adapter::info", map[string]any{})
 	assert.DeepEqual(t, info["capabilities"], []any{contract.CapabilityWorker})
 	assert.DeepEqual(t, info["host_roots"], []any{root})
 
-	list := te.mustCall(t, "sandbox-libkrun::worker::list", nil)
+	list := te.MustCall(t, "sandbox-libkrun::worker::list", nil)
 	assert.DeepEqual(t, list, map[string]any{"workers": []any{}})
 
 	outside := t.TempDir()
 	start := map[string]any{"vm_id": "proj-default-api", "name": "api", "image": "node", "host_dir": outside,
 		"command": "node index.mjs", "engine_url": "ws://127.0.0.1:49134"}
-	_, err = te.call(t, "sandbox-libkrun::worker::start", start)
-	se := sandboxErr(t, err)
+	_, err = te.Call(t, "sandbox-libkrun::worker::start", start)
+	se := enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Code, contract.S501)
 	assert.Check(t, is.Contains(se.Message, outside))
 	assert.Check(t, is.Contains(se.Message, root), "the message names the roots")
@@ -72,23 +73,23 @@ func TestWorkerFunctionsPublished(t *testing.T) {
 	link := filepath.Join(root, "escape")
 	assert.NilError(t, os.Symlink(outside, link))
 	start["host_dir"] = link
-	_, err = te.call(t, "sandbox-libkrun::worker::start", start)
-	assert.Equal(t, sandboxErr(t, err).Code, contract.S501)
+	_, err = te.Call(t, "sandbox-libkrun::worker::start", start)
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S501)
 
 	// Requests are decoded by the host before they reach the adapter.
-	_, err = te.call(t, "sandbox-libkrun::worker::start", map[string]any{"vm_id": "Bad/Id"})
-	se = sandboxErr(t, err)
+	_, err = te.Call(t, "sandbox-libkrun::worker::start", map[string]any{"vm_id": "Bad/Id"})
+	se = enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Code, contract.S001)
 	assert.Check(t, is.Contains(se.Message, "invalid worker::start request"))
-	_, err = te.call(t, "sandbox-libkrun::worker::status", map[string]any{"vm_id": "never-started"})
-	assert.Equal(t, sandboxErr(t, err).Code, contract.S002)
-	rm := te.mustCall(t, "sandbox-libkrun::worker::remove", map[string]any{"vm_id": "never-started"})
+	_, err = te.Call(t, "sandbox-libkrun::worker::status", map[string]any{"vm_id": "never-started"})
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S002)
+	rm := te.MustCall(t, "sandbox-libkrun::worker::remove", map[string]any{"vm_id": "never-started"})
 	assert.Equal(t, rm["removed"], false)
 
 	// The hostdir example adapter has no worker side: nothing published.
-	_, err = te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBin(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
+	_, err = te.start(t, map[string]any{"adapter": "sandbox-hostdir", "path": testBins.Path(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)})
 	assert.NilError(t, err)
-	_, err = te.call(t, "sandbox-hostdir::worker::list", nil)
+	_, err = te.Call(t, "sandbox-hostdir::worker::list", nil)
 	assert.Equal(t, codeOf(err), protocol.CodeFunctionNotFound)
 }
 
@@ -98,10 +99,10 @@ func TestWorkerFunctionsWhileDown(t *testing.T) {
 	te := newEnv(t, Options{})
 	cfg := libkrunConfig(t, t.TempDir())
 	cfg["host_roots"] = "not a list"
-	_, err := te.start(t, map[string]any{"adapter": "sandbox-libkrun", "namespace": "proj", "path": testBin(t, "sandbox-libkrun"), "config": cfg})
+	_, err := te.start(t, map[string]any{"adapter": "sandbox-libkrun", "namespace": "proj", "path": testBins.Path(t, "sandbox-libkrun"), "config": cfg})
 	assert.Equal(t, codeOf(err), CodeConfigRejected, "%v", err)
-	_, err = te.call(t, "sandbox-libkrun::worker::list", nil, client.WithNamespace("proj"))
-	se := sandboxErr(t, err)
+	_, err = te.Call(t, "sandbox-libkrun::worker::list", nil, client.WithNamespace("proj"))
+	se := enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Code, contract.S301)
 	assert.Check(t, is.Contains(se.Message, "host_roots"))
 }
@@ -111,7 +112,7 @@ func TestWorkerFunctionsWhileDown(t *testing.T) {
 func TestEngineTokenGuardsAdapters(t *testing.T) {
 	const token = "tok-6f1c2a9e8b7d"
 	te := newEnv(t, Options{Token: func() string { return token }})
-	in := map[string]any{"adapter": "sandbox-hostdir", "path": testBin(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)}
+	in := map[string]any{"adapter": "sandbox-hostdir", "path": testBins.Path(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)}
 
 	for _, tc := range []struct {
 		name string
@@ -131,7 +132,7 @@ func TestEngineTokenGuardsAdapters(t *testing.T) {
 			if tc.tok != nil {
 				req["token"] = tc.tok
 			}
-			_, err := te.call(t, FnStart, req)
+			_, err := te.Call(t, FnStart, req)
 			assert.Equal(t, codeOf(err), CodeUnauthorized)
 			assert.Check(t, is.Contains(err.Error(), tc.want))
 			assert.Check(t, !strings.Contains(err.Error(), token), "the error never shows the token")
@@ -144,14 +145,14 @@ func TestEngineTokenGuardsAdapters(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, st["state"], "running")
 
-	out, err := te.call(t, FnList, map[string]any{})
+	out, err := te.Call(t, FnList, map[string]any{})
 	assert.NilError(t, err)
 	assert.Check(t, !strings.Contains(string(out), token))
 
 	for _, fn := range []string{FnRestart, FnStop} {
-		_, err = te.call(t, fn, map[string]any{"adapter": "sandbox-hostdir"})
+		_, err = te.Call(t, fn, map[string]any{"adapter": "sandbox-hostdir"})
 		assert.Equal(t, codeOf(err), CodeUnauthorized, fn)
-		_, err = te.call(t, fn, map[string]any{"adapter": "sandbox-hostdir", "token": token})
+		_, err = te.Call(t, fn, map[string]any{"adapter": "sandbox-hostdir", "token": token})
 		assert.NilError(t, err, fn)
 	}
 }

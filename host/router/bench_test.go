@@ -21,7 +21,7 @@ func BenchmarkRouterHop(b *testing.B) {
 	for _, fn := range []string{"sandbox-hostdir::catalog::list", "sandbox::catalog::list"} {
 		b.Run(fn, func(b *testing.B) {
 			for b.Loop() {
-				if _, err := te.eng.Invoke(ctx, "", fn, json.RawMessage(`{}`)); err != nil {
+				if _, err := te.Engine.Invoke(ctx, "", fn, json.RawMessage(`{}`)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -16,6 +16,8 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/host/pluginhost"
+	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -27,15 +29,15 @@ func TestSwapByName(t *testing.T) {
 	for _, adapter := range []string{"sandbox-hostdir", "sandbox-althost"} {
 		t.Run(adapter, func(t *testing.T) {
 			assert.NilError(t, te.router.Bind(adapter, "sbx"))
-			run := te.mustCall(t, "sandbox::run", map[string]any{"image": "python", "lang": "python", "code": "print(2+2)", "keep_sandbox": true})
+			run := te.MustCall(t, "sandbox::run", map[string]any{"image": "python", "lang": "python", "code": "print(2+2)", "keep_sandbox": true})
 			assert.Equal(t, run["stdout"], "4\n")
 			assert.Equal(t, run["success"], true)
 			// The sandbox it kept lives in the bound adapter.
 			id := run["sandbox_id"].(string)
-			out, err := te.cl.Call(context.Background(), contract.AdapterFunctionID(adapter, contract.OpList), map[string]any{}, client.WithNamespace("sbx"))
+			out, err := te.Client.Call(context.Background(), contract.AdapterFunctionID(adapter, contract.OpList), map[string]any{}, client.WithNamespace("sbx"))
 			assert.NilError(t, err)
 			assert.Check(t, is.Contains(string(out), id))
-			stop := te.mustCall(t, "sandbox::stop", map[string]any{"sandbox_id": id, "wait": true})
+			stop := te.MustCall(t, "sandbox::stop", map[string]any{"sandbox_id": id, "wait": true})
 			assert.Equal(t, stop["stopped"], true)
 		})
 	}
@@ -44,12 +46,12 @@ func TestSwapByName(t *testing.T) {
 func TestUnboundIsS303(t *testing.T) {
 	te := newEnv(t, nil)
 	for _, op := range contract.Ops() {
-		_, err := te.call(t, contract.RouterFunctionID(op), map[string]any{})
-		se := sandboxErr(t, err)
+		_, err := te.Call(t, contract.RouterFunctionID(op), map[string]any{})
+		se := enginetest.SandboxError(t, err)
 		assert.Equal(t, se.Code, contract.S303, "%s", op)
 	}
-	_, err := te.call(t, "sandbox::list", nil)
-	se := sandboxErr(t, err)
+	_, err := te.Call(t, "sandbox::list", nil)
+	se := enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Type, contract.TypeConfig)
 	assert.Check(t, is.Contains(se.Message, "`sandbox:`"))
 	assert.Check(t, is.Contains(se.Message, "iii compose --up"))
@@ -58,22 +60,22 @@ func TestUnboundIsS303(t *testing.T) {
 
 func TestBoundNotRunningIsS301(t *testing.T) {
 	te := newEnv(t, func() (Binding, bool) { return Binding{Adapter: "sandbox-libkrun", Namespace: "dev"}, true })
-	_, err := te.call(t, "sandbox::create", map[string]any{"image": "python"})
-	se := sandboxErr(t, err)
+	_, err := te.Call(t, "sandbox::create", map[string]any{"image": "python"})
+	se := enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Code, contract.S301)
 	assert.Equal(t, se.Retryable, true)
 	for _, want := range []string{`namespace "dev"`, `"sandbox-libkrun"`, "iii call compose::add worker=iii-sandbox",
-		"iii compose --up --namespace dev --engine " + te.url, "engine::adapters::start adapter=sandbox-libkrun namespace=dev"} {
+		"iii compose --up --namespace dev --engine " + te.URL, "engine::adapters::start adapter=sandbox-libkrun namespace=dev"} {
 		assert.Check(t, is.Contains(se.Message, want))
 	}
 
 	// Running in another namespace does not count.
 	te.startAdapter(t, "sandbox-hostdir", "default", nil)
 	assert.NilError(t, te.router.Bind("sandbox-hostdir", "dev"))
-	_, err = te.call(t, "sandbox::list", nil)
-	assert.Equal(t, sandboxErr(t, err).Code, contract.S301)
+	_, err = te.Call(t, "sandbox::list", nil)
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S301)
 	assert.NilError(t, te.router.Bind("sandbox-hostdir", ""))
-	list := te.mustCall(t, "sandbox::list", nil)
+	list := te.MustCall(t, "sandbox::list", nil)
 	assert.DeepEqual(t, list, map[string]any{"sandboxes": []any{}})
 }
 
@@ -99,8 +101,8 @@ func TestBindingSources(t *testing.T) {
 	b, _ = te.router.Binding()
 	assert.Equal(t, b.Adapter, "from-config")
 	cfg.Store(nil)
-	_, err := te.call(t, "sandbox::list", nil)
-	assert.Equal(t, sandboxErr(t, err).Code, contract.S303, "a removed section unbinds")
+	_, err := te.Call(t, "sandbox::list", nil)
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S303, "a removed section unbinds")
 
 	for _, bad := range []struct{ adapter, ns, code string }{
 		{"Bad Name", "", CodeInvalidBinding},
@@ -118,7 +120,7 @@ func TestKillDuringInFlightCalls(t *testing.T) {
 	te := newEnv(t, nil)
 	st := te.startAdapter(t, "sandbox-hostdir", "default", map[string]any{"max_concurrent_exec_per_sandbox": 64})
 	assert.NilError(t, te.router.Bind("sandbox-hostdir", "default"))
-	sb := te.mustCall(t, "sandbox::create", map[string]any{"image": "shell"})
+	sb := te.MustCall(t, "sandbox::create", map[string]any{"image": "shell"})
 	id := sb["sandbox_id"].(string)
 
 	const calls = 50
@@ -131,12 +133,12 @@ func TestKillDuringInFlightCalls(t *testing.T) {
 	defer cancel()
 	for range calls {
 		go func() {
-			_, err := te.cl.Call(ctx, "sandbox::exec", map[string]any{"sandbox_id": id, "cmd": "sleep 5"})
+			_, err := te.Client.Call(ctx, "sandbox::exec", map[string]any{"sandbox_id": id, "cmd": "sleep 5"})
 			results <- outcome{err, time.Now()}
 		}()
 	}
 	pollUntil(t, "50 execs in flight", waitFor, func() bool {
-		l := te.mustCall(t, "sandbox::list", nil)
+		l := te.MustCall(t, "sandbox::list", nil)
 		for _, s := range l["sandboxes"].([]any) {
 			if e := s.(map[string]any); e["sandbox_id"] == id {
 				return e["exec_in_flight"] == float64(calls)
@@ -151,21 +153,21 @@ func TestKillDuringInFlightCalls(t *testing.T) {
 		o := <-results
 		// sleep 5 cannot finish in time, so every caller gets S301.
 		assert.Assert(t, o.err != nil, "an exec of sleep 5 answered within a second of the kill")
-		assert.Equal(t, sandboxErr(t, o.err).Code, contract.S301, "%v", o.err)
+		assert.Equal(t, enginetest.SandboxError(t, o.err).Code, contract.S301, "%v", o.err)
 		assert.Assert(t, o.at.Sub(killed) <= time.Second, "a caller waited %v after the kill", o.at.Sub(killed))
 	}
 	pollUntil(t, "adapter back", 2*time.Second-time.Since(killed), func() bool {
 		s, _ := te.host.Lookup("sandbox-hostdir", "default")
 		return s.State == pluginhost.StateRunning && s.PID != st.PID && te.host.Hosted("sandbox-hostdir", "default")
 	})
-	run := te.mustCall(t, "sandbox::run", map[string]any{"image": "python", "lang": "python", "code": "print(2+2)"})
+	run := te.MustCall(t, "sandbox::run", map[string]any{"image": "python", "lang": "python", "code": "print(2+2)"})
 	assert.Equal(t, run["stdout"], "4\n")
 
 	ctx2, cancel2 := context.WithTimeout(context.Background(), waitFor)
 	defer cancel2()
 	assert.NilError(t, te.host.Close(ctx2))
-	assert.NilError(t, te.eng.Close(ctx2))
-	assert.Equal(t, len(adapterProcesses(testBinDir)), 0, "no adapter process remains once the engine stopped")
+	assert.NilError(t, te.Engine.Close(ctx2))
+	assert.Equal(t, len(adapterProcesses()), 0, "no adapter process remains once the engine stopped")
 }
 
 // The router forwards the payload untouched and passes the adapter's
@@ -175,7 +177,7 @@ func TestForwardsUnchanged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	adapterErr := &protocol.ErrorBody{Code: "S100", Message: `{"type":"config","code":"S100","message":"image q is not allowed","docs_url":"x","retryable":false,"fix":null,"fix_note":"pick one"}`}
-	w, err := client.Dial(ctx, te.url, client.Options{Name: "echo-adapter", Namespace: "tools", IgnoreEnv: true, Reconnect: client.ReconnectPolicy{Disable: true}})
+	w, err := client.Dial(ctx, te.URL, client.Options{Name: "echo-adapter", Namespace: "tools", IgnoreEnv: true, Reconnect: client.ReconnectPolicy{Disable: true}})
 	assert.NilError(t, err)
 	defer w.Close(context.Background())
 	got := make(chan json.RawMessage, 1)
@@ -193,7 +195,7 @@ func TestForwardsUnchanged(t *testing.T) {
 	assert.NilError(t, te.router.Bind("echo", "tools"))
 
 	payload := `{"image":"q","weird":[1,{"a":null}],"n":1.5}`
-	out, err := te.cl.Call(ctx, "sandbox::create", json.RawMessage(payload))
+	out, err := te.Client.Call(ctx, "sandbox::create", json.RawMessage(payload))
 	assert.NilError(t, err)
 	assert.Equal(t, string(out), `{"sandbox_id":"s","image":"q","extra":[1,2]}`)
 	var sent, want map[string]any
@@ -202,7 +204,7 @@ func TestForwardsUnchanged(t *testing.T) {
 	want["_caller_worker_id"] = sent["_caller_worker_id"] // added by the engine on the caller's hop, not by the router
 	assert.DeepEqual(t, sent, want)
 
-	_, err = te.call(t, "sandbox::stop", map[string]any{"sandbox_id": "s"})
+	_, err = te.Call(t, "sandbox::stop", map[string]any{"sandbox_id": "s"})
 	var eb *protocol.ErrorBody
 	assert.Assert(t, errors.As(err, &eb))
 	assert.DeepEqual(t, eb, adapterErr)
@@ -213,7 +215,7 @@ func TestAdapterGoneMidCall(t *testing.T) {
 	te := newEnv(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	w, err := client.Dial(ctx, te.url, client.Options{Name: "slow-adapter", IgnoreEnv: true, Reconnect: client.ReconnectPolicy{Disable: true}})
+	w, err := client.Dial(ctx, te.URL, client.Options{Name: "slow-adapter", IgnoreEnv: true, Reconnect: client.ReconnectPolicy{Disable: true}})
 	assert.NilError(t, err)
 	entered := make(chan struct{}, 1)
 	assert.NilError(t, register(t, w, client.FunctionDef{ID: "slow::adapter::info"}, func(context.Context, *client.Invocation) (any, error) {
@@ -228,12 +230,12 @@ func TestAdapterGoneMidCall(t *testing.T) {
 	assert.NilError(t, te.router.Bind("slow", ""))
 	res := make(chan error, 1)
 	go func() {
-		_, err := te.call(t, "sandbox::exec", map[string]any{"sandbox_id": "x", "cmd": "true"})
+		_, err := te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": "x", "cmd": "true"})
 		res <- err
 	}()
 	<-entered
 	assert.NilError(t, w.Close(ctx))
-	se := sandboxErr(t, <-res)
+	se := enginetest.SandboxError(t, <-res)
 	assert.Equal(t, se.Code, contract.S301)
 	assert.Check(t, is.Contains(se.Message, "went away while serving sandbox::exec"))
 }
@@ -241,7 +243,7 @@ func TestAdapterGoneMidCall(t *testing.T) {
 func waitRegistered(t *testing.T, te *testEnv, ns, id string) {
 	t.Helper()
 	pollUntil(t, id+" registered in "+ns, waitFor, func() bool {
-		_, err := te.eng.Invoke(context.Background(), "", engine.FnFunctionsInfo, json.RawMessage(`{"function_id":"`+id+`","namespace":"`+ns+`"}`))
+		_, err := te.Engine.Invoke(context.Background(), "", engine.FnFunctionsInfo, json.RawMessage(`{"function_id":"`+id+`","namespace":"`+ns+`"}`))
 		return err == nil
 	})
 }
@@ -249,7 +251,7 @@ func waitRegistered(t *testing.T, te *testEnv, ns, id string) {
 func waitGone(t *testing.T, te *testEnv, ns, id string) {
 	t.Helper()
 	pollUntil(t, id+" gone from "+ns, waitFor, func() bool {
-		_, err := te.eng.Invoke(context.Background(), "", engine.FnFunctionsInfo, json.RawMessage(`{"function_id":"`+id+`","namespace":"`+ns+`"}`))
+		_, err := te.Engine.Invoke(context.Background(), "", engine.FnFunctionsInfo, json.RawMessage(`{"function_id":"`+id+`","namespace":"`+ns+`"}`))
 		return err != nil
 	})
 }
@@ -258,21 +260,21 @@ func waitGone(t *testing.T, te *testEnv, ns, id string) {
 // <name>::* serves the router; its contract major is checked once per
 // connection, again when another connection takes the name over.
 func TestNodeAdapter(t *testing.T) {
-	ne := findNode(t)
+	ne := nodesdk.Find(t)
 	te := newEnv(t, nil)
 	assert.NilError(t, te.router.Bind("nodebox", "nb"))
 
-	p := ne.start(t, map[string]any{"mode": "adapter", "url": te.url, "name": "nodebox", "namespace": "nb", "major": contract.Major})
-	assert.Equal(t, p.line(t)["started"], true)
+	p := ne.Start(t, sandboxScript, map[string]any{"mode": "adapter", "url": te.URL, "name": "nodebox", "namespace": "nb", "major": contract.Major}, waitFor)
+	assert.Equal(t, p.Line(t, waitFor)["started"], true)
 	waitRegistered(t, te, "nb", "nodebox::adapter::info")
 	waitRegistered(t, te, "nb", "nodebox::fs::sed")
 
-	cat := te.mustCall(t, "sandbox::catalog::list", nil)
+	cat := te.MustCall(t, "sandbox::catalog::list", nil)
 	assert.Equal(t, cat["images"].([]any)[0].(map[string]any)["oci_ref"], "node-host:python3")
-	run := te.mustCall(t, "sandbox::run", map[string]any{"image": "python", "lang": "python", "code": "print(2+2)"})
+	run := te.MustCall(t, "sandbox::run", map[string]any{"image": "python", "lang": "python", "code": "print(2+2)"})
 	assert.Equal(t, run["stdout"], "4\n")
 	// The adapter's S-code error passes through as the SDK sent it.
-	_, err := te.call(t, "sandbox::exec", map[string]any{"sandbox_id": "1b4e6709-f265-4142-9178-3a7d83b46aa5", "cmd": "true"})
+	_, err := te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": "1b4e6709-f265-4142-9178-3a7d83b46aa5", "cmd": "true"})
 	var eb *protocol.ErrorBody
 	assert.Assert(t, errors.As(err, &eb))
 	assert.Equal(t, eb.Code, protocol.CodeInvocationFailed, "the Node SDK reports thrown errors as invocation_failed")
@@ -281,25 +283,25 @@ func TestNodeAdapter(t *testing.T) {
 	assert.Equal(t, se.Code, contract.S002)
 
 	// The same name, now from a build that speaks contract major 2.
-	p.stop()
+	p.Stop(waitFor)
 	waitGone(t, te, "nb", "nodebox::adapter::info")
-	p2 := ne.start(t, map[string]any{"mode": "adapter", "url": te.url, "name": "nodebox", "namespace": "nb", "major": contract.Major + 1})
-	assert.Equal(t, p2.line(t)["started"], true)
+	p2 := ne.Start(t, sandboxScript, map[string]any{"mode": "adapter", "url": te.URL, "name": "nodebox", "namespace": "nb", "major": contract.Major + 1}, waitFor)
+	assert.Equal(t, p2.Line(t, waitFor)["started"], true)
 	waitRegistered(t, te, "nb", "nodebox::adapter::info")
 	waitRegistered(t, te, "nb", "nodebox::catalog::list")
-	_, err = te.call(t, "sandbox::catalog::list", nil)
-	se = sandboxErr(t, err)
+	_, err = te.Call(t, "sandbox::catalog::list", nil)
+	se = enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Code, contract.S302)
 	assert.Check(t, is.Contains(se.Message, "contract 2.1"))
-	assert.Check(t, is.Contains(te.logs.String(), "sandbox adapter refused"))
+	assert.Check(t, is.Contains(te.Logs.String(), "sandbox adapter refused"))
 }
 
 // A Node SDK caller reaches sandbox::* through our engine and reads the
 // S-code out of the error message's JSON.
 func TestNodeCaller(t *testing.T) {
-	ne := findNode(t)
+	ne := nodesdk.Find(t)
 	te := newEnv(t, nil)
-	res := ne.run(t, te, []map[string]any{{"function_id": "sandbox::catalog::list", "payload": map[string]any{}}})
+	res := runNodeCalls(t, ne, te, []map[string]any{{"function_id": "sandbox::catalog::list", "payload": map[string]any{}}})
 	assert.Equal(t, res[0]["ok"], false)
 	assert.Equal(t, res[0]["code"], "S303")
 	se := res[0]["sandbox_error"].(map[string]any)
@@ -309,7 +311,7 @@ func TestNodeCaller(t *testing.T) {
 
 	te.startAdapter(t, "sandbox-hostdir", "default", nil)
 	assert.NilError(t, te.router.Bind("sandbox-hostdir", ""))
-	res = ne.run(t, te, []map[string]any{
+	res = runNodeCalls(t, ne, te, []map[string]any{
 		{"function_id": "sandbox::run", "payload": map[string]any{"image": "python", "lang": "python", "code": "print(2+2)"}},
 		{"function_id": "sandbox::exec", "payload": map[string]any{"sandbox_id": "not-a-uuid", "cmd": "true"}},
 		{"function_id": "sandbox::create", "payload": map[string]any{"image": "node"}},
@@ -328,10 +330,10 @@ func TestNodeCaller(t *testing.T) {
 // internal worker.
 func TestRouterFunctions(t *testing.T) {
 	te := newEnv(t, nil)
-	wi := te.mustCall(t, engine.FnWorkersInfo, map[string]any{"name": WorkerName})
+	wi := te.MustCall(t, engine.FnWorkersInfo, map[string]any{"name": WorkerName})
 	assert.Equal(t, wi["worker"].(map[string]any)["internal"], true)
 	assert.Equal(t, len(wi["functions"].([]any)), 16)
-	fi := te.mustCall(t, engine.FnFunctionsInfo, map[string]any{"function_id": "sandbox::fs::read"})
+	fi := te.MustCall(t, engine.FnFunctionsInfo, map[string]any{"function_id": "sandbox::fs::read"})
 	assert.Assert(t, fi["request_schema"] != nil && fi["response_schema"] != nil)
 	assert.Equal(t, fi["namespace"], "default")
 }

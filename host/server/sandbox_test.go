@@ -21,6 +21,7 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/testkit/procscan"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -119,30 +120,7 @@ func TestSandboxRouterFollowsConfig(t *testing.T) {
 	cancel()
 	assert.NilError(t, <-served)
 	stopped = true
-	assert.Equal(t, len(processesOf(bins)), 0, "no adapter process outlives the engine")
-}
-
-// processesOf lists live processes whose command line names a file in dir.
-func processesOf(dir string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !bytes.Contains(cmdline, []byte(dir+"/")) {
-			continue
-		}
-		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-				continue
-			}
-		}
-		pids = append(pids, pid)
-	}
-	return pids
+	assert.Equal(t, len(procscan.Naming(bins+"/")), 0, "no adapter process outlives the engine")
 }
 
 // A bare engine never starts the adapter its sandbox: section binds, even
@@ -201,5 +179,5 @@ func TestBoundAdapterIsNotStartedByTheEngine(t *testing.T) {
 
 	cancel()
 	assert.NilError(t, <-served)
-	assert.Equal(t, len(processesOf(bins)), 0, "no adapter process outlives the engine")
+	assert.Equal(t, len(procscan.Naming(bins+"/")), 0, "no adapter process outlives the engine")
 }

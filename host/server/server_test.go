@@ -23,32 +23,16 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/host/config"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type running struct {
 	s      *Server
 	path   string
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -57,7 +41,7 @@ type running struct {
 // background; the test's cleanup stops it.
 func serve(t *testing.T, path string) *running {
 	t.Helper()
-	r := &running{path: path, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	r := &running{path: path, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	s, err := Start(ctx, Options{ConfigPath: path, Stderr: r.stderr, Logger: hclog.NewNullLogger(), Version: "0.26.0"})
@@ -474,7 +458,7 @@ func TestCleanStop(t *testing.T) {
 	writeConfig(t, path, listenerConfig(port))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	go func() { done <- Run(ctx, Options{ConfigPath: path, Stderr: &stderr}) }()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)

@@ -1,15 +1,12 @@
 package sdk_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +14,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/testkit/adapterproc"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/plugins/sdk"
+	"github.com/iii-sandbox/iii/plugins/sdk/sdktest"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/icmd"
@@ -27,39 +27,17 @@ import (
 // These tests build testdata/tinyadapter and drive it as a real go-plugin
 // subprocess, the way the engine's plugin host does.
 
-// lockedBuffer collects a subprocess's output written from go-plugin's
-// goroutines while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // plug is one running tinyadapter.
 type plug struct {
 	client *plugin.Client
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
-	stdout *lockedBuffer // go-plugin's synced stdout after the handshake
+	stderr *syncbuf.Buffer
+	stdout *syncbuf.Buffer // go-plugin's synced stdout after the handshake
 }
 
 func buildTiny(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tinyadapter")
-	out, err := exec.Command("go", "build", "-o", bin, "./testdata/tinyadapter").CombinedOutput()
-	assert.NilError(t, err, "go build: %s", out)
-	return bin
+	return sdktest.BuildPlugin(t, "./testdata/tinyadapter")
 }
 
 func newPlug(t *testing.T, bin string, env []string, extra ...*os.File) *plug {
@@ -67,18 +45,9 @@ func newPlug(t *testing.T, bin string, env []string, extra ...*os.File) *plug {
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.ExtraFiles = extra
-	p := &plug{cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}}
-	p.client = plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  contract.Handshake(),
-		VersionedPlugins: contract.VersionedPlugins(nil),
-		Cmd:              cmd,
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		Stderr:           p.stderr,
-		SyncStdout:       p.stdout,
-		StartTimeout:     time.Minute,
-		Logger:           hclog.New(&hclog.LoggerOptions{Output: &testWriter{t: t}, Level: hclog.Debug}),
-	})
+	p := &plug{cmd: cmd, stderr: &syncbuf.Buffer{}, stdout: &syncbuf.Buffer{}}
+	p.client = adapterproc.NewClient(adapterproc.Options{Cmd: cmd, Stderr: p.stderr, SyncStdout: p.stdout,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: &testWriter{t: t}, Level: hclog.Debug})})
 	t.Cleanup(p.client.Kill)
 	return p
 }
@@ -93,12 +62,8 @@ func (w *testWriter) Write(p []byte) (int, error) {
 
 func (p *plug) adapter(t *testing.T) contract.Adapter {
 	t.Helper()
-	rpc, err := p.client.Client()
+	a, err := adapterproc.Dispense(p.client)
 	assert.NilError(t, err, "stderr:\n%s", p.stderr.String())
-	raw, err := rpc.Dispense(contract.PluginName)
-	assert.NilError(t, err)
-	a, ok := raw.(contract.Adapter)
-	assert.Assert(t, ok, "dispensed %T", raw)
 	return a
 }
 

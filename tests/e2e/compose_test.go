@@ -19,6 +19,8 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 )
 
 // composeWait bounds Compose's start: the package install, the engine, the
@@ -38,9 +40,9 @@ func TestComposeManagedAdapter(t *testing.T) {
 	s := needVMs(t)
 
 	project := t.TempDir()
-	home := shortDir(t, "e2eh")
+	home := dirs.Short(t, "e2eh")
 	composeState := t.TempDir()
-	sbState := shortDir(t, "e2es")
+	sbState := dirs.Short(t, "e2es")
 	// The adapter's cache is $HOME/.iii/cache: its local OCI layout is the
 	// Debian-built presets, read only.
 	assert.NilError(t, os.MkdirAll(filepath.Join(home, ".iii", "cache"), 0o755))
@@ -66,7 +68,7 @@ containers:
 			env = append(env, kv)
 		}
 	}
-	var out, errOut lockedBuffer
+	var out, errOut syncbuf.Buffer
 	compose := exec.Command(s.iii, "compose", "--up")
 	compose.Dir, compose.Env, compose.Stdout, compose.Stderr = project, env, &out, &errOut
 	assert.NilError(t, compose.Start())
@@ -81,7 +83,7 @@ containers:
 			<-exited
 		}
 		if t.Failed() {
-			t.Logf("iii compose stdout:\n%s\nstderr:\n%s", out.tail(60), errOut.tail(60))
+			t.Logf("iii compose stdout:\n%s\nstderr:\n%s", out.Tail(60), errOut.Tail(60))
 			if log, err := os.ReadFile(findEngineLog(composeState)); err == nil {
 				t.Logf("engine.log (tail):\n%s", tailLines(string(log), 80))
 			}
@@ -170,7 +172,7 @@ containers:
 		}
 		return poll.Success()
 	}, poll.WithTimeout(time.Minute), poll.WithDelay(100*time.Millisecond))
-	assert.Check(t, is.Contains(out.tail(100), "engine started"))
+	assert.Check(t, is.Contains(out.Tail(100), "engine started"))
 }
 
 // composeStatus is the state compose::status gives sandbox-libkrun.

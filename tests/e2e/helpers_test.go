@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -24,10 +25,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/server"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/registrytest"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -42,35 +47,6 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// shortDir makes a directory with a short path: sandbox-libkrun keeps
-// unix sockets under its state_dir, and socket paths are limited.
-func shortDir(t *testing.T, prefix string) string {
-	t.Helper()
-	d, err := os.MkdirTemp("/tmp", prefix)
-	assert.NilError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(d) })
-	return d
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// tail is the last n lines, for failure reports.
-func (b *lockedBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lines := strings.Split(b.buf.String(), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
 // ── the engine ────────────────────────────────────────────────────────────
 
 // engineFixture is an engine assembled from a config.yaml by host/server
@@ -80,7 +56,7 @@ type engineFixture struct {
 	srv  *server.Server
 	url  string
 	cl   *client.Client
-	logs *lockedBuffer
+	logs *syncbuf.Buffer
 }
 
 // startEngine writes config.yaml into dir (a listener on a free loopback
@@ -90,7 +66,7 @@ func startEngine(t *testing.T, dir, extra string) *engineFixture {
 	cfg := "workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: 0 }\n" + extra
 	path := filepath.Join(dir, "config.yaml")
 	assert.NilError(t, os.WriteFile(path, []byte(cfg), 0o644))
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := server.Start(ctx, server.Options{ConfigPath: path, Version: "0.26.0",
 		Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info})})
@@ -106,7 +82,7 @@ func startEngine(t *testing.T, dir, extra string) *engineFixture {
 			t.Errorf("engine stopped with %v", err)
 		}
 		if t.Failed() {
-			t.Logf("engine log (tail):\n%s", logs.tail(150))
+			t.Logf("engine log (tail):\n%s", logs.Tail(150))
 		}
 	})
 	e := &engineFixture{srv: srv, url: "ws://" + srv.Addrs()["iii-worker-manager"], logs: logs}
@@ -424,4 +400,48 @@ func freePort(t *testing.T) int {
 	assert.NilError(t, err)
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startPullingAdapter starts an engine whose sandbox-libkrun (an empty
+// cache, auto_install) pulls the python preset from a loopback registry
+// loaded from the local OCI layout; config is added to the adapter's
+// configuration. The adapter must report running. Its state directory
+// (named with prefix) is registered for clean-up before the engine starts,
+// so the check runs after the engine (and the adapter) stopped: no process
+// may carry it then.
+func startPullingAdapter(t *testing.T, s *suite, prefix string, config map[string]any) *engineFixture {
+	t.Helper()
+	reg, err := registrytest.Start(registrytest.Options{})
+	assert.NilError(t, err)
+	t.Cleanup(reg.Close)
+	_, err = reg.PushLayout(ctxT(t), s.layout, pythonRef)
+	assert.NilError(t, err)
+
+	state := dirs.Short(t, prefix)
+	t.Cleanup(func() {
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if left := procsMarked(state); len(left) > 0 {
+				return poll.Continue("processes outlive the engine: %v", left)
+			}
+			return poll.Success()
+		}, poll.WithTimeout(30*time.Second), poll.WithDelay(100*time.Millisecond))
+	})
+	eng := startEngine(t, t.TempDir(), "sandbox:\n  adapter: sandbox-libkrun\n  namespace: default\n")
+	cfg := map[string]any{
+		"image_allowlist":  []string{"python"},
+		"auto_install":     true,
+		"state_dir":        state,
+		"cache_dir":        t.TempDir(), // empty: the create pulls
+		"registry_mirrors": map[string]string{"docker.io": reg.URL()},
+		"boot_timeout_ms":  180_000,
+	}
+	maps.Copy(cfg, config)
+	var st struct {
+		State     string `json:"state"`
+		LastError string `json:"last_error"`
+	}
+	eng.call(t, "engine::adapters::start", map[string]any{"adapter": "sandbox-libkrun", "namespace": "default",
+		"path": s.adapterBin, "config": cfg}, &st)
+	assert.Equal(t, st.State, "running", "last error: %s", st.LastError)
+	return eng
 }

@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
@@ -190,35 +189,15 @@ func buildAll(dir string) error {
 // findNodeSDK locates node and the pinned iii-sdk (make setup-test installs
 // it under testdata/nodesdk at the repository root).
 func findNodeSDK() (node, sdkURL, skip string) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		return "", "", "node is not installed; the Node SDK test needs it (make setup-test)"
-	}
-	root, err := repoRoot()
+	wd, err := os.Getwd()
 	if err != nil {
 		return "", "", err.Error()
 	}
-	entry := filepath.Join(root, "testdata", "nodesdk", "node_modules", "iii-sdk", "dist", "index.mjs")
-	if _, err := os.Stat(entry); err != nil {
-		return "", "", fmt.Sprintf("the Node SDK is not installed at %s; run make setup-test", entry)
-	}
-	return node, (&url.URL{Scheme: "file", Path: entry}).String(), ""
-}
-
-// repoRoot is the directory of go.mod above the working directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
+	sdk, err := nodesdk.Locate(wd)
 	if err != nil {
-		return "", err
+		return "", "", err.Error()
 	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", errors.New("repository root (go.mod) not found above " + dir)
-		}
-	}
+	return sdk.Node, sdk.URL, ""
 }
 
 // needVMs skips a test that boots VMs when this host cannot.

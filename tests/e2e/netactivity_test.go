@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
-
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/registrytest"
 )
 
 // Network payload keeps a sandbox alive (spec §7.3: the reaper counts
@@ -27,7 +24,6 @@ import (
 func TestNetworkPayloadKeepsSandboxAlive(t *testing.T) {
 	t.Parallel()
 	s := needVMs(t)
-	ctx := ctxT(t)
 
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -37,37 +33,7 @@ func TestNetworkPayloadKeepsSandboxAlive(t *testing.T) {
 	t.Cleanup(srv.Close)
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
 
-	reg, err := registrytest.Start(registrytest.Options{})
-	assert.NilError(t, err)
-	t.Cleanup(reg.Close)
-	_, err = reg.PushLayout(ctx, s.layout, pythonRef)
-	assert.NilError(t, err)
-
-	state := shortDir(t, "e2e-netact")
-	t.Cleanup(func() {
-		poll.WaitOn(t, func(poll.LogT) poll.Result {
-			if left := procsMarked(state); len(left) > 0 {
-				return poll.Continue("processes outlive the engine: %v", left)
-			}
-			return poll.Success()
-		}, poll.WithTimeout(30*time.Second), poll.WithDelay(100*time.Millisecond))
-	})
-	eng := startEngine(t, t.TempDir(), "sandbox:\n  adapter: sandbox-libkrun\n  namespace: default\n")
-	var st struct {
-		State     string `json:"state"`
-		LastError string `json:"last_error"`
-	}
-	eng.call(t, "engine::adapters::start", map[string]any{"adapter": "sandbox-libkrun", "namespace": "default",
-		"path": s.adapterBin, "config": map[string]any{
-			"image_allowlist":  []string{"python"},
-			"auto_install":     true,
-			"state_dir":        state,
-			"cache_dir":        t.TempDir(),
-			"registry_mirrors": map[string]string{"docker.io": reg.URL()},
-			"boot_timeout_ms":  180_000,
-			"reaper_tick_ms":   1000,
-		}}, &st)
-	assert.Equal(t, st.State, "running", "last error: %s", st.LastError)
+	eng := startPullingAdapter(t, s, "e2e-netact", map[string]any{"reaper_tick_ms": 1000})
 
 	const idle = 15 * time.Second
 	create := func() string {

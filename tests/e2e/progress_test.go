@@ -8,13 +8,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
-	"gotest.tools/v3/poll"
-
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/registrytest"
 )
 
 // `iii call sandbox::create` on an adapter with an empty cache shows the
@@ -28,36 +24,7 @@ func TestCallShowsProgress(t *testing.T) {
 	s := needVMs(t)
 	ctx := ctxT(t)
 
-	reg, err := registrytest.Start(registrytest.Options{})
-	assert.NilError(t, err)
-	t.Cleanup(reg.Close)
-	_, err = reg.PushLayout(ctx, s.layout, pythonRef)
-	assert.NilError(t, err)
-
-	state := shortDir(t, "e2e-progress")
-	t.Cleanup(func() {
-		poll.WaitOn(t, func(poll.LogT) poll.Result {
-			if left := procsMarked(state); len(left) > 0 {
-				return poll.Continue("processes outlive the engine: %v", left)
-			}
-			return poll.Success()
-		}, poll.WithTimeout(30*time.Second), poll.WithDelay(100*time.Millisecond))
-	})
-	eng := startEngine(t, t.TempDir(), "sandbox:\n  adapter: sandbox-libkrun\n  namespace: default\n")
-	var st struct {
-		State     string `json:"state"`
-		LastError string `json:"last_error"`
-	}
-	eng.call(t, "engine::adapters::start", map[string]any{"adapter": "sandbox-libkrun", "namespace": "default",
-		"path": s.adapterBin, "config": map[string]any{
-			"image_allowlist":  []string{"python"},
-			"auto_install":     true,
-			"state_dir":        state,
-			"cache_dir":        t.TempDir(), // empty: the create pulls
-			"registry_mirrors": map[string]string{"docker.io": reg.URL()},
-			"boot_timeout_ms":  180_000,
-		}}, &st)
-	assert.Equal(t, st.State, "running", "last error: %s", st.LastError)
+	eng := startPullingAdapter(t, s, "e2e-progress", nil)
 
 	u, err := url.Parse(eng.url)
 	assert.NilError(t, err)

@@ -25,6 +25,8 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/registrytest"
 	"github.com/iii-sandbox/iii/protocol"
@@ -100,7 +102,7 @@ func TestThroughRouter(t *testing.T) {
 	}
 	reg.ResetRequests()
 
-	state := shortDir(t, "e2e")
+	state := dirs.Short(t, "e2e")
 	cache := t.TempDir()
 	// Registered before the engine starts, so it runs after the engine
 	// (and with it the adapter) has stopped: no adapter, runner or QEMU
@@ -492,10 +494,10 @@ func testNodeCaller(t *testing.T, s *suite, eng *engineFixture) {
 	ctx := ctxT(t)
 	cmd := exec.CommandContext(ctx, s.node, filepath.Join("testdata", "node", "caller.mjs"), string(job))
 	cmd.Env = append(os.Environ(), "III_SDK_URL="+s.sdkURL)
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()
-	assert.NilError(t, err, "node stderr:\n%s", stderr.tail(50))
+	assert.NilError(t, err, "node stderr:\n%s", stderr.Tail(50))
 	sc := bufio.NewScanner(strings.NewReader(string(stdout)))
 	var lines []map[string]any
 	for sc.Scan() {
@@ -503,7 +505,7 @@ func testNodeCaller(t *testing.T, s *suite, eng *engineFixture) {
 		assert.NilError(t, json.Unmarshal(sc.Bytes(), &m), "node printed %q", sc.Text())
 		lines = append(lines, m)
 	}
-	assert.Assert(t, is.Len(lines, 1), "node stderr:\n%s", stderr.tail(50))
+	assert.Assert(t, is.Len(lines, 1), "node stderr:\n%s", stderr.Tail(50))
 	assert.Assert(t, lines[0]["ok"] == true, "the Node SDK call failed: %v", lines[0])
 	res := lines[0]["result"].(map[string]any)
 	assert.Check(t, is.Equal(res["stdout"], "4\n"))

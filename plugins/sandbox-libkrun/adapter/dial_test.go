@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"gotest.tools/v3/assert"
 
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 )
 
@@ -27,7 +28,7 @@ func (f *fakeRunner) ExitErr() error        { return errors.New("exit status 1")
 // first `silent` connections' hellos (a guest that never saw them).
 func fakeAgent(t *testing.T, silent int32) (string, *atomic.Int32) {
 	t.Helper()
-	sock := filepath.Join(shortTemp(t), "exec.sock")
+	sock := filepath.Join(dirs.Short(t, "ah"), "exec.sock")
 	ln, err := net.Listen("unix", sock)
 	assert.NilError(t, err)
 	t.Cleanup(func() { _ = ln.Close() })

@@ -14,6 +14,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/catalog"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
 )
@@ -24,7 +25,7 @@ func newTestProvider(t *testing.T, opts Options) *Provider {
 		opts.Executable = "/nonexistent/sandbox-libkrun"
 	}
 	if opts.Home == "" {
-		opts.Home = shortTemp(t)
+		opts.Home = dirs.Short(t, "ah")
 	}
 	p, err := NewProvider(opts)
 	assert.NilError(t, err)
@@ -73,7 +74,7 @@ func TestConfigureErrors(t *testing.T) {
 		{"a bad accel", map[string]any{"accel": "turbo"}, KeyAccel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			home := shortTemp(t)
+			home := dirs.Short(t, "ah")
 			p := newTestProvider(t, Options{Home: home})
 			err := p.Configure(context.Background(), rawKeys(t, tc.keys))
 			var ce *ConfigError
@@ -87,7 +88,7 @@ func TestConfigureErrors(t *testing.T) {
 // the boot fails with S300 naming it, adapter::info says why, and nothing
 // is left in state_dir.
 func TestSelectionFailureIsS300(t *testing.T) {
-	home := shortTemp(t)
+	home := dirs.Short(t, "ah")
 	agent := filepath.Join(home, "agent")
 	assert.NilError(t, os.WriteFile(agent, elfHeader(2, 1, 2, machineOf(t)), 0o755))
 	kernel := filepath.Join(home, "vmlinuz-0.0.0-none")
@@ -103,7 +104,7 @@ func TestSelectionFailureIsS300(t *testing.T) {
 	info := p.Info(context.Background())
 	assert.Equal(t, info["backend_state"], "failed")
 	assert.Check(t, strings.Contains(info["backend_error"].(string), "no-qemu"))
-	assert.Check(t, is.Len(dirEntries(t, filepath.Join(home, ".iii", "sandbox")), 0))
+	assert.Check(t, is.Len(dirs.Names(t, filepath.Join(home, ".iii", "sandbox")), 0))
 }
 
 // machineOf is the ELF machine number of this host's architecture.
@@ -114,27 +115,4 @@ func machineOf(t *testing.T) uint16 {
 		t.Skip("the guest agent exists for amd64 and arm64 only")
 	}
 	return m
-}
-
-func dirEntries(t *testing.T, dir string) []string {
-	t.Helper()
-	des, err := os.ReadDir(dir)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, de := range des {
-		out = append(out, de.Name())
-	}
-	return out
-}
-
-// shortTemp is a temporary directory with a short path: VM sockets under
-// ~/.iii/sandbox must fit a unix socket address.
-func shortTemp(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("/tmp", "ah")
-	assert.NilError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(d) })
-	return d
 }

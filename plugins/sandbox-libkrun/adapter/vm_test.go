@@ -9,6 +9,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 )
 
@@ -49,10 +50,10 @@ func TestProbeViaRunner(t *testing.T) {
 	s, err := p.selected(ctx)
 	assert.NilError(t, err)
 	assert.NilError(t, p.probeViaRunner(ctx, s, time.Minute))
-	assert.Check(t, is.Len(dirEntries(t, p.cfg.StateDir), 0))
+	assert.Check(t, is.Len(dirs.Names(t, p.cfg.StateDir), 0))
 
 	// A probe that cannot answer in time fails, and cleans up too.
 	err = p.probeViaRunner(ctx, s, time.Millisecond)
 	assert.ErrorContains(t, err, "no hello from the guest agent in time")
-	assert.Check(t, is.Len(dirEntries(t, p.cfg.StateDir), 0))
+	assert.Check(t, is.Len(dirs.Names(t, p.cfg.StateDir), 0))
 }

@@ -106,8 +106,11 @@ func resolveHostRoots(roots []string) []string {
 }
 
 // checkHostDir resolves dir and refuses it (S501) unless it lies under one
-// of roots. A directory inside a .iii directory is refused whatever the
-// roots say: that is where Compose keeps a project's state and token.
+// of roots. Below the root that admits it, a directory inside a .iii
+// directory is refused (S001): that is where Compose keeps a project's
+// state and token. The roots themselves are trusted configuration: the
+// default package cache (~/.iii/compose/packages), from which bundles run,
+// is one of them.
 func checkHostDir(dir string, roots []string) (string, error) {
 	resolved, err := filepath.EvalSymlinks(dir)
 	if err != nil {
@@ -117,15 +120,18 @@ func checkHostDir(dir string, roots []string) (string, error) {
 	if err != nil || !fi.IsDir() {
 		return "", contract.NewError(contract.S001, "invalid worker::start request: host_dir %s is not a directory", dir)
 	}
-	for _, el := range strings.Split(resolved, string(filepath.Separator)) {
-		if el == ".iii" {
+	for _, r := range roots {
+		if !pathUnder(resolved, r) {
+			continue
+		}
+		rel, err := filepath.Rel(r, resolved)
+		if err != nil {
+			continue
+		}
+		if slices.Contains(strings.Split(rel, string(filepath.Separator)), ".iii") {
 			return "", contract.NewError(contract.S001, "invalid worker::start request: host_dir %s lies inside a .iii directory, which holds Compose's state (the project token among it) and is never copied into a VM", dir)
 		}
-	}
-	for _, r := range roots {
-		if pathUnder(resolved, r) {
-			return resolved, nil
-		}
+		return resolved, nil
 	}
 	shown := roots
 	if len(shown) == 0 {

@@ -104,6 +104,19 @@ func TestCheckHostDir(t *testing.T) {
 	_, err = checkHostDir(filepath.Join(root, "nope"), roots)
 	assert.Check(t, contract.IsCode(err, contract.S001))
 
+	// The default package cache lies inside ~/.iii: as a root it admits
+	// the bundles below it, not a .iii directory further down.
+	cache := filepath.Join(base, "home", ".iii", "compose", "packages")
+	bundle := filepath.Join(cache, "api-1.0.0-x86_64-unknown-linux-gnu")
+	nested := filepath.Join(bundle, ".iii")
+	assert.NilError(t, os.MkdirAll(nested, 0o755))
+	withCache := resolveHostRoots([]string{root, cache})
+	got, err = checkHostDir(bundle, withCache)
+	assert.NilError(t, err, "a bundle runs from the package cache")
+	assert.Equal(t, got, bundle)
+	_, err = checkHostDir(nested, withCache)
+	assert.Check(t, contract.IsCode(err, contract.S001), "%v", err)
+
 	_, err = checkHostDir(worker, nil)
 	assert.Check(t, contract.IsCode(err, contract.S501))
 	assert.Check(t, is.Contains(err.Error(), "host_roots is empty"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/plugins/sdk/sdktest"
 )
 
@@ -13,7 +14,7 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	e := needVMs(t)
-	stateDir := shortStateDir(t)
+	stateDir := dirs.Short(t, "sb")
 	sdktest.Run(t, sdktest.Target{
 		Image:  "python",
 		Config: map[string]any{"state_dir": stateDir, "cache_dir": e.cacheDir},

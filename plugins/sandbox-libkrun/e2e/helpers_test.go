@@ -1,16 +1,13 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +15,9 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/testkit/adapterproc"
+	"github.com/iii-sandbox/iii/internal/testkit/procscan"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/plugins/sdk/sdktest"
 )
 
@@ -32,7 +32,7 @@ type proc struct {
 	pid      int
 	client   *plugin.Client
 	stateDir string
-	logs     *lockedBuffer
+	logs     *syncbuf.Buffer
 }
 
 // baseConfig is what every test adapter gets: the python preset allowed,
@@ -61,36 +61,22 @@ func startErr(t *testing.T, e *env, stateDir string, config map[string]any) (*pr
 	cfg := sdktest.Merge(baseConfig(e, stateDir), config)
 	cmd := exec.Command(e.bin)
 	cmd.Env = os.Environ()
-	logs := &lockedBuffer{}
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  contract.Handshake(),
-		VersionedPlugins: contract.VersionedPlugins(nil),
-		Cmd:              cmd,
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		StartTimeout:     time.Minute,
-		Stderr:           logs,
-		Logger:           hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}),
-	})
+	logs := &syncbuf.Buffer{}
+	client := adapterproc.NewClient(adapterproc.Options{Cmd: cmd, Stderr: logs,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info})})
 	t.Cleanup(func() {
 		client.Kill()
 		if t.Failed() {
 			t.Logf("adapter log:\n%s", logs.String())
 		}
 	})
-	rpc, err := client.Client()
+	a, err := adapterproc.Dispense(client)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := rpc.Dispense(contract.PluginName)
-	if err != nil {
-		return nil, err
-	}
-	a := raw.(contract.Adapter)
-	b, _ := json.Marshal(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := a.Configure(ctx, b); err != nil {
+	if err := adapterproc.Configure(ctx, a, cfg); err != nil {
 		return nil, err
 	}
 	return &proc{AdapterCaller: sdktest.NewAdapterCaller(a), pid: cmd.Process.Pid, client: client, stateDir: stateDir, logs: logs}, nil
@@ -164,65 +150,15 @@ func (p *proc) info(t *testing.T) map[string]any {
 	return out
 }
 
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// hostProc is a process on the host.
-type hostProc struct {
-	pid  int
-	args []string
-}
-
-// procsUnder lists the live host processes whose command line mentions
-// dir: VM runners (their argv names their state directory) and QEMUs
-// (their sockets and logs are in it).
-func procsUnder(dir string) []hostProc {
-	des, _ := os.ReadDir("/proc")
-	var out []hostProc
-	for _, de := range des {
-		pid, err := strconv.Atoi(de.Name())
-		if err != nil {
-			continue
+// procsUnder lists the live host processes whose arguments (argv[0]
+// aside) mention dir: VM runners (their argv names their state directory)
+// and QEMUs (their sockets and logs are in it).
+func procsUnder(dir string) []procscan.Proc {
+	var out []procscan.Proc
+	for _, p := range procscan.Live() {
+		if slices.ContainsFunc(p.Args[1:], func(a string) bool { return strings.Contains(a, dir) }) {
+			out = append(out, p)
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", de.Name(), "cmdline"))
-		if err != nil || len(b) == 0 {
-			continue // gone, or a zombie
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		for _, a := range args[1:] {
-			if strings.Contains(a, dir) {
-				out = append(out, hostProc{pid: pid, args: args})
-				break
-			}
-		}
-	}
-	return out
-}
-
-// entries lists what is in dir.
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	des, err := os.ReadDir(dir)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, de := range des {
-		out = append(out, de.Name())
 	}
 	return out
 }

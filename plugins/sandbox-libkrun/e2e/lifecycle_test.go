@@ -17,6 +17,7 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 )
 
 // TestCreateExecStop boots a sandbox, runs Python in it, and stops it; the
@@ -24,7 +25,7 @@ import (
 func TestCreateExecStop(t *testing.T) {
 	t.Parallel()
 	e := needVMs(t)
-	p := start(t, e, shortStateDir(t), nil)
+	p := start(t, e, dirs.Short(t, "sb"), nil)
 	id := p.create(t, nil)
 	out := p.exec(t, id, "python3", "-c", "print(6*7)")
 	assert.Equal(t, out.Stdout, "42\n", "stderr: %s", out.Stderr)
@@ -35,7 +36,7 @@ func TestCreateExecStop(t *testing.T) {
 	p.call(t, contract.OpExec, map[string]any{"sandbox_id": id, "argv": []string{"/bin/sh", "-c", "echo $LANG $E2E"}, "env": []string{"E2E=yes"}}, &env)
 	assert.Equal(t, env.Stdout, "C.UTF-8 yes\n")
 	p.stop(t, id)
-	assert.Check(t, is.Len(entries(t, p.stateDir), 0))
+	assert.Check(t, is.Len(dirs.Names(t, p.stateDir), 0))
 	assert.Check(t, is.Len(procsUnder(p.stateDir), 0))
 	p.fail(t, contract.OpExec, map[string]any{"sandbox_id": id, "cmd": "true"}, contract.S004)
 }
@@ -47,7 +48,7 @@ func TestCreateExecStop(t *testing.T) {
 func TestWritesStayInTheirSandbox(t *testing.T) {
 	t.Parallel()
 	e := needVMs(t)
-	p := start(t, e, shortStateDir(t), nil)
+	p := start(t, e, dirs.Short(t, "sb"), nil)
 	ids := createN(t, p, 2)
 	a, b := ids[0], ids[1]
 	rootfs := imageFile(t, e)
@@ -76,7 +77,7 @@ func TestWritesStayInTheirSandbox(t *testing.T) {
 func TestExecTimeoutKillsEverything(t *testing.T) {
 	t.Parallel()
 	e := needVMs(t)
-	p := start(t, e, shortStateDir(t), nil)
+	p := start(t, e, dirs.Short(t, "sb"), nil)
 	id := p.create(t, nil)
 	defer p.stop(t, id)
 	se := p.fail(t, contract.OpExec, map[string]any{
@@ -100,7 +101,7 @@ func TestExecTimeoutKillsEverything(t *testing.T) {
 func TestExecCap(t *testing.T) {
 	t.Parallel()
 	e := needVMs(t)
-	p := start(t, e, shortStateDir(t), map[string]any{"max_concurrent_exec_per_sandbox": 4})
+	p := start(t, e, dirs.Short(t, "sb"), map[string]any{"max_concurrent_exec_per_sandbox": 4})
 	id := p.create(t, nil)
 	defer p.stop(t, id)
 	// Every exec waits for a gate file before its `sleep 2`, so none can
@@ -141,7 +142,7 @@ func TestExecCap(t *testing.T) {
 func TestAdapterKilledLeavesNoVM(t *testing.T) {
 	t.Parallel()
 	e := needVMs(t)
-	p := start(t, e, shortStateDir(t), nil)
+	p := start(t, e, dirs.Short(t, "sb"), nil)
 	createN(t, p, 3)
 	running := procsUnder(p.stateDir)
 	assert.Assert(t, len(running) >= 6, "want 3 runners and 3 QEMUs, got %v", running)
@@ -160,7 +161,7 @@ func TestAdapterKilledLeavesNoVM(t *testing.T) {
 func TestCreateStopCycles(t *testing.T) {
 	t.Parallel()
 	e := needVMs(t)
-	p := start(t, e, shortStateDir(t), nil)
+	p := start(t, e, dirs.Short(t, "sb"), nil)
 	mountsBefore := mounts(t)
 	var fds int
 	for i := range 20 {
@@ -170,7 +171,7 @@ func TestCreateStopCycles(t *testing.T) {
 		if i == 0 {
 			fds = openFDs(t, p.pid)
 		}
-		assert.Check(t, is.Len(entries(t, p.stateDir), 0), "cycle %d", i)
+		assert.Check(t, is.Len(dirs.Names(t, p.stateDir), 0), "cycle %d", i)
 		assert.Check(t, is.Len(procsUnder(p.stateDir), 0), "cycle %d", i)
 	}
 	assert.Equal(t, mounts(t), mountsBefore)

@@ -6,11 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
 
+	"github.com/iii-sandbox/iii/internal/testkit/bins"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
 )
@@ -80,25 +81,18 @@ func setup(dir string) (env, error) {
 		e.skip = fmt.Sprintf("the python image is not in the local OCI layout %s: run scripts/build-images.sh", layout)
 		return e, nil
 	}
-	binDir := filepath.Join(dir, "bin")
-	e.bin = filepath.Join(binDir, "sandbox-libkrun")
 	var adapterFlags []string
 	if os.Getenv(envRace) != "" {
 		adapterFlags = append(adapterFlags, "-race")
 	}
-	if out, err := goBuild(e.bin, "./../cmd/sandbox-libkrun", nil, adapterFlags...); err != nil {
-		return e, fmt.Errorf("build sandbox-libkrun: %v\n%s", err, out)
-	}
-	agent := filepath.Join(binDir, adapter.AgentName(runtime.GOARCH))
-	if out, err := goBuild(agent, "./../cmd/iii-guest-agent", []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH}); err != nil {
-		return e, fmt.Errorf("build the guest agent: %v\n%s", err, out)
-	}
-	e.cacheDir = filepath.Join(dir, "cache")
-	if err := os.MkdirAll(e.cacheDir, 0o755); err != nil {
+	bin, err := bins.SandboxLibkrun(filepath.Join("..", "..", ".."), filepath.Join(dir, "bin"), adapter.AgentName(runtime.GOARCH), adapterFlags...)
+	if err != nil {
 		return e, err
 	}
+	e.bin = bin
+	e.cacheDir = filepath.Join(dir, "cache")
 	// The store reads <cache>/oci; the real layout is only read.
-	if err := os.Symlink(layout, filepath.Join(e.cacheDir, "oci")); err != nil {
+	if err := dirs.ImageCache(e.cacheDir, layout); err != nil {
 		return e, err
 	}
 	return e, nil
@@ -107,13 +101,6 @@ func setup(dir string) (env, error) {
 // envRace, when set, builds the adapter with the race detector, so these
 // tests look for data races in the adapter under real VMs.
 const envRace = "III_E2E_ADAPTER_RACE"
-
-func goBuild(out, pkg string, extraEnv []string, flags ...string) ([]byte, error) {
-	args := append([]string{"build", "-trimpath", "-o", out}, flags...)
-	cmd := exec.Command("go", append(args, pkg)...)
-	cmd.Env = append(os.Environ(), extraEnv...)
-	return cmd.CombinedOutput()
-}
 
 // layoutHas reports whether the OCI layout's index names ref.
 func layoutHas(layout, ref string) bool {
@@ -144,18 +131,6 @@ func needVMs(t *testing.T) *env {
 		t.Skip(shared.skip)
 	}
 	return &shared
-}
-
-// shortStateDir makes a state directory with a short path: VM sockets
-// live under it and unix socket paths are limited.
-func shortStateDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("/tmp", "sb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(d) })
-	return d
 }
 
 // ctxT is a context for one call in a test.

@@ -7,6 +7,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 )
 
 // TestNetwork gives a sandbox outbound networking and reaches a server on
@@ -31,7 +33,7 @@ func TestNetwork(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	script := fmt.Sprintf("import socket\ns = socket.create_connection(('10.0.2.2', %d), timeout=10)\nprint(s.recv(100).decode())", port)
 
-	p := start(t, e, shortStateDir(t), nil)
+	p := start(t, e, dirs.Short(t, "sb"), nil)
 	online := p.create(t, map[string]any{"network": true})
 	offline := p.create(t, nil)
 	out := p.exec(t, online, "python3", "-c", script)

@@ -14,6 +14,7 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 )
 
 // TestLeftoversCleanedAtStart simulates a crashed run: an adapter is
@@ -25,7 +26,7 @@ import (
 func TestLeftoversCleanedAtStart(t *testing.T) {
 	t.Parallel()
 	e := needVMs(t)
-	stateDir := shortStateDir(t)
+	stateDir := dirs.Short(t, "sb")
 	foreign := filepath.Join(stateDir, "keep-me")
 	assert.NilError(t, os.Mkdir(foreign, 0o700))
 
@@ -56,21 +57,21 @@ func TestLeftoversCleanedAtStart(t *testing.T) {
 	if !processAlive(vmPID) {
 		t.Fatalf("the frozen runner's QEMU (pid %d) should still run; its logs:\n%s", vmPID, dirLogs(filepath.Join(stateDir, frozen)))
 	}
-	assert.Assert(t, is.Contains(entries(t, stateDir), frozen))
-	assert.Assert(t, is.Contains(entries(t, stateDir), stale))
+	assert.Assert(t, is.Contains(dirs.Names(t, stateDir), frozen))
+	assert.Assert(t, is.Contains(dirs.Names(t, stateDir), stale))
 
 	c := start(t, e, stateDir, nil)
 	info := c.info(t)
 	assert.Equal(t, info["leftovers_cleaned"], float64(2))
 	assert.Assert(t, !processAlive(runnerPID), "the frozen runner survived the clean-up")
 	assert.Assert(t, !processAlive(vmPID), "the frozen runner's QEMU survived the clean-up")
-	assert.DeepEqual(t, entries(t, stateDir), []string{own, "keep-me"})
+	assert.DeepEqual(t, dirs.Names(t, stateDir), []string{own, "keep-me"})
 	assert.Check(t, is.Len(procsUnder(filepath.Join(stateDir, frozen)), 0))
 
 	// The live adapter's VM was not touched.
 	assert.Equal(t, b.sh(t, own, "echo still here"), "still here\n")
 	b.stop(t, own)
-	assert.DeepEqual(t, entries(t, stateDir), []string{"keep-me"})
+	assert.DeepEqual(t, dirs.Names(t, stateDir), []string{"keep-me"})
 }
 
 // TestBootFailureLeavesNothing makes every boot miss its deadline: create
@@ -79,11 +80,11 @@ func TestLeftoversCleanedAtStart(t *testing.T) {
 func TestBootFailureLeavesNothing(t *testing.T) {
 	t.Parallel()
 	e := needVMs(t)
-	p := start(t, e, shortStateDir(t), map[string]any{"boot_timeout_ms": 1})
+	p := start(t, e, dirs.Short(t, "sb"), map[string]any{"boot_timeout_ms": 1})
 	se := p.fail(t, contract.OpCreate, map[string]any{"image": "python"}, contract.S300)
 	assert.Check(t, is.Contains(se.Message, "did not start"))
 	assert.Check(t, is.Contains(se.Message, "boot_timeout_ms 1"))
-	assert.Check(t, is.Len(entries(t, p.stateDir), 0))
+	assert.Check(t, is.Len(dirs.Names(t, p.stateDir), 0))
 	assert.Check(t, is.Len(procsUnder(p.stateDir), 0))
 	var list contract.ListResponse
 	p.call(t, contract.OpList, nil, &list)
@@ -98,13 +99,13 @@ func TestLibkrunUnavailable(t *testing.T) {
 	if libkrunInstalled() {
 		t.Skip("libkrun is installed here; this test is about a host without it")
 	}
-	p := start(t, e, shortStateDir(t), map[string]any{"hypervisor": "libkrun"})
+	p := start(t, e, dirs.Short(t, "sb"), map[string]any{"hypervisor": "libkrun"})
 	se := p.fail(t, contract.OpCreate, map[string]any{"image": "python"}, contract.S300)
 	assert.Check(t, is.Contains(se.Message, "libkrun"))
 	assert.Check(t, is.Contains(se.Message, "install"))
 	info := p.info(t)
 	assert.Equal(t, info["backend_state"], "failed")
-	assert.Check(t, is.Len(entries(t, p.stateDir), 0))
+	assert.Check(t, is.Len(dirs.Names(t, p.stateDir), 0))
 }
 
 // TestConfigRejected starts the adapter with configurations that cannot
@@ -119,7 +120,7 @@ func TestConfigRejected(t *testing.T) {
 		"kernel":          42,
 	} {
 		t.Run(key, func(t *testing.T) {
-			_, err := startErr(t, e, shortStateDir(t), map[string]any{key: bad})
+			_, err := startErr(t, e, dirs.Short(t, "sb"), map[string]any{key: bad})
 			assert.ErrorContains(t, err, key)
 		})
 	}
@@ -130,7 +131,7 @@ func TestConfigRejected(t *testing.T) {
 func TestInfoReportsBackend(t *testing.T) {
 	t.Parallel()
 	e := needVMs(t)
-	p := start(t, e, shortStateDir(t), nil)
+	p := start(t, e, dirs.Short(t, "sb"), nil)
 	id := p.create(t, nil) // waits for the back end to be chosen
 	defer p.stop(t, id)
 	info := p.info(t)
@@ -201,13 +202,13 @@ func dirLogs(dir string) string {
 func TestShutdownStopsEverything(t *testing.T) {
 	t.Parallel()
 	e := needVMs(t)
-	p := start(t, e, shortStateDir(t), nil)
+	p := start(t, e, dirs.Short(t, "sb"), nil)
 	createN(t, p, 2)
 	p.client.Kill()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		left, dirs := procsUnder(p.stateDir), entries(t, p.stateDir)
-		if len(left) > 0 || len(dirs) > 0 {
-			return poll.Continue("processes %v, directories %v", left, dirs)
+		left, names := procsUnder(p.stateDir), dirs.Names(t, p.stateDir)
+		if len(left) > 0 || len(names) > 0 {
+			return poll.Continue("processes %v, directories %v", left, names)
 		}
 		return poll.Success()
 	}, poll.WithTimeout(5*time.Second), poll.WithDelay(20*time.Millisecond))

@@ -2,23 +2,19 @@ package e2e
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
@@ -26,8 +22,11 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
-	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/host/pluginhost"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -40,41 +39,29 @@ type workerEnv struct {
 	host  *pluginhost.Host
 	state string
 	root  string
-	logs  *lockedBuffer
+	logs  *syncbuf.Buffer
 }
 
 func newWorkerEnv(t *testing.T, e *env) *workerEnv {
 	t.Helper()
-	logs := &lockedBuffer{}
-	// Debug, so an adapter's raw stderr (a race report under
-	// III_E2E_ADAPTER_RACE) is in the log the cleanup checks.
-	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: logs})
-	eng := engine.New(engine.Options{Logger: log.Named("engine")})
-	srv := httptest.NewServer(eng.Handler())
-	h, err := pluginhost.New(eng, pluginhost.Options{Logger: log.Named("plugin-host")})
-	assert.NilError(t, err)
-	url := "ws" + strings.TrimPrefix(srv.URL, "http")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cl, err := client.Dial(ctx, url, client.Options{Name: "compose-stand-in", IgnoreEnv: true,
-		Reconnect: client.ReconnectPolicy{Disable: true}, CallTimeout: callTimeout})
-	assert.NilError(t, err)
-	// The host roots: one directory holding the project.
+	// The log is at debug level, so an adapter's raw stderr (a race report
+	// under III_E2E_ADAPTER_RACE) is in the log the clean-up checks.
+	env := enginetest.Start(t, enginetest.Options{ClientName: "compose-stand-in", CallTimeout: callTimeout, Wait: time.Minute})
+	// The host roots: one directory holding the project. It and the state
+	// directory are made before the plugin host, so they are removed after
+	// it stopped the adapter (clean-ups run last in, first out).
 	root, err := filepath.EvalSymlinks(t.TempDir())
 	assert.NilError(t, err)
-	we := &workerEnv{url: url, cl: cl, host: h, state: shortStateDir(t), root: root, logs: logs}
+	state := dirs.Short(t, "sb")
+	h, err := pluginhost.New(env.Engine, pluginhost.Options{Logger: env.Log.Named("plugin-host")})
+	assert.NilError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		assert.Check(t, h.Close(ctx))
-		assert.Check(t, cl.Close(ctx))
-		assert.Check(t, eng.Close(ctx))
-		srv.Close()
-		assert.Check(t, !strings.Contains(logs.String(), "DATA RACE"), "the adapter reported a data race")
-		if t.Failed() {
-			t.Logf("engine and adapter log:\n%s", logs.String())
-		}
+		assert.Check(t, !strings.Contains(env.Logs.String(), "DATA RACE"), "the adapter reported a data race")
 	})
+	we := &workerEnv{url: env.URL, cl: env.Client, host: h, state: state, root: root, logs: env.Logs}
 	cfg := map[string]any{
 		"image_allowlist": []string{"node"},
 		"state_dir":       we.state,
@@ -103,64 +90,6 @@ func (we *workerEnv) worker(t *testing.T, op string, payload, out any) {
 	}
 }
 
-// writeVendorPack writes the Node SDK's files (testdata/nodesdk) in the
-// format unpack.mjs reads, leaving out what Node never loads (types, maps,
-// docs), so the worker's install step can lay them out as node_modules:
-// the copy into the VM leaves node_modules and dist out at any depth.
-func writeVendorPack(t *testing.T, dst string) {
-	t.Helper()
-	src := filepath.Join("..", "..", "..", "testdata", "nodesdk", "node_modules")
-	if _, err := os.Stat(filepath.Join(src, "iii-sdk", "package.json")); err != nil {
-		t.Skipf("the Node SDK is not installed in testdata/nodesdk (make setup-test): %v", err)
-	}
-	f, err := os.Create(dst)
-	assert.NilError(t, err)
-	defer f.Close()
-	zw := gzip.NewWriter(f)
-	var hdr [4]byte
-	u32 := func(v uint32) {
-		binary.BigEndian.PutUint32(hdr[:], v)
-		_, _ = zw.Write(hdr[:])
-	}
-	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			if rel == "@types" || rel == "undici-types" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		for _, suf := range []string{".map", ".d.ts", ".md", ".ts", ".d.mts", ".d.cts"} {
-			if strings.HasSuffix(p, suf) {
-				return nil
-			}
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		name := filepath.ToSlash(rel)
-		u32(uint32(len(name)))
-		_, _ = zw.Write([]byte(name))
-		u32(uint32(fi.Mode().Perm()))
-		u32(uint32(len(b)))
-		_, err = zw.Write(b)
-		return err
-	})
-	assert.NilError(t, err)
-	assert.NilError(t, zw.Close())
-}
-
 // project lays out a Compose project whose VM worker is path://. : the
 // worker's directory holds the compose file and Compose's state, the
 // project token among it.
@@ -183,12 +112,12 @@ func (we *workerEnv) project(t *testing.T) (dir, token string) {
 		assert.NilError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		assert.NilError(t, os.WriteFile(p, []byte(content), 0o644))
 	}
-	for _, f := range []string{"worker.mjs", "unpack.mjs"} {
-		b, err := os.ReadFile(filepath.Join("testdata", "vmworker", f))
-		assert.NilError(t, err)
-		assert.NilError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
-	}
-	writeVendorPack(t, filepath.Join(dir, "vendor.pack.gz"))
+	b, err := os.ReadFile(filepath.Join("testdata", "vmworker", "worker.mjs"))
+	assert.NilError(t, err)
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "worker.mjs"), b, 0o644))
+	// The copy into the VM leaves node_modules out at any depth: the
+	// worker's install step lays the SDK out from a pack.
+	assert.NilError(t, nodesdk.WriteWorkerFiles(dir, nodesdk.FindModules(t)))
 	return dir, token
 }
 

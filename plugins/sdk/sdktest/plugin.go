@@ -1,19 +1,18 @@
 package sdktest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
-	"github.com/iii-sandbox/iii/contract"
+
+	"github.com/iii-sandbox/iii/internal/testkit/adapterproc"
+	"github.com/iii-sandbox/iii/internal/testkit/bins"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 )
 
 // BuildPlugin builds the adapter binary of pkg (a package path such as
@@ -22,8 +21,7 @@ import (
 func BuildPlugin(t testing.TB, pkg string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
-	out, err := cmd.CombinedOutput()
+	out, err := bins.GoBuild(bin, pkg, nil)
 	if err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
@@ -50,60 +48,23 @@ func StartPlugin(t testing.TB, opts PluginOptions) *AdapterCaller {
 	t.Helper()
 	cmd := exec.Command(opts.Path)
 	cmd.Env = append(os.Environ(), opts.Env...)
-	logs := &lockedBuffer{}
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  contract.Handshake(),
-		VersionedPlugins: contract.VersionedPlugins(nil),
-		Cmd:              cmd,
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		StartTimeout:     time.Minute,
-		Stderr:           logs,
-		Logger:           hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Warn}),
-	})
+	logs := &syncbuf.Buffer{}
+	client := adapterproc.NewClient(adapterproc.Options{Cmd: cmd, Stderr: logs,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Warn})})
 	t.Cleanup(func() {
 		client.Kill()
 		if t.Failed() {
 			t.Logf("adapter %s log:\n%s", filepath.Base(opts.Path), logs.String())
 		}
 	})
-	rpc, err := client.Client()
+	adapter, err := adapterproc.Dispense(client)
 	if err != nil {
-		t.Fatalf("start adapter %s: %v\n%s", opts.Path, err, logs.String())
-	}
-	raw, err := rpc.Dispense(contract.PluginName)
-	if err != nil {
-		t.Fatalf("dispense the sandbox plugin: %v", err)
-	}
-	adapter, ok := raw.(contract.Adapter)
-	if !ok {
-		t.Fatalf("the sandbox plugin dispensed %T, not a contract.Adapter", raw)
-	}
-	cfg, err := json.Marshal(opts.Config)
-	if err != nil {
-		t.Fatalf("marshal the adapter configuration: %v", err)
+		t.Fatalf("adapter %s: %v\n%s", opts.Path, err, logs.String())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := adapter.Configure(ctx, cfg); err != nil {
-		t.Fatalf("configure the adapter with %s: %v\n%s", cfg, err, logs.String())
+	if err := adapterproc.Configure(ctx, adapter, opts.Config); err != nil {
+		t.Fatalf("configure the adapter with %v: %v\n%s", opts.Config, err, logs.String())
 	}
 	return NewAdapterCaller(adapter)
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -23,17 +23,18 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/internal/testkit/benchstat"
+	"github.com/iii-sandbox/iii/internal/testkit/bins"
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 )
 
 func main() {
@@ -51,17 +52,17 @@ type env struct {
 }
 
 func setup() (*env, error) {
-	root, err := repoRoot()
+	wd, err := os.Getwd()
 	if err != nil {
 		return nil, err
 	}
-	node, err := exec.LookPath("node")
+	root, err := bins.RepoRoot(wd)
 	if err != nil {
-		return nil, fmt.Errorf("node is not installed (make setup-test)")
+		return nil, err
 	}
-	sdk := filepath.Join(root, "testdata", "nodesdk", "node_modules", "iii-sdk", "dist", "index.mjs")
-	if _, err := os.Stat(sdk); err != nil {
-		return nil, fmt.Errorf("the Node SDK is not installed at %s (make setup-test)", sdk)
+	sdk, err := nodesdk.Locate(root)
+	if err != nil {
+		return nil, err
 	}
 	// Unix sockets and Node need short, real paths.
 	tmp, err := os.MkdirTemp("", "cb")
@@ -74,25 +75,8 @@ func setup() (*env, error) {
 	if err := build.Run(); err != nil {
 		return nil, fmt.Errorf("build iii: %w", err)
 	}
-	return &env{iii: iii, node: node, worker: filepath.Join(root, "compose", "daemon", "testdata", "node", "worker.mjs"),
-		sdkURL: (&url.URL{Scheme: "file", Path: sdk}).String(), tmp: tmp}, nil
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("go.mod not found; run from the repository")
-		}
-		dir = parent
-	}
+	return &env{iii: iii, node: sdk.Node, worker: filepath.Join(root, "compose", "daemon", "testdata", "node", "worker.mjs"),
+		sdkURL: sdk.URL, tmp: tmp}, nil
 }
 
 func freePort() (int, error) {
@@ -125,7 +109,7 @@ func run(rounds, n int) error {
 		}
 		a, f = append(a, da), append(f, df)
 	}
-	ma, mf := median(a), median(f)
+	ma, mf := benchstat.Median(a), benchstat.Median(f)
 	fmt.Printf("compose --up, %d Node workers to all ready (median of %d)\n", n, rounds)
 	fmt.Printf("  A  iii compose --up                 %8.1f ms\n", ms(ma))
 	fmt.Printf("  F  iii -c + workers by hand (floor) %8.1f ms\n", ms(mf))
@@ -134,12 +118,6 @@ func run(rounds, n int) error {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
 
 // composeUp times `iii compose --up` until it prints that the project is
 // up, then stops it with SIGINT.

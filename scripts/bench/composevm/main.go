@@ -22,20 +22,16 @@
 package main
 
 import (
-	"compress/gzip"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +39,9 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/internal/testkit/benchstat"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images"
 )
@@ -124,11 +123,11 @@ func run(runs int) error {
 	}
 
 	fmt.Printf("host: %s/%s, %d CPUs, load average %s; VM: %s, %s; median of %d runs\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), loadAvg(), hv, image, runs)
-	f := median(floor)
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), benchstat.LoadAvg(), hv, image, runs)
+	f := benchstat.Median(floor)
 	fmt.Printf("  %-44s %9s\n", "floor: sandbox::create of the same image", f.Round(time.Millisecond))
 	fmt.Printf("  %-44s %9s   %.1f× the floor (once)\n", "iii compose --up, cold (install, first boot)", cold.Round(time.Millisecond), ratio(cold, f))
-	fmt.Printf("  %-44s %9s   %.1f× the floor\n", "iii compose --up, warm (disk kept)", median(warm).Round(time.Millisecond), ratio(median(warm), f))
+	fmt.Printf("  %-44s %9s   %.1f× the floor\n", "iii compose --up, warm (disk kept)", benchstat.Median(warm).Round(time.Millisecond), ratio(benchstat.Median(warm), f))
 	return nil
 }
 
@@ -164,17 +163,14 @@ func setup(work string) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache := filepath.Join(work, "cache")
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return nil, err
-	}
 	// The adapter reads the presets from the local OCI layout.
-	if err := os.Symlink(filepath.Join(root, "oci"), filepath.Join(cache, "oci")); err != nil {
+	cache := filepath.Join(work, "cache")
+	if err := dirs.ImageCache(cache, filepath.Join(root, "oci")); err != nil {
 		return nil, err
 	}
-	sdk := filepath.Join("testdata", "nodesdk", "node_modules")
-	if _, err := os.Stat(filepath.Join(sdk, "iii-sdk", "package.json")); err != nil {
-		return nil, fmt.Errorf("the Node SDK is not installed in testdata/nodesdk (make setup-test): %w", err)
+	sdk, err := nodesdk.Modules(".")
+	if err != nil {
+		return nil, err
 	}
 	port, err := freePort()
 	if err != nil {
@@ -206,19 +202,17 @@ containers:
 		filepath.Join(project, "worker-compose.yaml"): file,
 		filepath.Join(wdir, "iii.worker.yaml"):        "name: w\nruntime:\n  base_image: " + image + "\nscripts:\n  install: node unpack.mjs\n  start: node worker.mjs\n",
 	}
-	for _, f := range []string{"worker.mjs", "unpack.mjs"} {
-		data, err := os.ReadFile(filepath.Join("compose", "daemon", "testdata", "vmworker", f))
-		if err != nil {
-			return nil, err
-		}
-		files[filepath.Join(wdir, f)] = string(data)
+	data, err := os.ReadFile(filepath.Join("compose", "daemon", "testdata", "vmworker", "worker.mjs"))
+	if err != nil {
+		return nil, err
 	}
+	files[filepath.Join(wdir, "worker.mjs")] = string(data)
 	for p, content := range files {
 		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 			return nil, err
 		}
 	}
-	if err := writePack(sdk, filepath.Join(wdir, "vendor.pack.gz")); err != nil {
+	if err := nodesdk.WriteWorkerFiles(wdir, sdk); err != nil {
 		return nil, err
 	}
 	home := filepath.Join(work, "h")
@@ -343,62 +337,6 @@ func create(ctx context.Context, c *client.Client) (time.Duration, error) {
 	return d, err
 }
 
-// writePack writes node_modules in the format unpack.mjs reads (the copy
-// into a VM leaves node_modules out): u32 path length, path, u32 mode,
-// u32 size, bytes, big endian, gzip.
-func writePack(src, dst string) error {
-	f, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	zw := gzip.NewWriter(f)
-	var hdr [4]byte
-	u32 := func(v uint32) {
-		binary.BigEndian.PutUint32(hdr[:], v)
-		_, _ = zw.Write(hdr[:])
-	}
-	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			if rel == "@types" || rel == "undici-types" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		for _, suf := range []string{".map", ".d.ts", ".md", ".ts", ".d.mts", ".d.cts"} {
-			if strings.HasSuffix(p, suf) {
-				return nil
-			}
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		name := filepath.ToSlash(rel)
-		u32(uint32(len(name)))
-		_, _ = zw.Write([]byte(name))
-		u32(uint32(fi.Mode().Perm()))
-		u32(uint32(len(data)))
-		_, err = zw.Write(data)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return zw.Close()
-}
-
 func freePort() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -408,28 +346,10 @@ func freePort() (string, error) {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
 }
 
-func median(s []time.Duration) time.Duration {
-	c := slices.Clone(s)
-	slices.Sort(c)
-	return c[len(c)/2]
-}
-
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "n/a"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "n/a"
-	}
-	return strings.Join(f[:3], " ")
 }

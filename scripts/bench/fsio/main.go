@@ -38,10 +38,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
@@ -50,6 +48,9 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/host/server"
+	"github.com/iii-sandbox/iii/internal/testkit/benchstat"
+	"github.com/iii-sandbox/iii/internal/testkit/bins"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
@@ -89,7 +90,7 @@ func run(sizeMiB, runs int) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	bin, err := build(work)
+	bin, err := bins.SandboxLibkrun(".", filepath.Join(work, "bin"), adapter.AgentName(runtime.GOARCH))
 	if err != nil {
 		return err
 	}
@@ -97,12 +98,9 @@ func run(sizeMiB, runs int) error {
 	if err != nil {
 		return err
 	}
-	cache := filepath.Join(work, "cache")
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return err
-	}
 	// The adapter's cache reads the presets from the local OCI layout.
-	if err := os.Symlink(filepath.Join(root, "oci"), filepath.Join(cache, "oci")); err != nil {
+	cache := filepath.Join(work, "cache")
+	if err := dirs.ImageCache(cache, filepath.Join(root, "oci")); err != nil {
 		return err
 	}
 
@@ -195,13 +193,13 @@ func run(sizeMiB, runs int) error {
 	}
 
 	fmt.Printf("host: %s/%s, %d CPUs, load average %s; VM: %s with %s, 512 MiB; %d MiB file, median of %d runs\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), loadAvg(), info.Hypervisor, info.Accel, sizeMiB, runs)
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), benchstat.LoadAvg(), info.Hypervisor, info.Accel, sizeMiB, runs)
 	n := len(data)
-	row("fs::write through a channel", n, median(w), "raw WebSocket client → server", median(fw))
-	row("fs::read through a channel", n, median(r), "raw WebSocket server → client", median(fr))
+	row("fs::write through a channel", n, benchstat.Median(w), "raw WebSocket client → server", benchstat.Median(fw))
+	row("fs::read through a channel", n, benchstat.Median(r), "raw WebSocket server → client", benchstat.Median(fr))
 	fmt.Println("  the VM's own ceiling (guest agent over its port, no engine or plugin):")
-	row("  fs::write through a channel", n, median(w), "agent write, direct", median(gw))
-	row("  fs::read through a channel", n, median(r), "agent read, direct", median(gr))
+	row("  fs::write through a channel", n, benchstat.Median(w), "agent write, direct", benchstat.Median(gw))
+	row("  fs::read through a channel", n, benchstat.Median(r), "agent read, direct", benchstat.Median(gr))
 	return nil
 }
 
@@ -213,12 +211,6 @@ func row(what string, n int, d time.Duration, floorWhat string, floor time.Durat
 func mbs(n int, d time.Duration) float64 { return float64(n) / 1e6 / d.Seconds() }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
-
-func median(s []time.Duration) time.Duration {
-	c := slices.Clone(s)
-	slices.Sort(c)
-	return c[len(c)/2]
-}
 
 // fsPath is where the file goes in the sandbox: its tmpfs upper layer.
 const fsPath = "/root/fsio.bin"
@@ -514,30 +506,4 @@ func (e *engine) close() {
 	if err := <-e.served; err != nil {
 		fmt.Fprintln(os.Stderr, "engine:", err)
 	}
-}
-
-// build compiles the adapter and the guest agent beside it.
-func build(dir string) (string, error) {
-	bin := filepath.Join(dir, "bin", "sandbox-libkrun")
-	if out, err := exec.Command("go", "build", "-trimpath", "-o", bin, "./plugins/sandbox-libkrun/cmd/sandbox-libkrun").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the adapter (run from the repository root): %v\n%s", err, out)
-	}
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "bin", adapter.AgentName(runtime.GOARCH)), "./plugins/sandbox-libkrun/cmd/iii-guest-agent")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the guest agent: %v\n%s", err, out)
-	}
-	return bin, nil
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "n/a"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "n/a"
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -19,22 +19,23 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/testkit/adapterproc"
+	"github.com/iii-sandbox/iii/internal/testkit/benchstat"
+	"github.com/iii-sandbox/iii/internal/testkit/bins"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
@@ -79,15 +80,12 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	bin, err := build(work)
+	bin, err := bins.SandboxLibkrun(".", filepath.Join(work, "bin"), adapter.AgentName(runtime.GOARCH))
 	if err != nil {
 		return err
 	}
 	cache := filepath.Join(work, "cache")
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return err
-	}
-	if err := os.Symlink(filepath.Join(root, "oci"), filepath.Join(cache, "oci")); err != nil {
+	if err := dirs.ImageCache(cache, filepath.Join(root, "oci")); err != nil {
 		return err
 	}
 	state := filepath.Join(work, "s")
@@ -142,7 +140,7 @@ func run() error {
 		}
 		raws = append(raws, d)
 	}
-	cm, rm := median(creates), median(raws)
+	cm, rm := benchstat.Percentile(creates, 50), benchstat.Percentile(raws, 50)
 	fmt.Println("P4 cold sandbox::create to ready (median of", o.boots, "runs)")
 	row("sandbox::create (plugin, runner, QEMU, agent hello)", cm, "raw QEMU boot to agent hello", rm, 1.2)
 
@@ -181,8 +179,8 @@ func run() error {
 		return err
 	}
 	fmt.Println("P6 exec `true` round trip on a live sandbox (", o.execs, "execs)")
-	row("exec p50 (plugin gRPC, kit, agent)", pct(rtt, 50), "guest fork+exec+wait p50", pct(guest, 50), 2)
-	row("exec p99", pct(rtt, 99), "guest fork+exec+wait p99", pct(guest, 99), 0)
+	row("exec p50 (plugin gRPC, kit, agent)", benchstat.Percentile(rtt, 50), "guest fork+exec+wait p50", benchstat.Percentile(guest, 50), 2)
+	row("exec p99", benchstat.Percentile(rtt, 99), "guest fork+exec+wait p99", benchstat.Percentile(guest, 99), 0)
 
 	var runs []time.Duration
 	for range o.runs {
@@ -196,7 +194,7 @@ func run() error {
 		}
 		runs = append(runs, time.Since(t))
 	}
-	fmt.Printf("  sandbox::run print(2+2) p50 (create, write, python3 cold, stop): %s over %d runs\n", fmtD(pct(runs, 50)), o.runs)
+	fmt.Printf("  sandbox::run print(2+2) p50 (create, write, python3 cold, stop): %s over %d runs\n", fmtD(benchstat.Percentile(runs, 50)), o.runs)
 
 	// P7: the sandbox of P6 has been idle-ish; give it a moment.
 	time.Sleep(5 * time.Second)
@@ -227,53 +225,15 @@ func fmtD(d time.Duration) string {
 	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1e3)
 }
 
-func median(s []time.Duration) time.Duration { return pct(s, 50) }
-
-func pct(s []time.Duration, p int) time.Duration {
-	c := append([]time.Duration(nil), s...)
-	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
-	i := (len(c)*p + 99) / 100
-	return c[max(min(i, len(c))-1, 0)]
-}
-
-// build compiles the adapter and the guest agent beside it.
-func build(dir string) (string, error) {
-	bin := filepath.Join(dir, "bin", "sandbox-libkrun")
-	if out, err := exec.Command("go", "build", "-trimpath", "-o", bin, "./plugins/sandbox-libkrun/cmd/sandbox-libkrun").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the adapter (run from the repository root): %v\n%s", err, out)
-	}
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "bin", adapter.AgentName(runtime.GOARCH)), "./plugins/sandbox-libkrun/cmd/iii-guest-agent")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the guest agent: %v\n%s", err, out)
-	}
-	return bin, nil
-}
-
 // startAdapter runs the adapter as the engine does and configures it.
 func startAdapter(bin string, config map[string]any) (contract.Adapter, func(), error) {
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  contract.Handshake(),
-		VersionedPlugins: contract.VersionedPlugins(nil),
-		Cmd:              exec.Command(bin),
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		StartTimeout:     time.Minute,
-		Logger:           hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn}),
-	})
-	rpc, err := client.Client()
-	if err != nil {
-		client.Kill()
-		return nil, nil, err
+	client := adapterproc.NewClient(adapterproc.Options{Cmd: exec.Command(bin),
+		Logger: hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn})})
+	a, err := adapterproc.Dispense(client)
+	if err == nil {
+		err = adapterproc.Configure(context.Background(), a, config)
 	}
-	raw, err := rpc.Dispense(contract.PluginName)
 	if err != nil {
-		client.Kill()
-		return nil, nil, err
-	}
-	a := raw.(contract.Adapter)
-	b, _ := json.Marshal(config)
-	if err := a.Configure(context.Background(), b); err != nil {
 		client.Kill()
 		return nil, nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/iii-sandbox/iii/host/engine/enginebench"
+	"github.com/iii-sandbox/iii/internal/testkit/benchstat"
 )
 
 func main() {
@@ -62,7 +63,7 @@ func run(n, rounds, warmup, callers, conns int, p3 time.Duration, payloadSize in
 		}
 	}
 
-	fmt.Printf("GOMAXPROCS=%d  load average: %s\n", runtime.GOMAXPROCS(0), loadAvg())
+	fmt.Printf("GOMAXPROCS=%d  load average: %s\n", runtime.GOMAXPROCS(0), benchstat.LoadAvg())
 	fmt.Printf("P1: %d rounds × %d sequential calls per path, interleaved\n", rounds, n)
 	samples := map[enginebench.Kind][]time.Duration{}
 	for r := range rounds {
@@ -111,15 +112,3 @@ func run(n, rounds, warmup, callers, conns int, p3 time.Duration, payloadSize in
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.1fµs", float64(d)/1e3) }
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "n/a"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "n/a"
-	}
-	return strings.Join(f[:3], " ")
-}

@@ -10,30 +10,10 @@
 //     ({"ok":true,"result":…} or {"ok":false,"code":…,"message":…}) and exits.
 //
 // Every line the script prints on stdout is JSON; the SDK's own logging goes
-// to stderr.
-const { registerWorker } = await import(process.env.III_SDK_URL);
+// to stderr. The plumbing is internal/testkit/nodesdk/driver.mjs.
+import { callAll, connect, serve, unknownMode } from "../../../../internal/testkit/nodesdk/driver.mjs";
 
-const job = JSON.parse(process.argv[2]);
-const out = (v) => process.stdout.write(JSON.stringify(v) + "\n");
-// Keep stdout for results only.
-console.log = console.debug = console.info = (...a) => process.stderr.write(a.join(" ") + "\n");
-
-const iii = registerWorker(job.url, {
-  workerName: job.name,
-  invocationTimeoutMs: 20000,
-  reconnectionConfig: { initialDelayMs: 50, maxDelayMs: 200, jitterFactor: 0 },
-});
-
-if (job.namespace) {
-  // 0.22.1 has no namespace option: a worker that wants one sends its own
-  // engine::workers::register first. It is queued until the socket opens and
-  // then sent ahead of the SDK's own register, so it wins.
-  iii.trigger({
-    function_id: "engine::workers::register",
-    payload: { name: job.name, namespace: job.namespace },
-    action: { type: "void" },
-  });
-}
+const { job, iii } = await connect();
 
 if (job.mode === "serve") {
   for (const id of job.functions) {
@@ -44,24 +24,9 @@ if (job.mode === "serve") {
       return { echo: input, by: job.name };
     });
   }
-  out({ started: true });
-  process.stdin.resume();
-  process.stdin.on("end", async () => {
-    await iii.shutdown();
-    process.exit(0);
-  });
+  serve(iii);
 } else if (job.mode === "call") {
-  for (const c of job.calls) {
-    try {
-      const result = await iii.trigger({ function_id: c.function_id, payload: c.payload });
-      out({ ok: true, result });
-    } catch (err) {
-      out({ ok: false, code: err.code ?? "", message: err.message ?? String(err) });
-    }
-  }
-  await iii.shutdown();
-  process.exit(0);
+  await callAll(iii, job.calls);
 } else {
-  process.stderr.write(`unknown mode ${job.mode}\n`);
-  process.exit(2);
+  unknownMode(job);
 }

@@ -14,29 +14,11 @@
 //     where sandbox_error is the S-code object parsed from the message JSON.
 //
 // Every line printed on stdout is JSON; the SDK's own logging goes to stderr.
+// The plumbing is internal/testkit/nodesdk/driver.mjs.
 import { spawnSync } from "node:child_process";
+import { callAll, connect, serve, unknownMode } from "../../../../internal/testkit/nodesdk/driver.mjs";
 
-const { registerWorker } = await import(process.env.III_SDK_URL);
-
-const job = JSON.parse(process.argv[2]);
-const out = (v) => process.stdout.write(JSON.stringify(v) + "\n");
-console.log = console.debug = console.info = (...a) => process.stderr.write(a.join(" ") + "\n");
-
-const iii = registerWorker(job.url, {
-  workerName: job.name,
-  invocationTimeoutMs: 20000,
-  reconnectionConfig: { initialDelayMs: 50, maxDelayMs: 200, jitterFactor: 0 },
-});
-
-if (job.namespace) {
-  // iii-sdk 0.22.1 has no namespace option: its first engine::workers::register
-  // wins, so send ours before the SDK's own.
-  iii.trigger({
-    function_id: "engine::workers::register",
-    payload: { name: job.name, namespace: job.namespace },
-    action: { type: "void" },
-  });
-}
+const { job, iii } = await connect();
 
 // sandboxError builds the contract's wire object; an adapter reports a
 // failure by throwing an Error whose message is that JSON.
@@ -88,24 +70,9 @@ if (job.mode === "adapter") {
       }
     });
   }
-  out({ started: true });
-  process.stdin.resume();
-  process.stdin.on("end", async () => {
-    await iii.shutdown();
-    process.exit(0);
-  });
+  serve(iii);
 } else if (job.mode === "call") {
-  for (const c of job.calls) {
-    try {
-      const result = await iii.trigger({ function_id: c.function_id, payload: c.payload });
-      out({ ok: true, result });
-    } catch (err) {
-      out({ ok: false, code: err.code ?? "", message: err.message ?? String(err), sandbox_error: parseSandboxError(err.message) });
-    }
-  }
-  await iii.shutdown();
-  process.exit(0);
+  await callAll(iii, job.calls, (err) => ({ sandbox_error: parseSandboxError(err.message) }));
 } else {
-  process.stderr.write(`unknown mode ${job.mode}\n`);
-  process.exit(2);
+  unknownMode(job);
 }

@@ -1,7 +1,8 @@
-// The worker's install step in the VM-worker acceptance test: it lays the
-// vendored Node SDK (vendor.pack.gz, written by the Go test) out as
-// node_modules, as `npm ci` would from a registry. The pack is gzip of
-// records: u32 path length, path, u32 mode, u32 size, bytes (big endian).
+// The install step of the Node VM workers in the tests and benchmarks
+// (written into the worker's directory by internal/testkit/nodesdk): it
+// lays the vendored Node SDK (vendor.pack.gz, written by nodesdk.WritePack)
+// out as node_modules, as `npm ci` would from a registry. The pack is gzip
+// of records: u32 path length, path, u32 mode, u32 size, bytes (big endian).
 import { readFileSync, writeFileSync, mkdirSync, chmodSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { gunzipSync } from "node:zlib";

@@ -1,0 +1,23 @@
+// Package testkit is the root of small helper packages shared by this
+// repository's tests and benchmark harnesses (scripts/bench). Each
+// subpackage does one job:
+//
+//   - bins: build the repository's binaries once per test binary (and the
+//     VM adapter with its guest agent, for tests and benchmarks);
+//   - enginetest: a real engine on a loopback WebSocket with a Go client;
+//   - adapterproc: start an adapter binary as a go-plugin subprocess, the
+//     way the engine's plugin host does;
+//   - nodesdk: find node and the pinned iii-sdk, run Node SDK scripts (with
+//     the shared driver.mjs), and pack the SDK into VM worker directories
+//     with the one unpack.mjs;
+//   - procscan: list live processes by what their command line names;
+//   - syncbuf: a buffer that subprocess and logger goroutines write while
+//     the test reads it;
+//   - dirs: short temporary directories (unix socket paths), image caches
+//     on the local OCI layout, and listings;
+//   - benchstat: medians, percentiles and the load average for benchmark
+//     reports.
+//
+// Nothing here is product code: no package outside tests, scripts/bench and
+// plugins/sdk/sdktest imports these.
+package testkit
