@@ -73,6 +73,7 @@ import (
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/host/pluginhost"
 	"github.com/iii-sandbox/iii/host/router"
+	"github.com/iii-sandbox/iii/internal/testkit/benchstat"
 	"github.com/iii-sandbox/iii/plugins/sdk/examples/hostdir"
 )
 
@@ -359,7 +360,7 @@ func run(n, rounds, warmup, block int, adapterBin string) error {
 	fmt.Printf("%-46s %10s %10s\n", "path", "p50", "p99")
 	q := map[string][2]time.Duration{}
 	for _, p := range paths {
-		p50, p99 := pct(p.lat, 50), pct(p.lat, 99)
+		p50, p99 := benchstat.Percentile(p.lat, 50), benchstat.Percentile(p.lat, 99)
 		q[p.name[:1]] = [2]time.Duration{p50, p99}
 		fmt.Printf("%-46s %10s %10s\n", p.name, us(p50), us(p99))
 	}
@@ -378,16 +379,6 @@ func run(n, rounds, warmup, block int, adapterBin string) error {
 			us(q["R"][i]-q["E"][i]), us(q["A"][i]-q["X"][i]), us(q["B"][i]-q["E"][i]-q["I"][i]))
 	}
 	return nil
-}
-
-func pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	return s[min(max(i-1, 0), len(s)-1)]
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.1fµs", float64(d)/float64(time.Microsecond)) }
