@@ -21,8 +21,12 @@
 // The WebSocket caller is another process (this binary re-executed), as
 // SDK workers and `iii call` are.
 //
-// The router and plugin hop add A − E; the goal is A − E ≤ 1.5 × F. A − B is
-// the router alone. The adapter is the hostdir example (built with go build
+// What the router and the plugin hop add to a sandbox call is A − G: the
+// call through the engine, the router and the plugin host, against the same
+// call made straight to the adapter the way the plugin host makes it (it
+// also counts the engine's own WebSocket hop, E). The goal is A − G ≤ 1.5 × F.
+// A − E, also printed, is stricter still: it counts a second adapter call
+// (A makes one, E none). A − B is the router alone. The adapter is the hostdir example (built with go build
 // unless -adapter names a binary); its catalog needs no sandbox. Paths run
 // in interleaved blocks of consecutive calls so machine load moves a figure
 // and its floor alike and every path is measured warm.
@@ -366,25 +370,25 @@ func run(n, rounds, warmup, block int, adapterBin string) error {
 	}
 	fmt.Println()
 	for i, label := range []string{"p50", "p99"} {
-		added := q["A"][i] - q["E"][i]
+		added := q["A"][i] - q["G"][i]
 		ratio := float64(added) / float64(q["F"][i])
 		verdict := "meets"
 		if ratio > 1.5 {
 			verdict = "MISSES"
 		}
-		fmt.Printf("%s: router+plugin hop adds A−E = %s; floor F = %s; ratio %.2f× (goal ≤ 1.5×: %s)\n", label, us(added), us(q["F"][i]), ratio, verdict)
-		fmt.Printf("     router alone A−B = %s; plugin hop B−E = %s; TLS on the raw call T−F = %s; go-plugin's own call G = %.2f× F; host's share (B−E)−G = %s\n",
-			us(q["A"][i]-q["B"][i]), us(q["B"][i]-q["E"][i]), us(q["T"][i]-q["F"][i]), float64(q["G"][i])/float64(q["F"][i]), us(q["B"][i]-q["E"][i]-q["G"][i]))
-		fmt.Printf("     an in-process hop alone R−E = %s; the router's own code A−X = %s; B over WebSocket minus B in process B−E−I = %s\n",
-			us(q["R"][i]-q["E"][i]), us(q["A"][i]-q["X"][i]), us(q["B"][i]-q["E"][i]-q["I"][i]))
+		fmt.Printf("%s: the router and plugin hop add A−G = %s; floor F = %s; ratio %.2f× (goal ≤ 1.5×: %s)\n", label, us(added), us(q["F"][i]), ratio, verdict)
+		fmt.Printf("     A−E = %s (%.2f× F); router alone A−B = %s; the router's own code A−X = %s; go-plugin's call G = %.2f× F; TLS T−F = %s\n",
+			us(q["A"][i]-q["E"][i]), float64(q["A"][i]-q["E"][i])/float64(q["F"][i]), us(q["A"][i]-q["B"][i]), us(q["A"][i]-q["X"][i]),
+			float64(q["G"][i])/float64(q["F"][i]), us(q["T"][i]-q["F"][i]))
+		fmt.Printf("     in process: the plugin host's layer I−G = %s; an in-process hop R−E = %s; B over WebSocket minus B in process B−E−I = %s\n",
+			us(q["I"][i]-q["G"][i]), us(q["R"][i]-q["E"][i]), us(q["B"][i]-q["E"][i]-q["I"][i]))
 	}
+	fmt.Println("load average:", benchstat.LoadAvg())
 	return nil
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.1fµs", float64(d)/float64(time.Microsecond)) }
 
-// serveFloor serves the hostdir adapter over plain gRPC on a unix socket
-// until killed.
 // measure makes count consecutive calls on p and returns their latencies.
 func (p *path) measure(ctx context.Context, c *callerProc, count int) ([]time.Duration, error) {
 	if p.remote != "" {
@@ -498,6 +502,8 @@ func serveCaller(url string) error {
 	return in.Err()
 }
 
+// serveFloor serves the hostdir adapter over plain gRPC on a unix socket
+// until killed.
 func serveFloor(sock, state string) error {
 	cert, certPEM, err := selfSigned()
 	if err != nil {
