@@ -52,11 +52,11 @@ func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "engine stopping", http.StatusServiceUnavailable)
 		return
 	}
-	defer e.tasks.done()
 
 	c, err := websocket.Accept(rw, r, nil)
 	if err != nil {
 		e.log.Debug("worker upgrade failed", "remote", r.RemoteAddr, "error", err)
+		e.tasks.done()
 		return
 	}
 	c.SetReadLimit(readLimit)
@@ -88,19 +88,36 @@ func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request) {
 		// Close may have snapshotted the worker table before we joined it.
 		conn.shutdown(statusGoingAway, "engine stopping")
 	}
-	conn.readLoop()
+	conn.serve()
+}
 
-	w.teardown()
-	conn.shutdown(websocket.StatusNormalClosure, "")
-	<-conn.writerDone
+// serve reads the connection until it ends, then tears the worker down and
+// ends the engine task serveWorker took for it. When the read loop hands
+// its reading over to a new goroutine (to run an in-process handler where
+// it stands), that goroutine serves on, and inherits the task.
+func (c *wsConn) serve() {
+	if c.readLoop() {
+		return
+	}
+	c.w.teardown()
+	c.shutdown(websocket.StatusNormalClosure, "")
+	<-c.writerDone
+	c.e.tasks.done()
 }
 
 // readBufKeep is the largest read buffer kept between frames; one huge
 // frame should not pin its memory for the life of the connection.
 const readBufKeep = 4 << 20
 
-func (c *wsConn) readLoop() {
+// readLoop reads and handles frames until the connection ends (false), or
+// until a frame's in-process handler took this goroutine over and another
+// readLoop reads on (true).
+func (c *wsConn) readLoop() (handedOff bool) {
 	var buf bytes.Buffer
+	takeOver := func() bool {
+		go c.serve()
+		return true
+	}
 	for {
 		typ, r, err := c.c.Reader(context.Background())
 		if err == nil {
@@ -114,7 +131,7 @@ func (c *wsConn) readLoop() {
 			if s := websocket.CloseStatus(err); s == -1 && !errors.Is(err, net.ErrClosed) {
 				c.e.log.Debug("worker read ended", "worker_id", c.w.id, "error", err)
 			}
-			return
+			return false
 		}
 		// data is reused for the next frame: handlers copy what they keep.
 		data := buf.Bytes()
@@ -126,7 +143,9 @@ func (c *wsConn) readLoop() {
 		if len(bytes.TrimSpace(data)) == 0 {
 			continue
 		}
-		c.handleFrame(data)
+		if c.handleFrame(data, takeOver) {
+			return true
+		}
 	}
 }
 
@@ -136,8 +155,9 @@ func isTelemetry(b []byte) bool {
 
 // handleFrame routes one inbound frame. A frame that cannot be decoded is
 // answered (when it named an invocation) and otherwise logged; it never
-// drops the connection.
-func (c *wsConn) handleFrame(data []byte) {
+// drops the connection. handedOff reports that takeOver was used: the frame's
+// in-process handler ran on this goroutine and another one reads on.
+func (c *wsConn) handleFrame(data []byte, takeOver func() bool) (handedOff bool) {
 	e, w := c.e, c.w
 	defer func() {
 		if r := recover(); r != nil {
@@ -145,17 +165,17 @@ func (c *wsConn) handleFrame(data []byte) {
 		}
 	}()
 
-	if handled := e.fastPath(w, data); handled {
-		return
+	if handled, handedOff := e.fastPath(w, data, takeOver); handled {
+		return handedOff
 	}
 	msg, err := protocol.Decode(data)
 	if err != nil {
 		e.badFrame(w, err)
-		return
+		return false
 	}
 	switch m := msg.(type) {
 	case *protocol.InvokeFunction:
-		e.handleInvoke(w, m)
+		return e.handleInvoke(w, m, takeOver)
 	case *protocol.InvocationResult:
 		e.handleResult(w, m.InvocationID, m.Result, m.Error, m.Traceparent, m.Baggage)
 	case *protocol.Ping:
@@ -174,6 +194,7 @@ func (c *wsConn) handleFrame(data []byte) {
 		// worker only.
 		e.log.Debug("ignoring a frame type only the engine sends", "worker_id", w.id, "type", msg.MessageType())
 	}
+	return false
 }
 
 // badFrame answers a frame that failed to decode. An invocationresult that

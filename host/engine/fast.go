@@ -37,12 +37,13 @@ type hotFrame struct {
 	errorRaw     []byte
 }
 
-// fastPath handles invokefunction and invocationresult frames; false means
-// the frame goes through protocol.Decode.
-func (e *Engine) fastPath(w *worker, data []byte) bool {
+// fastPath handles invokefunction and invocationresult frames; handled
+// false means the frame goes through protocol.Decode. handedOff is
+// routeInvoke's.
+func (e *Engine) fastPath(w *worker, data []byte, takeOver func() bool) (handled, handedOff bool) {
 	var f hotFrame
 	if !scanHotFrame(data, &f) {
-		return false
+		return false, false
 	}
 	switch f.typ {
 	case string(protocol.TypeInvokeFunction):
@@ -53,24 +54,24 @@ func (e *Engine) fastPath(w *worker, data []byte) bool {
 		if a := nonNullRaw(f.action); a != nil {
 			var act protocol.TriggerAction
 			if json.Unmarshal(a, &act) != nil {
-				return false
+				return false, false
 			}
 			r.action = &act
 		}
-		e.routeInvoke(w, r)
-		return true
+		r.takeOver = takeOver
+		return true, e.routeInvoke(w, r)
 	case string(protocol.TypeInvocationResult):
 		var errb *protocol.ErrorBody
 		if er := nonNullRaw(f.errorRaw); er != nil {
 			errb = new(protocol.ErrorBody)
 			if json.Unmarshal(er, errb) != nil {
-				return false
+				return false, false
 			}
 		}
 		e.handleResult(w, f.invocationID, f.result, errb, f.traceparent, f.baggage)
-		return true
+		return true, false
 	}
-	return false
+	return false, false
 }
 
 func nonNullRaw(b []byte) []byte {

@@ -163,8 +163,8 @@ func FuzzHandleFrame(f *testing.F) {
 		// No socket: every frame goes through the queue, which is read here.
 		conn.queued.Store(1 << 40)
 		e.addWorker(w)
-		conn.handleFrame(data)
-		conn.handleFrame(data) // twice: duplicate ids, re-registrations
+		conn.handleFrame(data, nil)
+		conn.handleFrame(data, nil) // twice: duplicate ids, re-registrations
 		conn.shutdown(statusGoingAway, "")
 		w.teardown()
 		for {

@@ -168,18 +168,25 @@ type invokeRequest struct {
 	baggage      string
 	namespace    *string
 	action       *protocol.TriggerAction
+	// takeOver, when set, lets the call's in-process handler run on the
+	// calling read loop's goroutine: it starts a new read loop for the
+	// connection and reports whether it did (see runLocal).
+	takeOver func() bool
 }
 
-func (e *Engine) handleInvoke(a *worker, m *protocol.InvokeFunction) {
-	e.routeInvoke(a, &invokeRequest{
+func (e *Engine) handleInvoke(a *worker, m *protocol.InvokeFunction, takeOver func() bool) (handedOff bool) {
+	return e.routeInvoke(a, &invokeRequest{
 		invocationID: m.InvocationID, functionID: m.FunctionID, data: m.Data, metadata: m.Metadata,
 		traceparent: m.Traceparent, baggage: m.Baggage, namespace: m.Namespace, action: m.Action,
+		takeOver: takeOver,
 	})
 }
 
 // routeInvoke serves an invokefunction from socket worker a
-// (spec/engine-internals.md §1.5).
-func (e *Engine) routeInvoke(a *worker, r *invokeRequest) {
+// (spec/engine-internals.md §1.5). handedOff reports that the calling read
+// loop ran an in-process handler and another goroutine now reads the
+// connection: the caller must stop reading.
+func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 	answer := func(errb *protocol.ErrorBody) {
 		if r.invocationID != "" {
 			a.conn.send(appendResultFrame(nil, r.invocationID, r.functionID, nil, errb, "", ""))
@@ -194,18 +201,18 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) {
 				e.log.Warn("dropping enqueue: queues are not part of this engine", "worker_id", a.id, "function_id", r.functionID, "queue", r.action.Queue)
 			}
 			answer(&protocol.ErrorBody{Code: protocol.CodeQueuesUnsupported, Message: "queues are not part of this engine"})
-			return
+			return false
 		default:
 			answer(&protocol.ErrorBody{Code: protocol.CodeInvalidFrame,
 				Message: fmt.Sprintf("invalid frame: unknown action type %q (want void or enqueue, or no action)", r.action.Type)})
-			return
+			return false
 		}
 	}
 	ns := DefaultNamespace
 	if r.namespace != nil {
 		if errb := validNamespace(*r.namespace); errb != nil {
 			answer(errb)
-			return
+			return false
 		}
 		ns = *r.namespace
 	}
@@ -215,7 +222,7 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) {
 			e.log.Debug("void call to a missing function", "worker_id", a.id, "function_id", r.functionID, "namespace", ns)
 		}
 		answer(errb)
-		return
+		return false
 	}
 	data := injectCaller(r.data, a.id)
 
@@ -239,24 +246,23 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) {
 				}
 			}
 		}
-		e.runLocal(f.owner.ctx, f, call, reply)
-		return
+		return e.runLocal(f.owner.ctx, f, call, reply, r.takeOver)
 	}
 	if f.http != nil {
 		answer(httpNotInvokable(f))
-		return
+		return false
 	}
 
 	target := f.owner
 	frame := appendInvokeFrame(nil, r.invocationID, r.functionID, data, r.metadata, r.traceparent, r.baggage)
 	if r.invocationID == "" {
 		target.conn.send(frame)
-		return
+		return false
 	}
 	p := &pendingCall{id: r.invocationID, functionID: r.functionID, target: target, caller: a}
 	if !e.pending.insert(p) {
 		answer(&protocol.ErrorBody{Code: codeInvocationError, Message: "invocation id " + r.invocationID + " is already in flight"})
-		return
+		return false
 	}
 	target.active.Add(1)
 	// The target's teardown sets closing before it sweeps the pending table,
@@ -268,6 +274,7 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) {
 				Message: "worker " + target.id + " disconnected before answering " + r.functionID}, "", "")
 		}
 	}
+	return false
 }
 
 func httpNotInvokable(f *function) *protocol.ErrorBody {
@@ -276,13 +283,19 @@ func httpNotInvokable(f *function) *protocol.ErrorBody {
 }
 
 // runLocal runs an in-process handler. Inline handlers (builtins) run on
-// the calling goroutine; others get their own. When the owning worker
+// the calling goroutine. Others run on a goroutine of their own; when the
+// caller is a connection's read loop that can hand its reading over
+// (takeOver), that goroutine is the read loop's own: takeOver starts a new
+// read loop and the handler runs here, so the call does not wait for a
+// handoff to a fresh goroutine (which, with its stack growth, is a good
+// share of a call to the router or the plugin host). When the owning worker
 // detaches first, the caller is answered with invocation_stopped at once and
-// the handler's eventual result is dropped.
-func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply func(callResult)) {
+// the handler's eventual result is dropped. handedOff reports that takeOver
+// was used.
+func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply func(callResult), takeOver func() bool) (handedOff bool) {
 	if f.inline {
 		reply(callHandler(ctx, f.handler, call))
-		return
+		return false
 	}
 	owner := f.owner
 	stopped := func() callResult {
@@ -291,7 +304,7 @@ func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply fu
 	}
 	if !e.tasks.add() {
 		reply(stopped())
-		return
+		return false
 	}
 	owner.active.Add(1)
 	var answered atomic.Bool
@@ -302,7 +315,7 @@ func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply fu
 		}
 	}
 	stop := context.AfterFunc(owner.ctx, func() { finish(stopped()) })
-	go func() {
+	run := func() {
 		defer e.tasks.done()
 		res := callHandler(ctx, f.handler, call)
 		stop()
@@ -311,7 +324,13 @@ func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply fu
 			res = stopped()
 		}
 		finish(res)
-	}()
+	}
+	if takeOver != nil && takeOver() {
+		run()
+		return true
+	}
+	go run()
+	return false
 }
 
 // callLocalInPlace runs a non-inline in-process handler on the calling

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -250,4 +251,61 @@ func TestCloseFailsInFlightAndClosesSockets(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 	assert.NilError(t, e.Close(ctx), "Close is idempotent")
 	assert.Equal(t, httpStatus(t, srvURL), http.StatusServiceUnavailable, "new workers are refused")
+}
+
+// TestLocalHandlerHandsReadingOver: an in-process handler runs on the
+// goroutine that read its frame, which hands the connection's reading to a
+// new goroutine first. While one call blocks, later frames on the same
+// connection are still read and answered, in any number; the worker can
+// go away mid-call; and nothing is left running once the engine closes
+// (goleak checks the package).
+func TestLocalHandlerHandsReadingOver(t *testing.T) {
+	te := startEngine(t, Options{})
+	lw, err := te.AttachLocalWorker(LocalWorkerSpec{Name: "slow", Namespace: "default"})
+	assert.NilError(t, err)
+	defer lw.Detach()
+	release := make(chan struct{})
+	entered := make(chan struct{}, 10)
+	assert.NilError(t, lw.RegisterFunction(FunctionDef{ID: "slow::wait"}, func(ctx context.Context, call *Call) (json.RawMessage, error) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return json.RawMessage(`{"waited":true}`), nil
+	}))
+	assert.NilError(t, lw.RegisterFunction(FunctionDef{ID: "slow::now"}, func(context.Context, *Call) (json.RawMessage, error) {
+		return json.RawMessage(`{"now":true}`), nil
+	}))
+
+	c := te.dial(t)
+	for i := range 3 {
+		c.send(&protocol.InvokeFunction{InvocationID: fmt.Sprintf("w%d", i), FunctionID: "slow::wait", Data: json.RawMessage(`{}`)})
+		<-entered
+	}
+	for i := range 5 {
+		res := c.call(fmt.Sprintf("n%d", i), "slow::now", nil, `{}`)
+		assert.DeepEqual(t, res.obj("result"), frame{"now": true})
+	}
+	close(release)
+	got := map[string]bool{}
+	for range 3 {
+		res := c.expect("invocationresult")
+		got[res.str("invocation_id")] = true
+	}
+	assert.DeepEqual(t, got, map[string]bool{"w0": true, "w1": true, "w2": true})
+
+	// A caller that goes away while its call runs.
+	block := make(chan struct{})
+	assert.NilError(t, lw.RegisterFunction(FunctionDef{ID: "slow::block"}, func(ctx context.Context, call *Call) (json.RawMessage, error) {
+		entered <- struct{}{}
+		<-block
+		return json.RawMessage(`{}`), nil
+	}))
+	gone := te.dial(t)
+	gone.send(&protocol.InvokeFunction{InvocationID: "b1", FunctionID: "slow::block", Data: json.RawMessage(`{}`)})
+	<-entered
+	_ = gone.c.CloseNow()
+	<-gone.closed
+	close(block)
 }
