@@ -59,6 +59,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("create", s.testCreate)
 	t.Run("exec", s.testExec)
 	t.Run("fs", s.testFs)
+	t.Run("fs semantics", s.testFsSemantics)
 	t.Run("run", s.testRun)
 	t.Run("list", s.testList)
 	t.Run("stop", s.testStop)

@@ -3,16 +3,33 @@ package fsops
 import (
 	"context"
 	"errors"
-	"io/fs"
-	"syscall"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/sandboxfs"
 )
 
-// errPathEscapesText is the text of os.Root's refusal to follow a path out
-// of its directory. The standard library does not export the error value,
-// so its text is the only way to recognise it.
-const errPathEscapesText = "path escapes from parent"
+// code maps the shared implementation's kinds to the contract's codes.
+func code(k sandboxfs.Kind) contract.Code {
+	switch k {
+	case sandboxfs.KindInvalid:
+		return contract.S210
+	case sandboxfs.KindNotFound:
+		return contract.S211
+	case sandboxfs.KindWrongType:
+		return contract.S212
+	case sandboxfs.KindExists:
+		return contract.S213
+	case sandboxfs.KindNotEmpty:
+		return contract.S214
+	case sandboxfs.KindPermission:
+		return contract.S215
+	case sandboxfs.KindRegex:
+		return contract.S217
+	case sandboxfs.KindAborted:
+		return contract.S218
+	}
+	return contract.S216
+}
 
 // Error maps an error from a filesystem call on path to the S-code the
 // contract gives it, so every adapter reports the same code for the same
@@ -40,48 +57,34 @@ func Error(path string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	cause := rootCause(err)
-	var errno syscall.Errno
-	errors.As(err, &errno)
-	// Errno cases come first: Go's errno-to-fs.Err mapping folds ENOTEMPTY
-	// into fs.ErrExist, which would turn S214 into S213.
-	switch {
-	case errno == syscall.ENOTEMPTY:
-		return contract.NewError(contract.S214, "directory not empty: %s", path)
-	case errno == syscall.ENOTDIR:
-		return contract.NewError(contract.S212, "not a directory: %s, or one of its parents, is a file", path)
-	case errno == syscall.EISDIR:
-		return contract.NewError(contract.S212, "is a directory: %s", path)
-	case errno == syscall.EROFS:
-		return contract.NewError(contract.S215, "permission denied: %s is on a read-only filesystem", path)
-	case errors.Is(err, fs.ErrNotExist):
-		return contract.NewError(contract.S211, "path not found: %s", path)
-	case errors.Is(err, fs.ErrExist):
-		return contract.NewError(contract.S213, "path already exists: %s", path)
-	case errors.Is(err, fs.ErrPermission):
-		return contract.NewError(contract.S215, "permission denied: %s", path)
-	case cause != nil && cause.Error() == errPathEscapesText:
-		return contract.NewError(contract.S215, "permission denied: %s resolves (through a symbolic link or ..) to a place outside the sandbox", path)
-	}
-	return contract.NewError(contract.S216, "%s: %s", path, describe(cause))
+	return toContract(sandboxfs.FromOS(path, err))
 }
 
-// rootCause unwraps err to its innermost error.
-func rootCause(err error) error {
-	for {
-		next := errors.Unwrap(err)
-		if next == nil {
-			return err
-		}
-		err = next
-	}
-}
-
-// describe names an errno the way strerror does, without the operation and
-// host path an *fs.PathError would add.
-func describe(err error) string {
+// toContract turns an error of the shared implementation into the
+// contract's. A contract error or a context error inside it (the write
+// content's reader failed with one) passes through.
+func toContract(err error) error {
 	if err == nil {
-		return "I/O error"
+		return nil
 	}
-	return err.Error()
+	var se *contract.Error
+	if errors.As(err, &se) {
+		return se
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var fe *sandboxfs.Error
+	if !errors.As(err, &fe) {
+		return contract.NewError(contract.S216, "%v", err)
+	}
+	return fromShared(fe)
+}
+
+func fromShared(fe *sandboxfs.Error) *contract.Error {
+	e := contract.NewError(code(fe.Kind), "%s", fe.Message)
+	if fe.ParentMissing {
+		e = e.WithFix(contract.ParentsFix())
+	}
+	return e
 }

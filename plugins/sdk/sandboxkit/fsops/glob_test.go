@@ -45,10 +45,14 @@ func TestGlobs(t *testing.T) {
 			assert.Equal(t, g.Match(tc.path, tc.isDir), tc.want)
 		})
 	}
-	for _, bad := range []string{"[a", "", "/", "a//b", "!"} {
+	for _, bad := range []string{"[a", "", "/", "!", strings.Repeat("x", 1025)} {
 		_, err := CompileGlobs([]string{bad})
 		assert.Check(t, err != nil, "pattern %q accepted", bad)
 	}
+	// An empty segment is dropped: "a//b" is "a/b".
+	g, err := CompileGlobs([]string{"a//b", strings.Repeat("y", 1024)})
+	assert.NilError(t, err)
+	assert.Check(t, g.Match("a/b", false) && !g.Match("x/a/b", false))
 }
 
 func TestGlobManyDoubleStars(t *testing.T) {
