@@ -630,12 +630,10 @@ func (s *session) sendData(ctx context.Context, st *stream, kind agentproto.Kind
 	return nil
 }
 
-func (s *session) exec(st *stream, req *agentproto.ExecRequest) {
-	if s.srv.Exec == nil {
-		s.replyError(st.id, agentproto.CodeUnsupported, "exec is not served by this agent")
-		return
-	}
-	eio := ExecIO{
+// streamIO reports a process started on st and streams its output there,
+// for execs and supervised processes alike.
+func (s *session) streamIO(st *stream) ExecIO {
+	return ExecIO{
 		Started: func(pid int) { _ = s.send(st.id, &agentproto.Started{PID: pid}) },
 		Stdout: func(ctx context.Context, p []byte) error {
 			return s.sendData(ctx, st, agentproto.KindStdout, p)
@@ -644,6 +642,14 @@ func (s *session) exec(st *stream, req *agentproto.ExecRequest) {
 			return s.sendData(ctx, st, agentproto.KindStderr, p)
 		},
 	}
+}
+
+func (s *session) exec(st *stream, req *agentproto.ExecRequest) {
+	if s.srv.Exec == nil {
+		s.replyError(st.id, agentproto.CodeUnsupported, "exec is not served by this agent")
+		return
+	}
+	eio := s.streamIO(st)
 	if st.in != nil {
 		eio.Stdin = st.in.next
 	}
@@ -719,15 +725,7 @@ func (s *session) spawnProc(st *stream, req *agentproto.SpawnRequest) {
 		s.replyError(st.id, agentproto.CodeUnsupported, "spawn is not served by this agent")
 		return
 	}
-	eio := ExecIO{
-		Started: func(pid int) { _ = s.send(st.id, &agentproto.Started{PID: pid}) },
-		Stdout: func(ctx context.Context, p []byte) error {
-			return s.sendData(ctx, st, agentproto.KindStdout, p)
-		},
-		Stderr: func(ctx context.Context, p []byte) error {
-			return s.sendData(ctx, st, agentproto.KindStderr, p)
-		},
-	}
+	eio := s.streamIO(st)
 	status, err := s.srv.Procs.Run(st.ctx, req, eio)
 	if err != nil {
 		s.replyErr(st.id, err)
