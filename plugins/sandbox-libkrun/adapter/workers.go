@@ -768,6 +768,18 @@ func (w *workerVM) stopRun(ctx context.Context, run *workerRun, grace time.Durat
 	}
 }
 
+// stopCurrent stops the worker's run, if it has one; the caller holds
+// the worker's lock.
+func (w *workerVM) stopCurrent(ctx context.Context, timeout time.Duration) error {
+	w.mu.Lock()
+	run := w.run
+	w.mu.Unlock()
+	if run == nil {
+		return nil
+	}
+	return w.stopRun(ctx, run, timeout)
+}
+
 // stop serves worker::stop.
 func (s *workerSet) stop(ctx context.Context, req *contract.WorkerStopRequest) (*contract.WorkerStatus, error) {
 	w, err := s.get(req.VMID, false)
@@ -778,13 +790,8 @@ func (s *workerSet) stop(ctx context.Context, req *contract.WorkerStopRequest) (
 		return nil, err
 	}
 	defer w.unlock()
-	w.mu.Lock()
-	run := w.run
-	w.mu.Unlock()
-	if run != nil {
-		if err := w.stopRun(ctx, run, time.Duration(req.TimeoutMS)*time.Millisecond); err != nil {
-			return nil, err
-		}
+	if err := w.stopCurrent(ctx, time.Duration(req.TimeoutMS)*time.Millisecond); err != nil {
+		return nil, err
 	}
 	return w.status(), nil
 }
@@ -803,13 +810,8 @@ func (s *workerSet) remove(ctx context.Context, req *contract.WorkerRemoveReques
 		return nil, err
 	}
 	defer w.unlock()
-	w.mu.Lock()
-	run := w.run
-	w.mu.Unlock()
-	if run != nil {
-		if err := w.stopRun(ctx, run, time.Duration(contract.DefaultWorkerStopTimeoutMS)*time.Millisecond); err != nil {
-			return nil, err
-		}
+	if err := w.stopCurrent(ctx, time.Duration(contract.DefaultWorkerStopTimeoutMS)*time.Millisecond); err != nil {
+		return nil, err
 	}
 	w.log.close()
 	s.forget(w)
