@@ -19,6 +19,8 @@ import (
 
 	"github.com/Masterminds/semver/v3"
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/iii-sandbox/iii/internal/atomicfile"
 )
 
 // Publication is one version of one package for one target, to be written
@@ -281,32 +283,11 @@ func encodeIndex(idx *Index) ([]byte, error) {
 	return append(out, '\n'), nil
 }
 
+// writeAtomic writes a published file (mode 0644) so that readers see the
+// old content or the new, never a part, creating its directory.
 func writeAtomic(p string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return atomicfile.Write(p, data, 0o644)
 }

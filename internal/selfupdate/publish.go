@@ -15,6 +15,7 @@ import (
 	"github.com/Masterminds/semver/v3"
 
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/internal/atomicfile"
 )
 
 // Publication is one release for one target, to be written into a
@@ -140,38 +141,11 @@ func Publish(dir string, p Publication) ([]Published, error) {
 	return out, nil
 }
 
-// writeAtomic writes a file so that readers see the old or the new
-// content, never a part: a temporary file beside it, fsync, rename.
+// writeAtomic writes a published file (mode 0644) so that readers see the
+// old content or the new, never a part, creating its directory.
 func writeAtomic(p string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return atomicfile.Write(p, data, 0o644)
 }
