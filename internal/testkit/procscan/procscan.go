@@ -6,10 +6,15 @@ package procscan
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/poll"
 )
 
 // Proc is one live process.
@@ -46,12 +51,60 @@ func Live() []Proc {
 	return out
 }
 
+// Stopped reports whether every thread of pid is stopped by a signal, and
+// if not, which thread is not (for a poll's message). A process that is
+// gone is an error. kill(2) only queues SIGSTOP: the group stop begins when
+// one of the process's threads is next scheduled, and until then its other
+// threads may still run; a test that freezes a process must wait for this
+// before it relies on the process doing nothing.
+func Stopped(pid int) (bool, string, error) {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false, "", err
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			continue // that thread ended
+		}
+		if s := state(stat); s != 'T' {
+			return false, fmt.Sprintf("thread %s of pid %d is in state %q", task.Name(), pid, s), nil
+		}
+	}
+	return true, "", nil
+}
+
+// WaitStopped waits until every thread of pid is stopped (Stopped), and
+// fails t if the process is gone or still runs after ten seconds.
+func WaitStopped(t testing.TB, pid int) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		ok, why, err := Stopped(pid)
+		switch {
+		case err != nil:
+			return poll.Error(err)
+		case !ok:
+			return poll.Continue("%s", why)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(time.Millisecond))
+}
+
+// state reads the state field of a /proc/<pid>/stat line (0 when the
+// line is malformed); it follows the command name, which is in
+// parentheses and may itself hold ") ".
+func state(stat []byte) byte {
+	i := bytes.LastIndexByte(stat, ')')
+	if i <= 0 || i+2 >= len(stat) {
+		return 0
+	}
+	return stat[i+2]
+}
+
 // zombie reads the state field of a /proc/<pid>/stat line; it follows the
 // command name, which is in parentheses and may itself hold ") ".
-func zombie(stat []byte) bool {
-	i := bytes.LastIndexByte(stat, ')')
-	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
-}
+func zombie(stat []byte) bool { return state(stat) == 'Z' }
 
 // Naming returns the PIDs of the live processes (as Live) one of whose
 // arguments, argv[0] included, contains s. Pass a directory with a

@@ -6,10 +6,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
 )
 
 // A real child naming a temporary directory is found while it runs and
@@ -44,6 +48,39 @@ func TestNamingFindsAChild(t *testing.T) {
 	cancel()
 	_ = cmd.Wait()
 	assert.Check(t, is.Len(Naming(dir+"/"), 0))
+}
+
+// A child frozen with SIGSTOP reads as stopped once the stop has landed,
+// and as not stopped after SIGCONT; a reaped child is an error.
+func TestStopped(t *testing.T) {
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skip("no /proc here")
+	}
+	cmd := exec.Command("sleep", "60")
+	assert.NilError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	ok, why, err := Stopped(pid)
+	assert.NilError(t, err)
+	assert.Check(t, !ok)
+	assert.Check(t, is.Contains(why, "of pid "+strconv.Itoa(pid)))
+
+	assert.NilError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	WaitStopped(t, pid)
+
+	assert.NilError(t, syscall.Kill(pid, syscall.SIGCONT))
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if ok, _, _ := Stopped(pid); ok {
+			return poll.Continue("still stopped")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(time.Millisecond))
+
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	_, _, err = Stopped(pid)
+	assert.Check(t, err != nil, "a reaped process should be an error")
 }
 
 func TestZombie(t *testing.T) {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/procscan"
 )
 
 // TestLeftoversCleanedAtStart simulates a crashed run: an adapter is
@@ -46,6 +48,13 @@ func TestLeftoversCleanedAtStart(t *testing.T) {
 	// itself off, and this test is about what the clean-up kills.
 	assert.NilError(t, syscall.Kill(runnerPID, syscall.SIGSTOP))
 	assert.NilError(t, syscall.Kill(vmPID, syscall.SIGSTOP))
+	// kill(2) only queues SIGSTOP: the group stop starts when one of the
+	// process's threads is next scheduled, and until then another thread
+	// can still run. Under load the runner's lifeline thread once woke on
+	// the adapter's death first and killed its QEMU, so wait until every
+	// thread of both has stopped.
+	procscan.WaitStopped(t, runnerPID)
+	procscan.WaitStopped(t, vmPID)
 	assert.NilError(t, syscall.Kill(a.pid, syscall.SIGKILL))
 	// The other runner obeys its lifeline.
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
@@ -55,7 +64,8 @@ func TestLeftoversCleanedAtStart(t *testing.T) {
 		return poll.Success()
 	}, poll.WithTimeout(2*time.Second), poll.WithDelay(20*time.Millisecond))
 	if !processAlive(vmPID) {
-		t.Fatalf("the frozen runner's QEMU (pid %d) should still run; its logs:\n%s", vmPID, dirLogs(filepath.Join(stateDir, frozen)))
+		t.Fatalf("the frozen runner's QEMU should still run\nrunner: %s\nQEMU: %s\nits logs:\n%s",
+			procReport(runnerPID), procReport(vmPID), dirLogs(filepath.Join(stateDir, frozen)))
 	}
 	assert.Assert(t, is.Contains(dirs.Names(t, stateDir), frozen))
 	assert.Assert(t, is.Contains(dirs.Names(t, stateDir), stale))
@@ -166,6 +176,28 @@ func processAlive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+// procReport describes pid for a failure message: its state, parent and,
+// for a zombie, how it ended (the exit_code field of /proc/<pid>/stat:
+// the low 7 bits are the killing signal, the next byte the exit status).
+func procReport(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return fmt.Sprintf("pid %d gone (%v)", pid, err)
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return fmt.Sprintf("pid %d: unreadable stat %q", pid, s)
+	}
+	f := strings.Fields(s[i+2:]) // f[0] is field 3, the state
+	rep := fmt.Sprintf("pid %d %s state %s ppid %s pgrp %s", pid, s[:i+1], f[0], f[1], f[2])
+	if f[0] == "Z" && len(f) >= 50 {
+		code, _ := strconv.Atoi(f[49]) // field 52
+		rep += fmt.Sprintf(" exit_code %d (signal %d, status %d)", code, code&0x7f, code>>8&0xff)
+	}
+	return rep
 }
 
 // libkrunInstalled reports whether the loader could find libkrun here.

@@ -15,6 +15,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/internal/testkit/procscan"
 )
 
 const uuid1 = "11111111-2222-4333-8444-555555555555"
@@ -84,6 +86,7 @@ func TestStopKillsAStuckRunner(t *testing.T) {
 	d, p := spawnTest(t, "")
 	waitFile(t, d.File("vm-started"))
 	assert.NilError(t, syscall.Kill(p.PID, syscall.SIGSTOP))
+	procscan.WaitStopped(t, p.PID) // else a thread may still obey the lifeline
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	assert.NilError(t, p.Stop(ctx, 100*time.Millisecond))
