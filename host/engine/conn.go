@@ -110,14 +110,10 @@ func (c *wsConn) serve() {
 const readBufKeep = 4 << 20
 
 // readLoop reads and handles frames until the connection ends (false), or
-// until a frame's in-process handler took this goroutine over and another
-// readLoop reads on (true).
+// until a frame's in-process handler ran long on this goroutine and another
+// readLoop reads on (true; see runInPlace).
 func (c *wsConn) readLoop() (handedOff bool) {
 	var buf bytes.Buffer
-	takeOver := func() bool {
-		go c.serve()
-		return true
-	}
 	for {
 		typ, r, err := c.c.Reader(context.Background())
 		if err == nil {
@@ -143,10 +139,38 @@ func (c *wsConn) readLoop() (handedOff bool) {
 		if len(bytes.TrimSpace(data)) == 0 {
 			continue
 		}
-		if c.handleFrame(data, takeOver) {
+		if c.handleFrame(data, c.runInPlace) {
 			return true
 		}
 	}
+}
+
+// handOffAfter is how long an in-process handler runs on the goroutine
+// that read its frame before the connection's reading moves to a new
+// goroutine. A call to the router or the plugin host mostly ends well
+// within it (a few hundred microseconds), and then no goroutine is started
+// and no idle thread woken for it (on this machine the wake-up alone is a
+// good share of such a call). A longer call delays the connection's next
+// frames by at most this much, and a handler that waits on a frame from
+// its own caller's connection still gets it.
+const handOffAfter = time.Millisecond
+
+// runInPlace runs an in-process handler on the read loop's goroutine. If
+// it is still running after handOffAfter, a new read loop takes over the
+// connection; handedOff reports that, and this goroutine must then stop
+// reading. Otherwise reading goes on here.
+func (c *wsConn) runInPlace(run func()) (handedOff bool) {
+	var reader atomic.Bool // who reads on is decided once: the timer or us
+	t := time.AfterFunc(handOffAfter, func() {
+		if reader.CompareAndSwap(false, true) {
+			c.serve()
+		}
+	})
+	run()
+	if t.Stop() || reader.CompareAndSwap(false, true) {
+		return false
+	}
+	return true
 }
 
 func isTelemetry(b []byte) bool {
@@ -155,9 +179,9 @@ func isTelemetry(b []byte) bool {
 
 // handleFrame routes one inbound frame. A frame that cannot be decoded is
 // answered (when it named an invocation) and otherwise logged; it never
-// drops the connection. handedOff reports that takeOver was used: the frame's
-// in-process handler ran on this goroutine and another one reads on.
-func (c *wsConn) handleFrame(data []byte, takeOver func() bool) (handedOff bool) {
+// drops the connection. handedOff reports that the frame's in-process
+// handler ran long on this goroutine and another one reads on.
+func (c *wsConn) handleFrame(data []byte, inPlace inPlaceRunner) (handedOff bool) {
 	e, w := c.e, c.w
 	defer func() {
 		if r := recover(); r != nil {
@@ -165,7 +189,7 @@ func (c *wsConn) handleFrame(data []byte, takeOver func() bool) (handedOff bool)
 		}
 	}()
 
-	if handled, handedOff := e.fastPath(w, data, takeOver); handled {
+	if handled, handedOff := e.fastPath(w, data, inPlace); handled {
 		return handedOff
 	}
 	msg, err := protocol.Decode(data)
@@ -175,7 +199,7 @@ func (c *wsConn) handleFrame(data []byte, takeOver func() bool) (handedOff bool)
 	}
 	switch m := msg.(type) {
 	case *protocol.InvokeFunction:
-		return e.handleInvoke(w, m, takeOver)
+		return e.handleInvoke(w, m, inPlace)
 	case *protocol.InvocationResult:
 		e.handleResult(w, m.InvocationID, m.Result, m.Error, m.Traceparent, m.Baggage)
 	case *protocol.Ping:

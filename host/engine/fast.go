@@ -40,7 +40,7 @@ type hotFrame struct {
 // fastPath handles invokefunction and invocationresult frames; handled
 // false means the frame goes through protocol.Decode. handedOff is
 // routeInvoke's.
-func (e *Engine) fastPath(w *worker, data []byte, takeOver func() bool) (handled, handedOff bool) {
+func (e *Engine) fastPath(w *worker, data []byte, inPlace inPlaceRunner) (handled, handedOff bool) {
 	var f hotFrame
 	if !scanHotFrame(data, &f) {
 		return false, false
@@ -58,7 +58,7 @@ func (e *Engine) fastPath(w *worker, data []byte, takeOver func() bool) (handled
 			}
 			r.action = &act
 		}
-		r.takeOver = takeOver
+		r.inPlace = inPlace
 		return true, e.routeInvoke(w, r)
 	case string(protocol.TypeInvocationResult):
 		var errb *protocol.ErrorBody

@@ -168,17 +168,21 @@ type invokeRequest struct {
 	baggage      string
 	namespace    *string
 	action       *protocol.TriggerAction
-	// takeOver, when set, lets the call's in-process handler run on the
-	// calling read loop's goroutine: it starts a new read loop for the
-	// connection and reports whether it did (see runLocal).
-	takeOver func() bool
+	// inPlace, when set, runs the call's in-process handler on the
+	// calling read loop's goroutine (see runLocal).
+	inPlace inPlaceRunner
 }
 
-func (e *Engine) handleInvoke(a *worker, m *protocol.InvokeFunction, takeOver func() bool) (handedOff bool) {
+// inPlaceRunner runs an in-process handler on the goroutine of the read
+// loop that read its frame; handedOff reports that another goroutine now
+// reads the connection, so the caller must stop reading.
+type inPlaceRunner func(run func()) (handedOff bool)
+
+func (e *Engine) handleInvoke(a *worker, m *protocol.InvokeFunction, inPlace inPlaceRunner) (handedOff bool) {
 	return e.routeInvoke(a, &invokeRequest{
 		invocationID: m.InvocationID, functionID: m.FunctionID, data: m.Data, metadata: m.Metadata,
 		traceparent: m.Traceparent, baggage: m.Baggage, namespace: m.Namespace, action: m.Action,
-		takeOver: takeOver,
+		inPlace: inPlace,
 	})
 }
 
@@ -246,7 +250,7 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 				}
 			}
 		}
-		return e.runLocal(f.owner.ctx, f, call, reply, r.takeOver)
+		return e.runLocal(f.owner.ctx, f, call, reply, r.inPlace)
 	}
 	if f.http != nil {
 		answer(httpNotInvokable(f))
@@ -283,16 +287,15 @@ func httpNotInvokable(f *function) *protocol.ErrorBody {
 }
 
 // runLocal runs an in-process handler. Inline handlers (builtins) run on
-// the calling goroutine. Others run on a goroutine of their own; when the
-// caller is a connection's read loop that can hand its reading over
-// (takeOver), that goroutine is the read loop's own: takeOver starts a new
-// read loop and the handler runs here, so the call does not wait for a
-// handoff to a fresh goroutine (which, with its stack growth, is a good
-// share of a call to the router or the plugin host). When the owning worker
-// detaches first, the caller is answered with invocation_stopped at once and
-// the handler's eventual result is dropped. handedOff reports that takeOver
-// was used.
-func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply func(callResult), takeOver func() bool) (handedOff bool) {
+// the calling goroutine. Others run in place when the caller is a
+// connection's read loop (inPlace; it moves the reading to a new goroutine
+// if the handler runs long), and otherwise on a goroutine of their own.
+// Running in place spares each call to the router or the plugin host a
+// goroutine start and, more costly, the wake-up of an idle thread to run
+// it. When the owning worker detaches first, the caller is answered with
+// invocation_stopped at once and the handler's eventual result is dropped.
+// handedOff is inPlace's.
+func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply func(callResult), inPlace inPlaceRunner) (handedOff bool) {
 	if f.inline {
 		reply(callHandler(ctx, f.handler, call))
 		return false
@@ -325,9 +328,8 @@ func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply fu
 		}
 		finish(res)
 	}
-	if takeOver != nil && takeOver() {
-		run()
-		return true
+	if inPlace != nil {
+		return inPlace(run)
 	}
 	go run()
 	return false

@@ -254,11 +254,11 @@ func TestCloseFailsInFlightAndClosesSockets(t *testing.T) {
 }
 
 // TestLocalHandlerHandsReadingOver: an in-process handler runs on the
-// goroutine that read its frame, which hands the connection's reading to a
-// new goroutine first. While one call blocks, later frames on the same
-// connection are still read and answered, in any number; the worker can
-// go away mid-call; and nothing is left running once the engine closes
-// (goleak checks the package).
+// goroutine that read its frame, and one that runs long hands the
+// connection's reading to a new goroutine. While calls block, later frames
+// on the same connection are still read and answered, in any number; the
+// worker can go away mid-call; and nothing is left running once the engine
+// closes (goleak checks the package).
 func TestLocalHandlerHandsReadingOver(t *testing.T) {
 	te := startEngine(t, Options{})
 	lw, err := te.AttachLocalWorker(LocalWorkerSpec{Name: "slow", Namespace: "default"})
@@ -308,4 +308,27 @@ func TestLocalHandlerHandsReadingOver(t *testing.T) {
 	_ = gone.c.CloseNow()
 	<-gone.closed
 	close(block)
+}
+
+// TestLocalHandlerAwaitsItsCaller: an in-process handler that calls a
+// function of the very worker whose frame it runs for needs that
+// connection read while it waits; running in place must not deadlock it.
+func TestLocalHandlerAwaitsItsCaller(t *testing.T) {
+	te := startEngine(t, Options{})
+	lw, err := te.AttachLocalWorker(LocalWorkerSpec{Name: "asker", Namespace: "default"})
+	assert.NilError(t, err)
+	defer lw.Detach()
+	assert.NilError(t, lw.RegisterFunction(FunctionDef{ID: "asker::ask"}, func(ctx context.Context, call *Call) (json.RawMessage, error) {
+		return te.Invoke(ctx, "", "caller::answer", json.RawMessage(`{"q":1}`))
+	}))
+
+	c := te.dial(t)
+	c.registerIn("", "caller", "caller::answer")
+	c.send(&protocol.InvokeFunction{InvocationID: "ask-1", FunctionID: "asker::ask", Data: json.RawMessage(`{}`)})
+	in := c.expect("invokefunction")
+	assert.Equal(t, in.str("function_id"), "caller::answer")
+	c.send(&protocol.InvocationResult{InvocationID: in.str("invocation_id"), FunctionID: "caller::answer", Result: json.RawMessage(`{"a":42}`)})
+	res := c.expect("invocationresult")
+	assert.Equal(t, res.str("invocation_id"), "ask-1")
+	assert.DeepEqual(t, res.obj("result"), frame{"a": float64(42)})
 }
