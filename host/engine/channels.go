@@ -150,11 +150,11 @@ func (e *Engine) serveChannel(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "dir must be read or write", http.StatusBadRequest)
 		return
 	}
-	if !e.tasks.add() {
+	if !e.tasks.Add() {
 		http.Error(rw, "engine stopping", http.StatusServiceUnavailable)
 		return
 	}
-	defer e.tasks.done()
+	defer e.tasks.Done()
 
 	ws, err := websocket.Accept(rw, r, nil)
 	if err != nil {

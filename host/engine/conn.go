@@ -48,7 +48,7 @@ type wsConn struct {
 }
 
 func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request) {
-	if !e.tasks.add() {
+	if !e.tasks.Add() {
 		http.Error(rw, "engine stopping", http.StatusServiceUnavailable)
 		return
 	}
@@ -56,7 +56,7 @@ func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request) {
 	c, err := websocket.Accept(rw, r, nil)
 	if err != nil {
 		e.log.Debug("worker upgrade failed", "remote", r.RemoteAddr, "error", err)
-		e.tasks.done()
+		e.tasks.Done()
 		return
 	}
 	c.SetReadLimit(readLimit)
@@ -102,7 +102,7 @@ func (c *wsConn) serve() {
 	c.w.teardown()
 	c.shutdown(websocket.StatusNormalClosure, "")
 	<-c.writerDone
-	c.e.tasks.done()
+	c.e.tasks.Done()
 }
 
 // readBufKeep is the largest read buffer kept between frames; one huge
@@ -259,12 +259,12 @@ func (e *Engine) handleReattach(w *worker, m *protocol.Reattach) {
 	// Tear it down here rather than waiting for its read loop, so its
 	// leases are free before this connection's registrations arrive.
 	done := make(chan struct{})
-	if !e.tasks.add() {
+	if !e.tasks.Add() {
 		old.teardown()
 		return
 	}
 	go func() {
-		defer e.tasks.done()
+		defer e.tasks.Done()
 		old.teardown()
 		close(done)
 	}()
@@ -406,11 +406,11 @@ func (c *wsConn) closeSocket() {
 // telemetry, so frames are read and dropped; accepting them keeps SDKs from
 // reconnecting in a loop. It is not a worker.
 func (e *Engine) serveTelemetry(rw http.ResponseWriter, r *http.Request) {
-	if !e.tasks.add() {
+	if !e.tasks.Add() {
 		http.Error(rw, "engine stopping", http.StatusServiceUnavailable)
 		return
 	}
-	defer e.tasks.done()
+	defer e.tasks.Done()
 	c, err := websocket.Accept(rw, r, nil)
 	if err != nil {
 		return

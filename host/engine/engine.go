@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/iii-sandbox/iii/internal/taskgroup"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -72,7 +73,7 @@ type Engine struct {
 	ctx    context.Context // ends at Close; parent of every worker context
 	cancel context.CancelFunc
 	closed atomic.Bool
-	tasks  tracker
+	tasks  taskgroup.Group
 
 	seed maphash.Seed
 
@@ -154,9 +155,9 @@ func newEngine(opts Options, slowConsumer time.Duration) *Engine {
 	}
 
 	for _, loop := range []func(){e.sweepChannels, e.watchWriters} {
-		if e.tasks.add() {
+		if e.tasks.Add() {
 			go func() {
-				defer e.tasks.done()
+				defer e.tasks.Done()
 				loop()
 			}()
 		}
@@ -181,9 +182,9 @@ func (e *Engine) Handler() http.Handler {
 // (then with ctx's error).
 func (e *Engine) Close(ctx context.Context) error {
 	if !e.closed.CompareAndSwap(false, true) {
-		return e.tasks.wait(ctx)
+		return e.waitTasks(ctx)
 	}
-	e.tasks.close()
+	e.tasks.Close()
 	e.cancel()
 
 	e.workersMu.RLock()
@@ -201,62 +202,14 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	e.pending.failAll(&protocol.ErrorBody{Code: protocol.CodeInvocationStopped, Message: "engine stopped"})
 	e.channels.removeAll()
-	return e.tasks.wait(ctx)
+	return e.waitTasks(ctx)
 }
 
-// tracker counts the engine's goroutines so Close can wait for all of them,
-// and refuses new ones once Close has begun (a WaitGroup alone cannot: Add
-// after Wait has started is a race).
-type tracker struct {
-	mu     sync.Mutex
-	closed bool
-	n      int
-	zero   chan struct{} // closed when n drops to 0 after close
-}
-
-func (t *tracker) add() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
+func (e *Engine) waitTasks(ctx context.Context) error {
+	if err := e.tasks.Wait(ctx); err != nil {
+		return fmt.Errorf("engine close: %w", err)
 	}
-	t.n++
-	return true
-}
-
-func (t *tracker) done() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.n--
-	if t.n == 0 && t.closed && t.zero != nil {
-		close(t.zero)
-		t.zero = nil
-	}
-}
-
-func (t *tracker) close() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.closed = true
-}
-
-func (t *tracker) wait(ctx context.Context) error {
-	t.mu.Lock()
-	if t.n == 0 {
-		t.mu.Unlock()
-		return nil
-	}
-	if t.zero == nil {
-		t.zero = make(chan struct{})
-	}
-	zero := t.zero
-	t.mu.Unlock()
-	select {
-	case <-zero:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("engine close: %w", ctx.Err())
-	}
+	return nil
 }
 
 // Invoke calls any function, local or remote, from inside the engine.

@@ -305,7 +305,7 @@ func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply fu
 		return callResult{err: &protocol.ErrorBody{Code: protocol.CodeInvocationStopped,
 			Message: "worker " + owner.id + " detached before answering " + f.id}}
 	}
-	if !e.tasks.add() {
+	if !e.tasks.Add() {
 		reply(stopped())
 		return false
 	}
@@ -319,7 +319,7 @@ func (e *Engine) runLocal(ctx context.Context, f *function, call *Call, reply fu
 	}
 	stop := context.AfterFunc(owner.ctx, func() { finish(stopped()) })
 	run := func() {
-		defer e.tasks.done()
+		defer e.tasks.Done()
 		res := callHandler(ctx, f.handler, call)
 		stop()
 		if owner.ctx.Err() != nil {
@@ -341,10 +341,10 @@ func (e *Engine) callLocalInPlace(ctx context.Context, f *function, call *Call) 
 	owner := f.owner
 	stopped := callResult{err: &protocol.ErrorBody{Code: protocol.CodeInvocationStopped,
 		Message: "worker " + owner.id + " detached before answering " + f.id}}
-	if !e.tasks.add() {
+	if !e.tasks.Add() {
 		return stopped
 	}
-	defer e.tasks.done()
+	defer e.tasks.Done()
 	owner.active.Add(1)
 	defer owner.active.Add(-1)
 	res := callHandler(ctx, f.handler, call)

@@ -170,10 +170,10 @@ func (w *worker) startGrace(d time.Duration) {
 		return
 	}
 	w.grace = time.AfterFunc(d, func() {
-		if !w.e.tasks.add() {
+		if !w.e.tasks.Add() {
 			return
 		}
-		defer w.e.tasks.done()
+		defer w.e.tasks.Done()
 		w.mu.Lock()
 		pending := w.phase == nsPending
 		w.mu.Unlock()

@@ -254,13 +254,13 @@ func fsRead(ctx context.Context, in *instance, data json.RawMessage) (any, error
 		abandon(body)
 		return nil, contract.NewError(contract.S218, "open the channel for fs::read of %s: %v", req.Path, err)
 	}
-	if !h.tasks.add() {
+	if !h.tasks.Add() {
 		w.Abort()
 		abandon(body)
 		return nil, in.m.diedError(contract.OpFsRead, errHostClosed)
 	}
 	go func() {
-		defer h.tasks.done()
+		defer h.tasks.Done()
 		defer scancel()
 		defer body.Close()
 		in.streamFile(sctx, w, prefix, complete, body, req.Path)

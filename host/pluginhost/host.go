@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/taskgroup"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -124,7 +125,7 @@ type Host struct {
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
-	tasks  tasks
+	tasks  taskgroup.Group
 
 	// ops on entries (start, stop, restart, close) take turns; a channel
 	// rather than a mutex so waiting for a turn respects contexts.
@@ -420,7 +421,7 @@ func (h *Host) Close(ctx context.Context) error {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		return h.tasks.wait(ctx)
+		return h.waitTasks(ctx)
 	}
 	h.closed = true
 	h.mu.Unlock()
@@ -450,8 +451,8 @@ func (h *Host) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	h.tasks.close()
-	errs = append(errs, h.tasks.wait(ctx))
+	h.tasks.Close()
+	errs = append(errs, h.waitTasks(ctx))
 	return errors.Join(errs...)
 }
 
@@ -468,56 +469,9 @@ func normConfig(raw json.RawMessage) (json.RawMessage, error) {
 	return json.RawMessage(t), nil
 }
 
-// tasks counts the host's goroutines so Close can wait for them, and
-// refuses new ones once Close has begun.
-type tasks struct {
-	mu     sync.Mutex
-	closed bool
-	n      int
-	zero   chan struct{}
-}
-
-func (t *tasks) add() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
+func (h *Host) waitTasks(ctx context.Context) error {
+	if err := h.tasks.Wait(ctx); err != nil {
+		return fmt.Errorf("wait for the plugin host's goroutines: %w", err)
 	}
-	t.n++
-	return true
-}
-
-func (t *tasks) done() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.n--
-	if t.n == 0 && t.zero != nil {
-		close(t.zero)
-		t.zero = nil
-	}
-}
-
-func (t *tasks) close() {
-	t.mu.Lock()
-	t.closed = true
-	t.mu.Unlock()
-}
-
-func (t *tasks) wait(ctx context.Context) error {
-	t.mu.Lock()
-	if t.n == 0 {
-		t.mu.Unlock()
-		return nil
-	}
-	if t.zero == nil {
-		t.zero = make(chan struct{})
-	}
-	zero := t.zero
-	t.mu.Unlock()
-	select {
-	case <-zero:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("wait for the plugin host's goroutines: %w", ctx.Err())
-	}
+	return nil
 }

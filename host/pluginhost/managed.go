@@ -257,14 +257,14 @@ func (m *managed) supervise(in *instance) {
 	m.mu.Lock()
 	m.watching = sup
 	m.mu.Unlock()
-	if !m.h.tasks.add() {
+	if !m.h.tasks.Add() {
 		cancel()
 		in.stop(errHostClosed)
 		close(sup.done)
 		return
 	}
 	go func() {
-		defer m.h.tasks.done()
+		defer m.h.tasks.Done()
 		defer close(sup.done)
 		m.superviseLoop(ctx, in)
 	}()
