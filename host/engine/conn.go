@@ -45,6 +45,12 @@ type wsConn struct {
 	wmu        sync.Mutex
 	queued     atomic.Int64 // frames in out, not yet written
 	writeStart atomic.Int64 // UnixNano when the current write began; 0 = idle
+
+	// inPlace counts the in-process handlers running on this connection's
+	// read loop goroutines (see runInPlace); handOffs counts the times one
+	// ran long enough for a new read loop to take over.
+	inPlace  atomic.Int32
+	handOffs atomic.Int64
 }
 
 func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request) {
@@ -149,20 +155,30 @@ func (c *wsConn) readLoop() (handedOff bool) {
 // that read its frame before the connection's reading moves to a new
 // goroutine. A call to the router or the plugin host mostly ends well
 // within it (a few hundred microseconds), and then no goroutine is started
-// and no idle thread woken for it (on this machine the wake-up alone is a
-// good share of such a call). A longer call delays the connection's next
-// frames by at most this much, and a handler that waits on a frame from
-// its own caller's connection still gets it.
+// and no idle thread woken for it (on a machine where that wake-up is
+// costly, it is a good share of such a call). A longer call delays the
+// connection's next frame by at most this much, and a handler that waits
+// on a frame from its own caller's connection still gets it.
 const handOffAfter = time.Millisecond
 
 // runInPlace runs an in-process handler on the read loop's goroutine. If
 // it is still running after handOffAfter, a new read loop takes over the
 // connection; handedOff reports that, and this goroutine must then stop
-// reading. Otherwise reading goes on here.
+// reading. Otherwise reading goes on here. While a handler of this
+// connection runs long in place, the connection's calls are concurrent:
+// later ones get a goroutine of their own at once, so a burst of slow
+// calls waits for the hand-off once, not once per call.
 func (c *wsConn) runInPlace(run func()) (handedOff bool) {
+	if c.inPlace.Load() > 0 {
+		go run()
+		return false
+	}
+	c.inPlace.Add(1)
+	defer c.inPlace.Add(-1)
 	var reader atomic.Bool // who reads on is decided once: the timer or us
 	t := time.AfterFunc(handOffAfter, func() {
 		if reader.CompareAndSwap(false, true) {
+			c.handOffs.Add(1)
 			c.serve()
 		}
 	})

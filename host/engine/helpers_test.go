@@ -301,3 +301,13 @@ func serve(t *testing.T, e *Engine) (wsURL string, stop func()) {
 	srv := httptest.NewServer(e.Handler())
 	return "ws" + strings.TrimPrefix(srv.URL, "http"), srv.Close
 }
+
+// conn returns the engine side of the socket worker workerID.
+func (te *testEngine) conn(t *testing.T, workerID string) *wsConn {
+	t.Helper()
+	te.workersMu.RLock()
+	defer te.workersMu.RUnlock()
+	w := te.workers[workerID]
+	assert.Assert(t, w != nil && w.conn != nil, "no socket worker %s", workerID)
+	return w.conn
+}

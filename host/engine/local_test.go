@@ -332,3 +332,49 @@ func TestLocalHandlerAwaitsItsCaller(t *testing.T) {
 	assert.Equal(t, res.str("invocation_id"), "ask-1")
 	assert.DeepEqual(t, res.obj("result"), frame{"a": float64(42)})
 }
+
+// TestLocalHandlerBurstHandsOffOnce: a burst of slow in-process calls on
+// one connection hands its reading off once, for the first call; the
+// others each get a goroutine at once while it runs, so none waits for a
+// hand-off of its own.
+func TestLocalHandlerBurstHandsOffOnce(t *testing.T) {
+	te := startEngine(t, Options{})
+	lw, err := te.AttachLocalWorker(LocalWorkerSpec{Name: "burst", Namespace: "default"})
+	assert.NilError(t, err)
+	defer lw.Detach()
+	release := make(chan struct{})
+	const burst = 20
+	entered := make(chan struct{}, burst)
+	assert.NilError(t, lw.RegisterFunction(FunctionDef{ID: "burst::wait"}, func(ctx context.Context, call *Call) (json.RawMessage, error) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return json.RawMessage(`{}`), nil
+	}))
+	assert.NilError(t, lw.RegisterFunction(FunctionDef{ID: "burst::now"}, func(context.Context, *Call) (json.RawMessage, error) {
+		return json.RawMessage(`{}`), nil
+	}))
+
+	c := te.dial(t)
+	conn := te.conn(t, c.workerID)
+	for i := range 5 {
+		c.call(fmt.Sprintf("q%d", i), "burst::now", nil, `{}`)
+	}
+	// Quick calls normally hand nothing off, but a loaded machine may
+	// pause one past handOffAfter: count from here.
+	before := conn.handOffs.Load()
+
+	for i := range burst {
+		c.send(&protocol.InvokeFunction{InvocationID: fmt.Sprintf("b%d", i), FunctionID: "burst::wait", Data: json.RawMessage(`{}`)})
+	}
+	for range burst {
+		<-entered
+	}
+	assert.Equal(t, conn.handOffs.Load()-before, int64(1))
+	close(release)
+	for range burst {
+		c.expect("invocationresult")
+	}
+}
