@@ -358,12 +358,8 @@ func (p *project) startVM(ctx context.Context, f *composefile.File, c *container
 	p.mu.Lock()
 	c.env, c.dir = hookEnv, pl.hookDir
 	p.mu.Unlock()
-	if decl.Scripts.PreRun != "" {
-		h := proc.Hook{Name: "pre_run", Container: key, Command: decl.Scripts.PreRun, Dir: pl.hookDir, Env: hookEnv,
-			Timeout: decl.Scripts.PreRunTimeout, StopGrace: f.StopTimeout, Log: log}
-		if err := h.Run(ctx); err != nil {
-			return err
-		}
+	if err := preRun(ctx, c, pl.hookDir, hookEnv, f.StopTimeout, log); err != nil {
+		return err
 	}
 	// The record goes first: once the copy has begun, the VM may have
 	// read whatever its directory holds.
@@ -380,13 +376,7 @@ func (p *project) startVM(ctx context.Context, f *composefile.File, c *container
 	p.mu.Lock()
 	c.vm, c.owned = ref, true
 	p.mu.Unlock()
-	p.setState(c, state.StatusStarting, nil)
-	if err := p.waitReadyVM(ctx, c, ref, baseline, decl.StartupTimeout); err != nil {
-		p.stopOne(ctx, c, asComposeError(err))
-		return err
-	}
-	p.setState(c, state.StatusReady, nil)
-	return nil
+	return p.settle(ctx, c, func() error { return p.waitReadyVM(ctx, c, ref, baseline, decl.StartupTimeout) })
 }
 
 // adapterReady checks that the adapter container that boots key's VM runs

@@ -88,12 +88,8 @@ func (p *project) startHost(ctx context.Context, f *composefile.File, c *contain
 	p.mu.Lock()
 	c.env, c.dir = env, dir
 	p.mu.Unlock()
-	if decl.Scripts.PreRun != "" {
-		h := proc.Hook{Name: "pre_run", Container: key, Command: decl.Scripts.PreRun, Dir: dir, Env: env,
-			Timeout: decl.Scripts.PreRunTimeout, StopGrace: f.StopTimeout, Log: log}
-		if err := h.Run(ctx); err != nil {
-			return err
-		}
+	if err := preRun(ctx, c, dir, env, f.StopTimeout, log); err != nil {
+		return err
 	}
 	_ = log.Write(proc.Stderr, []byte(fmt.Sprintf("[compose] starting %s: %s", key, command)))
 	pr, err := proc.Start(proc.Spec{Command: command, Argv: argv, Dir: dir, Env: env, Log: log})
@@ -104,10 +100,26 @@ func (p *project) startHost(ctx context.Context, f *composefile.File, c *contain
 	p.mu.Lock()
 	c.proc, c.owned = pr, true
 	p.mu.Unlock()
-	p.setState(c, state.StatusStarting, nil)
+	return p.settle(ctx, c, func() error { return p.waitReady(ctx, c, pr, baseline, decl.StartupTimeout) })
+}
 
-	if err := p.waitReady(ctx, c, pr, baseline, decl.StartupTimeout); err != nil {
-		// Not ready: the process goes, and so does the post_run.
+// preRun runs c's pre_run script, when it declares one, in dir with env.
+func preRun(ctx context.Context, c *container, dir string, env []string, stopGrace time.Duration, log *proc.Log) error {
+	s := c.decl.Scripts
+	if s.PreRun == "" {
+		return nil
+	}
+	h := proc.Hook{Name: "pre_run", Container: c.key, Command: s.PreRun, Dir: dir, Env: env,
+		Timeout: s.PreRunTimeout, StopGrace: stopGrace, Log: log}
+	return h.Run(ctx)
+}
+
+// settle marks a just-started c starting, waits until wait says it is
+// ready, and marks it ready. One that does not become ready is stopped
+// (its process or VM goes, and so does the post_run).
+func (p *project) settle(ctx context.Context, c *container, wait func() error) error {
+	p.setState(c, state.StatusStarting, nil)
+	if err := wait(); err != nil {
 		p.stopOne(ctx, c, asComposeError(err))
 		return err
 	}
