@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/iii-sandbox/iii/internal/sandboxfs"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -99,19 +100,7 @@ func ParseMode(s string) (Mode, error) {
 
 // ModeFromFileMode converts Go's fs.FileMode, whose setuid/setgid/sticky
 // bits are not the Unix ones, into a contract Mode.
-func ModeFromFileMode(fm fs.FileMode) Mode {
-	m := Mode(fm.Perm())
-	if fm&fs.ModeSetuid != 0 {
-		m |= 0o4000
-	}
-	if fm&fs.ModeSetgid != 0 {
-		m |= 0o2000
-	}
-	if fm&fs.ModeSticky != 0 {
-		m |= 0o1000
-	}
-	return m
-}
+func ModeFromFileMode(fm fs.FileMode) Mode { return Mode(sandboxfs.UnixMode(fm)) }
 
 // CreateRequest is sandbox::create. Nil CPUs, MemoryMB and IdleTimeoutSecs
 // mean "the adapter's configured default".
