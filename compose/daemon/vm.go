@@ -351,13 +351,10 @@ func (p *project) startVM(ctx context.Context, f *composefile.File, c *container
 	if err != nil {
 		return err
 	}
-	log, err := p.logFor(c)
+	log, err := p.prepare(c, hookEnv, pl.hookDir)
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	c.env, c.dir = hookEnv, pl.hookDir
-	p.mu.Unlock()
 	if err := preRun(ctx, c, pl.hookDir, hookEnv, f.StopTimeout, log); err != nil {
 		return err
 	}

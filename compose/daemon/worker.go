@@ -81,13 +81,10 @@ func (p *project) startHost(ctx context.Context, f *composefile.File, c *contain
 	if err != nil {
 		return err
 	}
-	log, err := p.logFor(c)
+	log, err := p.prepare(c, env, dir)
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	c.env, c.dir = env, dir
-	p.mu.Unlock()
 	if err := preRun(ctx, c, dir, env, f.StopTimeout, log); err != nil {
 		return err
 	}
@@ -101,6 +98,19 @@ func (p *project) startHost(ctx context.Context, f *composefile.File, c *contain
 	c.proc, c.owned = pr, true
 	p.mu.Unlock()
 	return p.settle(ctx, c, func() error { return p.waitReady(ctx, c, pr, baseline, decl.StartupTimeout) })
+}
+
+// prepare records the environment and directory c's hooks run with and
+// opens c's log.
+func (p *project) prepare(c *container, env []string, dir string) (*proc.Log, error) {
+	log, err := p.logFor(c)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	c.env, c.dir = env, dir
+	p.mu.Unlock()
+	return log, nil
 }
 
 // preRun runs c's pre_run script, when it declares one, in dir with env.
