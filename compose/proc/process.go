@@ -50,18 +50,12 @@ type Process struct {
 	output  *capture
 }
 
-// Start spawns spec as the leader of a new process group. Output copying
-// stops once every process holding the pipes has exited.
-func Start(spec Spec) (*Process, error) {
-	if spec.Dir != "" {
-		st, err := os.Stat(spec.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("working directory: %w", err)
-		}
-		if !st.IsDir() {
-			return nil, fmt.Errorf("working directory %s is not a directory", spec.Dir)
-		}
-	}
+// busyAttempts bounds the starts of an executable that is "text file
+// busy" (see Start).
+const busyAttempts = 5
+
+// command is the exec.Cmd that starts spec with its output into out.
+func command(spec Spec, out *capture) *exec.Cmd {
 	cmd := exec.Command(Shell, "-c", spec.Command)
 	if len(spec.Argv) > 0 {
 		cmd = exec.Command(spec.Argv[0], spec.Argv[1:]...)
@@ -77,18 +71,46 @@ func Start(spec Spec) (*Process, error) {
 	if spec.DieWithParent {
 		dieWithParent(cmd.SysProcAttr)
 	}
-	out, err := newCapture(spec.Log)
-	if err != nil {
-		return nil, err
-	}
 	// Real files, not io.Writers: exec then hands them to the child as
 	// they are, and Wait does not wait for grandchildren that keep the
 	// pipes open.
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = out.stdoutW, out.stderrW
-	if err := cmd.Start(); err != nil {
-		out.abort()
+	return cmd
+}
+
+// Start spawns spec as the leader of a new process group. Output copying
+// stops once every process holding the pipes has exited.
+func Start(spec Spec) (*Process, error) {
+	if spec.Dir != "" {
+		st, err := os.Stat(spec.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("working directory: %w", err)
+		}
+		if !st.IsDir() {
+			return nil, fmt.Errorf("working directory %s is not a directory", spec.Dir)
+		}
+	}
+	out, err := newCapture(spec.Log)
+	if err != nil {
 		return nil, err
+	}
+	var cmd *exec.Cmd
+	for attempt := 1; ; attempt++ {
+		cmd = command(spec, out)
+		err := cmd.Start()
+		if err == nil {
+			break
+		}
+		// An executable written just now (a package Compose installed) is
+		// "text file busy" while a child forked meanwhile elsewhere in
+		// this process still holds the file's write descriptor; the child
+		// drops it when it execs, within moments.
+		if !errors.Is(err, syscall.ETXTBSY) || attempt == busyAttempts {
+			out.abort()
+			return nil, err
+		}
+		time.Sleep(time.Duration(attempt) * 10 * time.Millisecond)
 	}
 	out.started()
 	p := &Process{Pid: cmd.Process.Pid, cmd: cmd, done: make(chan struct{}), output: out}

@@ -195,3 +195,28 @@ func FuzzParseStat(f *testing.F) {
 		}
 	})
 }
+
+// An executable still open for writing somewhere in this process ("text
+// file busy", as a package binary Compose just wrote can be while another
+// goroutine forks) starts once the descriptor is gone.
+func TestStartWaitsOutTextFileBusy(t *testing.T) {
+	src, err := exec.LookPath("true")
+	assert.NilError(t, err)
+	data, err := os.ReadFile(src)
+	assert.NilError(t, err)
+	bin := filepath.Join(t.TempDir(), "busy")
+	w, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	assert.NilError(t, err)
+	_, err = w.Write(data)
+	assert.NilError(t, err)
+	// The descriptor stays open through Start's first attempt.
+	_, err = exec.Command(bin).Output()
+	assert.Assert(t, errors.Is(err, syscall.ETXTBSY), "while open for writing: %v", err)
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		_ = w.Close()
+	}()
+	p, err := Start(Spec{Argv: []string{bin}, Dir: t.TempDir(), Env: testEnv()})
+	assert.NilError(t, err)
+	assert.NilError(t, p.Wait(ctxT(t)))
+}
