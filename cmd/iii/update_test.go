@@ -104,8 +104,28 @@ func TestUpdateScripts(t *testing.T) {
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"exitcode":   cmdExitCode,
 			"cmpenvfrom": cmdCmpEnvFrom,
+			"cpexe":      cmdCpExe,
 		},
 	})
+}
+
+// cmdCpExe copies an executable that the script runs next, keeping its
+// mode:
+//
+//	cpexe SRC DST
+//
+// The copy is made by a cp child process. testscript's own cp writes the
+// file in this process, and a script running in parallel that forks while
+// the file is open gives its child the descriptor until that child execs:
+// running the copy in that moment fails with "text file busy" (ETXTBSY).
+func cmdCpExe(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: cpexe SRC DST")
+	}
+	out, err := exec.Command("cp", ts.MkAbs(args[0]), ts.MkAbs(args[1])).CombinedOutput()
+	if err != nil {
+		ts.Fatalf("cp %s %s: %v\n%s", args[0], args[1], err, out)
+	}
 }
 
 // cmdCmpEnvFrom is cmpfrom with $VARIABLES in FILE expanded first:
