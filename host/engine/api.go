@@ -17,6 +17,10 @@ type FunctionDef struct {
 	RequestSchema  json.RawMessage
 	ResponseSchema json.RawMessage
 	Metadata       json.RawMessage
+	// Privileged functions start or stop host processes or change the
+	// engine's or a project's configuration: only callers holding the
+	// engine token may invoke them (UNAUTHORIZED otherwise).
+	Privileged bool
 }
 
 // Call is one invocation delivered to an in-process handler.
@@ -25,10 +29,13 @@ type Call struct {
 	FunctionID     string
 	Namespace      string // the namespace the function was resolved in
 	CallerWorkerID string // empty when the engine itself is the caller
-	Data           json.RawMessage
-	Metadata       json.RawMessage
-	Traceparent    string
-	Baggage        string
+	// CallerAdmin reports that the caller holds the engine token (or is
+	// in-process).
+	CallerAdmin bool
+	Data        json.RawMessage
+	Metadata    json.RawMessage
+	Traceparent string
+	Baggage     string
 }
 
 // Handler serves calls to an in-process function. A returned

@@ -72,6 +72,10 @@ func builtinTable() []builtin {
 			RequestSchema: json.RawMessage(schemaWorkersRegisterIn), ResponseSchema: json.RawMessage(schemaSuccessOut)}, (*Engine).fnWorkersRegister},
 		{FunctionDef{ID: FnChannelsCreate, Description: "Create a streaming channel; returns its writer and reader refs.",
 			RequestSchema: json.RawMessage(schemaChannelsCreateIn), ResponseSchema: json.RawMessage(schemaChannelsCreateOut)}, (*Engine).fnChannelsCreate},
+		{FunctionDef{ID: FnCredentialsIssue, Privileged: true, Description: "Issue a narrow credential: its holder may register in one namespace and call what it grants, never a privileged function. Returns {token}.",
+			RequestSchema: schemaCredentialsIssueIn}, (*Engine).fnCredentialsIssue},
+		{FunctionDef{ID: FnCredentialsRevoke, Privileged: true, Description: "Revoke a credential and close the connections made with it.",
+			RequestSchema: schemaCredentialsRevokeIn}, (*Engine).fnCredentialsRevoke},
 	}
 }
 
@@ -523,6 +527,12 @@ func (e *Engine) fnWorkersRegister(_ context.Context, call *Call) (any, *protoco
 			return nil, errb
 		}
 		requested = *in.Namespace
+	}
+	if p := w.principal; p != nil && p.session != nil && !p.admin && !p.session.MayDeclare(requested) {
+		errb := &protocol.ErrorBody{Code: CodeForbidden, Message: "namespace '" + requested + "' not allowed for this session (permitted: " +
+			strings.Join(p.session.DeclarableNamespaces(), ", ") + ")"}
+		e.log.Warn("engine::workers::register refused", "worker_id", w.id, "code", errb.Code, "error", errb.Message)
+		return nil, errb
 	}
 
 	// First writer wins: once fixed, the namespace stays.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -53,7 +54,7 @@ type wsConn struct {
 	handOffs atomic.Int64
 }
 
-func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request) {
+func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, policy *ListenerPolicy) {
 	if !e.tasks.Add() {
 		http.Error(rw, "engine stopping", http.StatusServiceUnavailable)
 		return
@@ -71,6 +72,19 @@ func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request) {
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		w.ip = host
 	}
+	p, errb := e.authenticate(r.Context(), r, policy, w.ip)
+	if errb != nil {
+		// As iii does: one error frame naming the code, then close.
+		e.log.Warn("worker connection refused", "remote", r.RemoteAddr, "listener", policy.Name, "code", errb.Code, "error", errb.Message)
+		if b, err := json.Marshal(map[string]any{"type": "error", "error": errb}); err == nil {
+			_ = c.Write(r.Context(), websocket.MessageText, b)
+		}
+		_ = c.Close(statusPolicyViolation, errb.Code)
+		w.cancel()
+		e.tasks.Done()
+		return
+	}
+	w.principal = p
 	conn := &wsConn{
 		e:          e,
 		w:          w,

@@ -62,6 +62,11 @@ type Options struct {
 	NamespaceGrace       time.Duration // registration_namespace_grace_ms; 0 = 5 s
 	ChannelTTL           time.Duration // 0 = 5 min; channels not fully taken after this are swept
 	ChannelSweepInterval time.Duration // 0 = 60 s (tests set it small)
+	// AdminToken returns the engine token in force; a connection that
+	// presents it ("Authorization: Bearer <token>") may call privileged
+	// functions. nil or "" means no connection can (in-process callers
+	// always can).
+	AdminToken func() string
 }
 
 // Engine routes function calls between workers. It is safe for concurrent
@@ -92,6 +97,7 @@ type Engine struct {
 	channels channelTable
 
 	builtins *LocalWorker
+	creds    credentialTable
 
 	// slowConsumer is slowConsumerTimeout; tests shorten it.
 	slowConsumer time.Duration
@@ -165,15 +171,27 @@ func newEngine(opts Options, slowConsumer time.Duration) *Engine {
 	return e
 }
 
-// Handler serves GET / (the worker socket),
-// GET /ws/channels/{id}?key=&dir=read|write (streaming channels) and
-// GET /otel (the SDKs' telemetry socket, accepted and discarded).
+// Handler is HandlerFor a loopback listener with no RBAC and no middleware.
 func (e *Engine) Handler() http.Handler {
+	return e.HandlerFor(ListenerPolicy{Name: "iii-worker-manager", LoopbackHostOnly: true})
+}
+
+// HandlerFor serves one listener: GET / (the worker socket),
+// GET /ws/channels/{id}?key=&dir=read|write (streaming channels) and
+// GET /otel (the SDKs' telemetry socket, accepted and discarded), each
+// behind the listener's Host check.
+func (e *Engine) HandlerFor(policy ListenerPolicy) http.Handler {
+	p := &policy
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", e.serveWorker)
+	mux.HandleFunc("GET /{$}", func(rw http.ResponseWriter, r *http.Request) { e.serveWorker(rw, r, p) })
 	mux.HandleFunc("GET /ws/channels/{id}", e.serveChannel)
 	mux.HandleFunc("GET /otel", e.serveTelemetry)
-	return mux
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if p.refuseHost(rw, r) {
+			return
+		}
+		mux.ServeHTTP(rw, r)
+	})
 }
 
 // Close stops the engine: new connections are refused, in-flight calls fail,
@@ -230,9 +248,10 @@ func (e *Engine) Invoke(ctx context.Context, namespace, functionID string, data 
 		return nil, err
 	}
 	return e.invokeResolved(ctx, f, &Call{
-		FunctionID: functionID,
-		Namespace:  namespace,
-		Data:       data,
+		CallerAdmin: true,
+		FunctionID:  functionID,
+		Namespace:   namespace,
+		Data:        data,
 	})
 }
 

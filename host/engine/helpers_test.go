@@ -26,8 +26,15 @@ type testEngine struct {
 	url string // ws://127.0.0.1:port
 }
 
+// testAdminToken is the engine token of startEngine's engines unless the
+// test sets its own.
+const testAdminToken = "test-admin-token"
+
 func startEngine(t *testing.T, opts Options) *testEngine {
 	t.Helper()
+	if opts.AdminToken == nil {
+		opts.AdminToken = func() string { return testAdminToken }
+	}
 	e := New(opts)
 	srv := httptest.NewServer(e.Handler())
 	te := &testEngine{Engine: e, srv: srv, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
@@ -72,9 +79,20 @@ type rawClient struct {
 
 func (te *testEngine) dial(t *testing.T) *rawClient {
 	t.Helper()
+	return te.dialWith(t, nil)
+}
+
+// dialAdmin connects with the engine token.
+func (te *testEngine) dialAdmin(t *testing.T) *rawClient {
+	t.Helper()
+	return te.dialWith(t, http.Header{"Authorization": {"Bearer " + testAdminToken}})
+}
+
+func (te *testEngine) dialWith(t *testing.T, h http.Header) *rawClient {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, te.url, nil)
+	c, _, err := websocket.Dial(ctx, te.url, &websocket.DialOptions{HTTPHeader: h})
 	assert.NilError(t, err)
 	c.SetReadLimit(readLimit)
 	rc := &rawClient{t: t, c: c, in: make(chan inbound, 4096), closed: make(chan struct{})}

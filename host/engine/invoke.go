@@ -220,12 +220,23 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 		}
 		ns = *r.namespace
 	}
-	f, errb := e.resolve(ns, r.functionID)
-	if errb != nil {
+	f := e.reg.get(ns, r.functionID)
+	if p := a.principal; !p.admin {
+		if errb := p.authorizeInvoke(ns, r.functionID, f); errb != nil {
+			e.log.Debug("invoke refused", "worker_id", a.id, "function_id", r.functionID, "namespace", ns, "code", errb.Code)
+			answer(errb)
+			return false
+		}
+		if mw := e.middlewareFor(p, f); mw != "" {
+			e.viaMiddleware(a, p, mw, ns, r)
+			return false
+		}
+	}
+	if f == nil {
 		if r.invocationID == "" {
 			e.log.Debug("void call to a missing function", "worker_id", a.id, "function_id", r.functionID, "namespace", ns)
 		}
-		answer(errb)
+		answer(notFound(ns, r.functionID, e.reg.namespacesOf(r.functionID)))
 		return false
 	}
 	data := injectCaller(r.data, a.id)
@@ -234,7 +245,7 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 		// The handler keeps its input beyond this frame, and the frame's
 		// buffer is reused: copy.
 		call := &Call{InvocationID: r.invocationID, FunctionID: r.functionID, Namespace: ns, CallerWorkerID: a.id,
-			Data: clone(data), Metadata: clone(r.metadata), Traceparent: r.traceparent, Baggage: r.baggage}
+			CallerAdmin: a.principal.admin, Data: clone(data), Metadata: clone(r.metadata), Traceparent: r.traceparent, Baggage: r.baggage}
 		var reply func(callResult)
 		if r.invocationID != "" {
 			id, fid := r.invocationID, r.functionID
@@ -258,7 +269,7 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 	}
 
 	target := f.owner
-	frame := appendInvokeFrame(nil, r.invocationID, r.functionID, data, r.metadata, r.traceparent, r.baggage)
+	frame := appendInvokeFrame(nil, r.invocationID, f.workerID(), data, r.metadata, r.traceparent, r.baggage)
 	if r.invocationID == "" {
 		target.conn.send(frame)
 		return false
@@ -412,7 +423,7 @@ func (e *Engine) invokeResolved(ctx context.Context, f *function, call *Call) (j
 		return nil, &protocol.ErrorBody{Code: codeInvocationError, Message: "invocation id collision"}
 	}
 	target.active.Add(1)
-	frame := appendInvokeFrame(nil, p.id, f.id, call.Data, call.Metadata, call.Traceparent, call.Baggage)
+	frame := appendInvokeFrame(nil, p.id, f.workerID(), call.Data, call.Metadata, call.Traceparent, call.Baggage)
 	if target.closing.Load() || !target.conn.send(frame) {
 		if e.pending.remove(p) {
 			target.active.Add(-1)

@@ -35,6 +35,7 @@ func (e *Engine) AttachLocalWorker(spec LocalWorkerSpec) (*LocalWorker, error) {
 		return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "local worker name is empty"}
 	}
 	w := newWorker(e, newID())
+	w.principal = adminPrincipal
 	w.internal = spec.Internal
 	w.phase = nsResolved
 	w.namespace = ns
@@ -87,7 +88,7 @@ func (l *LocalWorker) register(def FunctionDef, h Handler, inline bool) error {
 	f := &function{
 		ns: l.w.namespace, id: def.ID, description: def.Description,
 		requestSchema: def.RequestSchema, responseSchema: def.ResponseSchema, metadata: def.Metadata,
-		owner: l.w, handler: h, inline: inline,
+		owner: l.w, handler: h, inline: inline, privileged: def.Privileged,
 	}
 	if errb := l.e.registerFunction(l.w, f); errb != nil {
 		return errb

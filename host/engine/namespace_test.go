@@ -234,13 +234,21 @@ func TestEngineIDsReservedToDefault(t *testing.T) {
 	w.sync() // non-fatal
 	assert.Assert(t, hasFn(te, "orders", "ok::fn"))
 
-	// In default an engine:: id is just a lease like any other: the
-	// builtins hold theirs.
-	d := te.dial(t)
+	// In default an engine:: id is, for the token's holder, a lease like
+	// any other: the builtins hold theirs.
+	d := te.dialAdmin(t)
 	d.send(&protocol.RegisterFunction{ID: FnFunctionsList})
 	d.register(map[string]any{"name": "d"})
 	rej = d.expect("registrationrejected")
 	assert.Equal(t, rej.str("owner_worker_id"), te.builtins.ID())
+
+	// Anyone else may not register one at all.
+	a := te.dial(t)
+	a.send(&protocol.RegisterFunction{ID: "engine::mine"})
+	a.register(map[string]any{"name": "a"})
+	rej = a.expect("registrationrejected")
+	assert.Equal(t, rej.str("code"), CodeForbidden)
+	assert.Assert(t, !hasFn(te, DefaultNamespace, "engine::mine"))
 }
 
 func TestReattach(t *testing.T) {

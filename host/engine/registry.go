@@ -28,6 +28,21 @@ type function struct {
 	// http marks a function registered with an HTTP invocation reference;
 	// this engine does not call HTTP endpoints itself.
 	http *protocol.HTTPInvocationRef
+	// privileged functions answer UNAUTHORIZED to callers without the
+	// engine token.
+	privileged bool
+	// wireID is the id the owning worker knows the function by, when the
+	// engine registered it under another (an RBAC
+	// function_registration_prefix); "" = id.
+	wireID string
+}
+
+// workerID is the id to use in frames sent to the owning worker.
+func (f *function) workerID() string {
+	if f.wireID != "" {
+		return f.wireID
+	}
+	return f.id
 }
 
 // registry is the function table keyed by (namespace, id). Lookups take the
@@ -211,12 +226,22 @@ func (e *Engine) applyRegistration(w *worker, ns string, m protocol.Message) {
 	switch m := m.(type) {
 	case *protocol.RegisterFunction:
 		f := &function{ns: ns, id: m.ID, description: m.Description, requestSchema: m.RequestFormat,
-			responseSchema: m.ResponseFormat, metadata: m.Metadata, owner: w, http: m.Invocation}
+			responseSchema: m.ResponseFormat, metadata: m.Metadata, owner: w, http: m.Invocation,
+			privileged: markedPrivileged(m.Metadata)}
+		if errb := e.admitRegistration(w, f); errb != nil {
+			e.log.Warn("registerfunction refused", "worker_id", w.id, "function_id", m.ID, "namespace", ns, "code", errb.Code, "error", errb.Message)
+			e.reject(w, &protocol.RegistrationRejected{Code: errb.Code, Namespace: ns, FunctionID: m.ID})
+			return
+		}
 		if err := e.registerFunction(w, f); err != nil {
 			e.log.Debug("registerfunction refused", "worker_id", w.id, "function_id", m.ID, "code", err.Code)
 		}
 	case *protocol.UnregisterFunction:
-		e.reg.unregister(w, ns, m.ID)
+		id := m.ID
+		if p := w.principal; p != nil && p.session != nil && p.session.FunctionRegistrationPrefix != "" {
+			id = p.session.FunctionRegistrationPrefix + "::" + id
+		}
+		e.reg.unregister(w, ns, id)
 	case *protocol.RegisterService:
 		w.mu.Lock()
 		if w.phase != nsAborted {

@@ -149,6 +149,11 @@ func (e *Engine) registerTrigger(o *worker, ns string, m *protocol.RegisterTrigg
 			return
 		}
 	}
+	if errb := e.admitTrigger(o, target, m); errb != nil {
+		e.log.Warn("registertrigger refused", "worker_id", o.id, "trigger_id", m.ID, "function_id", m.FunctionID, "code", errb.Code)
+		fail(errb.Code, errb.Message)
+		return
+	}
 
 	t := &e.triggers
 	var out outbox
@@ -221,6 +226,10 @@ func (e *Engine) registerTriggerType(p *worker, connNS string, m *protocol.Regis
 	}
 	if m.ID == "" {
 		e.log.Warn("registertriggertype without id ignored", "worker_id", p.id)
+		return
+	}
+	if pr := p.principal; pr != nil && !pr.admin && pr.session != nil && !pr.session.AllowTriggerTypeRegistration {
+		e.log.Warn("registertriggertype refused: this session may not register trigger types", "worker_id", p.id, "id", m.ID)
 		return
 	}
 	k := ttKey{ns, m.ID}

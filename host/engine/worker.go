@@ -49,6 +49,8 @@ type worker struct {
 	internal    bool
 	connectedAt time.Time
 	ip          string
+	// principal is who the worker speaks for, fixed at its handshake.
+	principal *principal
 
 	// ctx ends at teardown; in-process handlers run under it.
 	ctx    context.Context
@@ -177,10 +179,17 @@ func (w *worker) startGrace(d time.Duration) {
 		w.mu.Lock()
 		pending := w.phase == nsPending
 		w.mu.Unlock()
-		if pending {
-			w.e.log.Debug("namespace grace elapsed; using default", "worker_id", w.id)
-			w.pinNamespace(DefaultNamespace)
+		if !pending {
+			return
 		}
+		ns, ok := w.graceNamespace()
+		if !ok {
+			w.e.log.Warn("namespace grace elapsed and this session may not use default; dropping its registrations", "worker_id", w.id)
+			w.abortRegistrations()
+			return
+		}
+		w.e.log.Debug("namespace grace elapsed", "worker_id", w.id, "namespace", ns)
+		w.pinNamespace(ns)
 	})
 }
 
@@ -307,4 +316,29 @@ func sanitizeText(s string) string {
 func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// graceNamespace is where the registrations of a worker that never said its
+// namespace land: default, or for a session scoped to namespaces that do
+// not include default, its only namespace; ok false when it has several.
+func (w *worker) graceNamespace() (string, bool) {
+	p := w.principal
+	if p == nil || p.admin || p.session == nil || p.session.MayDeclare(DefaultNamespace) {
+		return DefaultNamespace, true
+	}
+	if nss := p.session.DeclarableNamespaces(); len(nss) == 1 {
+		return nss[0], true
+	}
+	return "", false
+}
+
+// abortRegistrations drops the registrations queued while the namespace
+// was pending; later ones are dropped too.
+func (w *worker) abortRegistrations() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.phase == nsPending {
+		w.phase = nsAborted
+		w.queue = nil
+	}
 }

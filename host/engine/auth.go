@@ -1,0 +1,413 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/iii-sandbox/iii/host/rbac"
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// Error codes of the front door (docs/security.md).
+const (
+	// CodeUnauthorized: the function is privileged and the caller did not
+	// present the engine token.
+	CodeUnauthorized = "UNAUTHORIZED"
+	// CodeForbidden: the caller's session (RBAC, or a scoped credential)
+	// does not allow this call or registration.
+	CodeForbidden = "FORBIDDEN"
+	// CodeAuthError: the connection could not be authenticated; sent in an
+	// error frame just before the engine closes the socket.
+	CodeAuthError = "AUTH_ERROR"
+	// CodeLimitExceeded: a documented cap was reached (docs/security.md).
+	CodeLimitExceeded = "LIMIT_EXCEEDED"
+)
+
+// MetadataPrivileged is the function metadata key that marks a function
+// privileged when a socket worker registers it: only callers holding the
+// engine token may invoke it.
+const MetadataPrivileged = "privileged"
+
+// reservedPrefixes are the function id prefixes only the engine token's
+// holder may register: the engine's own, Compose's, the configuration
+// worker's and the sandbox router's. Anyone else registering one could
+// stand in for the real function while it is down and receive what callers
+// send it.
+var reservedPrefixes = []string{"engine::", "compose::", "configuration::", "sandbox::"}
+
+func reservedID(id string) bool {
+	for _, p := range reservedPrefixes {
+		if strings.HasPrefix(id, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// authTimeout bounds the call to a listener's auth function.
+const authTimeout = 10 * time.Second
+
+// ListenerPolicy is what one iii-worker-manager instance asks of the
+// connections it accepts.
+type ListenerPolicy struct {
+	// Name labels the listener in logs and engine::workers::info.
+	Name string
+	// RBAC is the listener's rbac block; nil when it has none.
+	RBAC *rbac.Config
+	// MiddlewareFunctionID, when set, sees every invoke of a non-admin
+	// connection whose target is not an engine builtin, in place of it.
+	MiddlewareFunctionID string
+	// LoopbackHostOnly refuses requests whose Host header is not
+	// 127.0.0.1, localhost or [::1] (any port) with 403 before the
+	// upgrade: a page in a browser cannot reach a loopback listener through
+	// a rebound DNS name.
+	LoopbackHostOnly bool
+}
+
+// principal is who a connection speaks for, fixed at its handshake.
+type principal struct {
+	// admin: the connection presented the engine token (or is in-process).
+	// It may call and register anything, and skips RBAC and middleware.
+	admin bool
+	// kind names how it was authenticated, for logs and introspection:
+	// "engine-token", "credential", "auth-function" or "anonymous".
+	kind string
+	// label is a scoped credential's label.
+	label string
+	// session holds the grants of a non-admin connection.
+	session *rbac.Session
+	// rules is the rbac block decisions use: the listener's, or an empty
+	// one (deny what is not granted) for a scoped credential; nil = allow
+	// what the session does not deny.
+	rules      *rbac.Config
+	policy     *ListenerPolicy
+	middleware string
+}
+
+var adminPrincipal = &principal{admin: true, kind: "engine-token"}
+
+// scoped reports whether the session restricts the namespaces the
+// connection may declare.
+func (p *principal) scoped() bool { return p.session != nil && len(p.session.Namespaces) > 0 }
+
+// bearer extracts the token of an "Authorization: Bearer <token>" header.
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// tokenEqual compares two secrets in time independent of where they differ
+// and of their lengths.
+func tokenEqual(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	x, y := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+	return subtle.ConstantTimeCompare(x[:], y[:]) == 1
+}
+
+// IsAdminToken reports whether token is the engine token in force.
+func (e *Engine) IsAdminToken(token string) bool {
+	if e.opts.AdminToken == nil {
+		return false
+	}
+	return tokenEqual(token, e.opts.AdminToken())
+}
+
+// loopbackHost reports whether a request's Host names the loopback
+// interface: 127.0.0.1, localhost or [::1], with or without a port.
+func loopbackHost(host string) bool {
+	h := host
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		h = hh
+	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		h = h[1 : len(h)-1]
+	}
+	switch strings.ToLower(h) {
+	case "127.0.0.1", "localhost", "::1":
+		return true
+	}
+	return false
+}
+
+// checkHost answers 403 for a request a loopback listener must not serve;
+// true means it was refused.
+func (p *ListenerPolicy) refuseHost(rw http.ResponseWriter, r *http.Request) bool {
+	if p == nil || !p.LoopbackHostOnly || loopbackHost(r.Host) {
+		return false
+	}
+	http.Error(rw, "forbidden: this listener is bound to loopback and answers only Host 127.0.0.1, localhost or [::1]", http.StatusForbidden)
+	return true
+}
+
+// authenticate decides who a new connection speaks for. A presented token
+// that is the engine token makes it admin; one that is a scoped credential
+// gives it that credential's grants. Otherwise the listener's auth function
+// (when it has one) is asked, with the request's headers, query parameters
+// and address; without one the connection is anonymous. A token that is
+// neither, on a listener without an auth function, is refused.
+func (e *Engine) authenticate(ctx context.Context, r *http.Request, policy *ListenerPolicy, ip string) (*principal, *protocol.ErrorBody) {
+	tok := bearer(r)
+	if tok != "" {
+		if e.IsAdminToken(tok) {
+			return adminPrincipal, nil
+		}
+		if c := e.creds.lookup(tok); c != nil {
+			return &principal{kind: "credential", label: c.label, session: c.session, rules: &rbac.Config{}, policy: policy}, nil
+		}
+	}
+	if policy.RBAC == nil || policy.RBAC.AuthFunctionID == "" {
+		if tok != "" {
+			return nil, &protocol.ErrorBody{Code: CodeAuthError,
+				Message: "the bearer token is neither this engine's token nor a credential it issued (docs/security.md)"}
+		}
+		return &principal{kind: "anonymous", session: rbac.Open(), rules: policy.RBAC, policy: policy, middleware: policy.MiddlewareFunctionID}, nil
+	}
+	headers := map[string]string{}
+	for k, v := range r.Header {
+		headers[strings.ToLower(k)] = strings.Join(v, ", ")
+	}
+	query := map[string][]string(r.URL.Query())
+	if query == nil {
+		query = map[string][]string{}
+	}
+	in, err := json.Marshal(map[string]any{"headers": headers, "query_params": query, "ip_address": ip})
+	if err != nil {
+		return nil, &protocol.ErrorBody{Code: CodeAuthError, Message: "encode auth input: " + err.Error()}
+	}
+	actx, cancel := context.WithTimeout(ctx, authTimeout)
+	defer cancel()
+	out, err := e.Invoke(actx, DefaultNamespace, policy.RBAC.AuthFunctionID, in)
+	if err != nil {
+		msg := err.Error()
+		var eb *protocol.ErrorBody
+		if asErrorBody(err, &eb) {
+			msg = eb.Message
+		}
+		return nil, &protocol.ErrorBody{Code: CodeAuthError, Message: msg}
+	}
+	s, err := rbac.DecodeAuthResult(out)
+	if err != nil {
+		return nil, &protocol.ErrorBody{Code: CodeAuthError, Message: err.Error()}
+	}
+	return &principal{kind: "auth-function", session: s, rules: policy.RBAC, policy: policy, middleware: policy.MiddlewareFunctionID}, nil
+}
+
+// authorizeInvoke is the gate every invoke from a socket worker passes:
+// RBAC (FORBIDDEN), then privilege (UNAUTHORIZED). f is the function the
+// call resolves to, nil when it resolves to nothing (a denied id answers
+// FORBIDDEN whether or not it exists, so denials reveal nothing).
+func (p *principal) authorizeInvoke(ns, id string, f *function) *protocol.ErrorBody {
+	if p.admin {
+		return nil
+	}
+	if p.session != nil {
+		var meta json.RawMessage
+		if f != nil {
+			meta = f.metadata
+		}
+		if !rbac.Allowed(id, ns, p.rules, p.session, meta) {
+			hint := "add it to rbac.expose_functions or grant it from the auth function"
+			if p.session.Forbids(id) {
+				hint = "it is in the session's forbidden_functions"
+			} else if p.kind == "credential" {
+				hint = "the credential " + quote(p.label) + " does not grant it"
+			}
+			return &protocol.ErrorBody{Code: CodeForbidden, Message: "function '" + id + "' not allowed in namespace '" + ns + "' (" + hint + ")"}
+		}
+	}
+	if f != nil && f.privileged {
+		return unauthorized(id)
+	}
+	return nil
+}
+
+func unauthorized(id string) *protocol.ErrorBody {
+	return &protocol.ErrorBody{Code: CodeUnauthorized,
+		Message: id + " is privileged: it needs the engine token (the same user's iii call, iii compose and Go client send it by themselves; docs/security.md)"}
+}
+
+// authorizeRegistration is the gate for a function registration from a
+// non-admin socket worker.
+func (p *principal) authorizeRegistration(id string) *protocol.ErrorBody {
+	if p.admin {
+		return nil
+	}
+	if reservedID(id) {
+		return &protocol.ErrorBody{Code: CodeForbidden, Message: "function ids under " + strings.Join(reservedPrefixes, ", ") + " are reserved to the engine token's holder; " + id + " cannot be registered"}
+	}
+	if p.session != nil && !p.session.AllowFunctionRegistration {
+		return &protocol.ErrorBody{Code: CodeForbidden, Message: "this session may not register functions (allow_function_registration is false)"}
+	}
+	return nil
+}
+
+// middlewareFor returns the middleware an invoke of id in ns goes through,
+// or "" when it goes straight to the function: admin connections, listeners
+// without middleware and the engine's own builtins skip it.
+func (e *Engine) middlewareFor(p *principal, f *function) string {
+	if p.admin || p.middleware == "" {
+		return ""
+	}
+	if f != nil && f.owner == e.builtins.w {
+		return ""
+	}
+	return p.middleware
+}
+
+func asErrorBody(err error, out **protocol.ErrorBody) bool {
+	eb, ok := err.(*protocol.ErrorBody)
+	if ok {
+		*out = eb
+	}
+	return ok
+}
+
+// viaMiddleware hands an invoke to the listener's middleware function in
+// place of its target, as iii does: the middleware gets
+// {function_id, payload, action, context, namespace}, resolved in the
+// call's namespace, and its answer (or error) is the caller's answer. The
+// middleware decides whether and how to call the target itself.
+func (e *Engine) viaMiddleware(a *worker, p *principal, mw, ns string, r *invokeRequest) {
+	in, err := json.Marshal(map[string]any{
+		"function_id": r.functionID,
+		"payload":     json.RawMessage(orNull(r.data)),
+		"action":      r.action,
+		"context":     p.session.Context,
+		"namespace":   ns,
+	})
+	id, fid := r.invocationID, r.functionID
+	reply := func(res json.RawMessage, errb *protocol.ErrorBody) {
+		if id != "" && !a.closing.Load() {
+			a.conn.send(appendResultFrame(nil, id, fid, res, errb, "", ""))
+		}
+	}
+	if err != nil {
+		reply(nil, &protocol.ErrorBody{Code: protocol.CodeInvocationFailed, Message: "encode middleware input: " + err.Error()})
+		return
+	}
+	if !e.tasks.Add() {
+		reply(nil, &protocol.ErrorBody{Code: protocol.CodeInvocationStopped, Message: "engine stopping"})
+		return
+	}
+	go func() {
+		defer e.tasks.Done()
+		out, err := e.Invoke(a.ctx, ns, mw, in)
+		if err != nil {
+			var eb *protocol.ErrorBody
+			if !asErrorBody(err, &eb) {
+				eb = &protocol.ErrorBody{Code: protocol.CodeInvocationFailed, Message: "middleware " + mw + ": " + err.Error()}
+			}
+			reply(nil, eb)
+			return
+		}
+		reply(out, nil)
+	}()
+}
+
+func orNull(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte("null")
+	}
+	return b
+}
+
+// markedPrivileged reports whether a registerfunction's metadata marks the
+// function privileged ({"privileged": true}).
+func markedPrivileged(meta json.RawMessage) bool {
+	if len(meta) == 0 {
+		return false
+	}
+	var m struct {
+		Privileged bool `json:"privileged"`
+	}
+	return json.Unmarshal(meta, &m) == nil && m.Privileged
+}
+
+// admitRegistration applies a non-admin connection's registration rules to
+// f before it enters the registry: reserved ids, the session's
+// allow_function_registration, the listener's
+// on_function_registration_function_id hook (which may rewrite the id,
+// description and metadata, or deny), and the session's
+// function_registration_prefix.
+func (e *Engine) admitRegistration(w *worker, f *function) *protocol.ErrorBody {
+	p := w.principal
+	if p == nil || p.admin {
+		return nil
+	}
+	if strings.HasPrefix(f.id, "engine::") && f.ns != DefaultNamespace {
+		return nil // registerFunction refuses it as iii does (FUNCTION_NAMESPACE_CONFLICT)
+	}
+	if errb := p.authorizeRegistration(f.id); errb != nil {
+		return errb
+	}
+	orig := f.id
+	if p.rules != nil && p.rules.OnFunctionRegistrationFunctionID != "" && p.policy != nil && p.rules == p.policy.RBAC {
+		in, err := json.Marshal(map[string]any{
+			"function_id": f.id, "description": f.description, "metadata": json.RawMessage(orNull(f.metadata)),
+			"namespace": f.ns, "context": p.session.Context,
+		})
+		if err != nil {
+			return &protocol.ErrorBody{Code: CodeForbidden, Message: "encode registration hook input: " + err.Error()}
+		}
+		ctx, cancel := context.WithTimeout(w.ctx, authTimeout)
+		out, err := e.Invoke(ctx, DefaultNamespace, p.rules.OnFunctionRegistrationFunctionID, in)
+		cancel()
+		var rewrite map[string]json.RawMessage
+		if err != nil || json.Unmarshal(out, &rewrite) != nil || rewrite == nil {
+			return &protocol.ErrorBody{Code: CodeForbidden, Message: "registration of " + f.id + " denied by " + p.rules.OnFunctionRegistrationFunctionID}
+		}
+		var s string
+		if json.Unmarshal(rewrite["function_id"], &s) == nil && strings.TrimSpace(s) != "" {
+			f.id = s
+		}
+		if json.Unmarshal(rewrite["description"], &s) == nil {
+			f.description = s
+		}
+		if m, ok := rewrite["metadata"]; ok {
+			f.metadata = m
+			f.privileged = markedPrivileged(m)
+		}
+	}
+	if p.session != nil && p.session.FunctionRegistrationPrefix != "" {
+		f.id = p.session.FunctionRegistrationPrefix + "::" + f.id
+	}
+	if f.id != orig {
+		f.wireID = orig
+		// The rewritten id passes the same rules as the one asked for.
+		if errb := p.authorizeRegistration(f.id); errb != nil {
+			return errb
+		}
+	}
+	return nil
+}
+
+// admitTrigger applies a non-admin connection's rules to a trigger
+// registration: the trigger type must be one the session may use, and its
+// target must be a function the connection could call itself. A trigger is
+// fired by its provider's connection, which may hold more rights than the
+// registering one; so a target that is privileged or under a reserved
+// prefix is refused whatever the provider.
+func (e *Engine) admitTrigger(o *worker, ns string, m *protocol.RegisterTrigger) *protocol.ErrorBody {
+	p := o.principal
+	if p == nil || p.admin {
+		return nil
+	}
+	if p.session != nil && p.session.AllowedTriggerTypes != nil && !slices.Contains(*p.session.AllowedTriggerTypes, m.TriggerType) {
+		return &protocol.ErrorBody{Code: CodeForbidden, Message: "trigger type '" + m.TriggerType + "' not allowed for this session"}
+	}
+	if reservedID(m.FunctionID) {
+		return &protocol.ErrorBody{Code: CodeForbidden, Message: "function '" + m.FunctionID + "' cannot be a trigger target of this connection (reserved to the engine token's holder)"}
+	}
+	return p.authorizeInvoke(ns, m.FunctionID, e.reg.get(ns, m.FunctionID))
+}
