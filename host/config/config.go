@@ -9,6 +9,7 @@ package config
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/iii-sandbox/iii/host/rbac"
 	"github.com/iii-sandbox/iii/internal/yamlnode"
 )
 
@@ -93,6 +95,34 @@ type Listener struct {
 	Host             string
 	Port             int // 0 lets the system pick a free port
 	HandshakeTimeout time.Duration
+	// MiddlewareFunctionID is middleware_function_id: the function that
+	// sees every non-engine invoke of the listener's connections.
+	MiddlewareFunctionID string
+	// RBAC is the rbac block as canonical JSON (host/rbac.Config), "" when
+	// the listener has none. A string keeps Listener comparable, so a
+	// reload sees a changed block as a changed listener.
+	RBAC string
+}
+
+// RBACConfig decodes RBAC; nil when the listener has none.
+func (l Listener) RBACConfig() *rbac.Config {
+	if l.RBAC == "" {
+		return nil
+	}
+	c, err := rbac.ParseConfig([]byte(l.RBAC))
+	if err != nil {
+		return nil // validated at parse time; cannot happen
+	}
+	return c
+}
+
+// Loopback reports whether the listener binds only a loopback address.
+func (l Listener) Loopback() bool {
+	if strings.EqualFold(l.Host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(l.Host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Addr is host:port for net.Listen.
@@ -529,7 +559,7 @@ func (p *parser) finish(cfg *Config, entries []entry, sandbox *Sandbox) (*Config
 
 func (p *parser) listener(e entry) (Listener, error) {
 	l := Listener{Name: e.Name, Host: DefaultHost, Port: DefaultPort, HandshakeTimeout: DefaultHandshakeTimeout}
-	fields, err := p.mapping(e.configNode, e.Name+".config", "host", "port", "handshake_timeout_ms")
+	fields, err := p.mapping(e.configNode, e.Name+".config", "host", "port", "handshake_timeout_ms", "middleware_function_id", "rbac")
 	if err != nil {
 		return l, err
 	}
@@ -557,6 +587,35 @@ func (p *parser) listener(e entry) (Listener, error) {
 			return l, err
 		}
 		l.HandshakeTimeout = time.Duration(ms) * time.Millisecond
+	}
+	if v := fields["middleware_function_id"]; !yamlnode.IsNull(v) {
+		id, err := p.stringValue(v, path+".middleware_function_id")
+		if err != nil {
+			return l, err
+		}
+		if strings.TrimSpace(id) == "" {
+			return l, p.fail(CodeInvalidConfig, v, "%s.middleware_function_id is blank; name a function or leave the key out", path)
+		}
+		l.MiddlewareFunctionID = id
+	}
+	if v := fields["rbac"]; !yamlnode.IsNull(v) {
+		if v.Kind != yaml.MappingNode {
+			return l, p.fail(CodeInvalidConfig, v, "%s.rbac must be a mapping (auth_function_id, expose_functions, on_*_registration_function_id), not a %s", path, yamlnode.KindName(v))
+		}
+		var tree any
+		if err := v.Decode(&tree); err != nil {
+			return l, p.fail(CodeInvalidConfig, v, "%s.rbac: %v", path, err)
+		}
+		raw, err := json.Marshal(tree)
+		if err != nil {
+			return l, p.fail(CodeInvalidConfig, v, "%s.rbac: %v", path, err)
+		}
+		c, err := rbac.ParseConfig(raw)
+		if err != nil {
+			return l, p.fail(CodeInvalidConfig, v, "%s.%v (docs/security.md#rbac)", path, err)
+		}
+		canon, _ := json.Marshal(c)
+		l.RBAC = string(canon)
 	}
 	return l, nil
 }

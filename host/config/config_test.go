@@ -68,7 +68,12 @@ func TestParseErrors(t *testing.T) {
 		{name: "sandbox_bad_adapter", src: "sandbox:\n  adapter: Sandbox::libkrun\n", code: CodeInvalidConfig},
 		{name: "sandbox_adapter_list", src: "sandbox:\n  adapter: [a]\n", code: CodeInvalidConfig},
 		{name: "sandbox_unknown_key", src: "sandbox:\n  adapter: sandbox-libkrun\n  image_allowlist: [python]\n", code: CodeInvalidConfig},
-		{name: "listener_unknown_key", src: "workers:\n  - name: iii-worker-manager#rbac\n    config: { port: 49135, middleware_function_id: auth::middleware }\n", code: CodeInvalidConfig},
+		{name: "listener_unknown_key", src: "workers:\n  - name: iii-worker-manager#rbac\n    config: { port: 49135, middleware: auth::middleware }\n", code: CodeInvalidConfig},
+		{name: "listener_rbac_unknown_key", src: "workers:\n  - name: iii-worker-manager\n    config: { rbac: { auth_function: a::b } }\n", code: CodeInvalidConfig},
+		{name: "listener_rbac_bad_filter", src: "workers:\n  - name: iii-worker-manager\n    config: { rbac: { expose_functions: ['svc::*'] } }\n", code: CodeInvalidConfig},
+		{name: "listener_rbac_filter_typo", src: "workers:\n  - name: iii-worker-manager\n    config: { rbac: { expose_functions: [{ match: 'a::*', namesapce: x }] } }\n", code: CodeInvalidConfig},
+		{name: "listener_rbac_list", src: "workers:\n  - name: iii-worker-manager\n    config: { rbac: [1] }\n", code: CodeInvalidConfig},
+		{name: "listener_middleware_blank", src: "workers:\n  - name: iii-worker-manager\n    config: { middleware_function_id: ' ' }\n", code: CodeInvalidConfig},
 		{name: "listener_config_list", src: "workers:\n  - name: iii-worker-manager\n    config: [1]\n", code: CodeInvalidConfig},
 		{name: "listener_port_range", src: "workers:\n  - name: iii-worker-manager\n    config: { port: 70000 }\n", code: CodeInvalidConfig},
 		{name: "listener_port_text", src: "workers:\n  - name: iii-worker-manager\n    config: { port: http }\n", code: CodeInvalidConfig},
@@ -343,4 +348,41 @@ func TestParsePlaceholderEdges(t *testing.T) {
 		_, err := parse(t, "workers:\n  - name: my-api\n    config: { port: ${PORT} }\n", nil)
 		assert.ErrorContains(t, err, CodeUnsupportedConfigWorkers)
 	})
+}
+
+// A 0.26 config.yaml with RBAC and middleware on a second listener runs
+// unchanged (the upgrade guide's example, with an rbac block as iii reads it).
+func TestParseRBACListener(t *testing.T) {
+	src := `
+workers:
+  - name: iii-worker-manager
+    config: { host: 127.0.0.1, port: 49134 }
+  - name: iii-worker-manager#rbac
+    config:
+      host: 127.0.0.1
+      port: 49135
+      middleware_function_id: auth::middleware
+      rbac:
+        auth_function_id: auth::authenticate
+        expose_functions:
+          - match("api::*")
+          - { match: "orders::*", namespace: orders }
+          - metadata: { public: true, scope: match("team-*") }
+        on_function_registration_function_id: auth::on_register
+`
+	cfg, err := parse(t, src, nil)
+	assert.NilError(t, err)
+	assert.Equal(t, len(cfg.Listeners), 2)
+	l := cfg.Listeners[1]
+	assert.Equal(t, l.MiddlewareFunctionID, "auth::middleware")
+	rc := l.RBACConfig()
+	assert.Assert(t, rc != nil)
+	assert.Equal(t, rc.AuthFunctionID, "auth::authenticate")
+	assert.Equal(t, rc.OnFunctionRegistrationFunctionID, "auth::on_register")
+	assert.Equal(t, len(rc.ExposeFunctions), 3)
+	assert.Assert(t, rc.ExposeFunctions[0].Matches("api::get", "default", nil))
+	assert.Assert(t, !rc.ExposeFunctions[0].Matches("api::get", "orders", nil))
+	assert.Assert(t, rc.ExposeFunctions[1].Matches("orders::place", "orders", nil))
+	assert.Assert(t, rc.ExposeFunctions[2].Matches("x::y", "default", []byte(`{"public":true,"scope":"team-a"}`)))
+	assert.Equal(t, cfg.Listeners[0].RBAC, "")
 }

@@ -69,6 +69,10 @@ type ListenerPolicy struct {
 	// upgrade: a page in a browser cannot reach a loopback listener through
 	// a rebound DNS name.
 	LoopbackHostOnly bool
+	// RequireToken refuses connections that present neither the engine
+	// token nor an issued credential (AUTH_ERROR), unless the RBAC block's
+	// auth function decides.
+	RequireToken bool
 }
 
 // principal is who a connection speaks for, fixed at its handshake.
@@ -167,6 +171,10 @@ func (e *Engine) authenticate(ctx context.Context, r *http.Request, policy *List
 		}
 	}
 	if policy.RBAC == nil || policy.RBAC.AuthFunctionID == "" {
+		if tok == "" && policy.RequireToken {
+			return nil, &protocol.ErrorBody{Code: CodeAuthError,
+				Message: "listener " + policy.Name + " is not bound to loopback: present the engine token or a credential it issued (Authorization: Bearer), or give it rbac.auth_function_id (docs/security.md)"}
+		}
 		if tok != "" {
 			return nil, &protocol.ErrorBody{Code: CodeAuthError,
 				Message: "the bearer token is neither this engine's token nor a credential it issued (docs/security.md)"}

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iii-sandbox/iii/host/config"
+	"github.com/iii-sandbox/iii/host/engine"
 )
 
 // CodeListenFailed: a listener could not bind its host:port.
@@ -32,10 +33,16 @@ type Error struct {
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 func (e *Error) Unwrap() error { return e.Err }
 
+// Handlers makes the HTTP handler of one listener from its policy: the
+// engine's HandlerFor.
+type Handlers interface {
+	HandlerFor(engine.ListenerPolicy) http.Handler
+}
+
 // Manager owns the listeners.
 type Manager struct {
-	handler http.Handler
-	log     hclog.Logger
+	handlers Handlers
+	log      hclog.Logger
 
 	mu        sync.Mutex
 	listeners map[string]*listener
@@ -48,12 +55,29 @@ type listener struct {
 	done chan struct{}
 }
 
-// New returns a manager serving h on every listener it starts.
-func New(h http.Handler, log hclog.Logger) *Manager {
+// New returns a manager serving, on every listener it starts, the handler
+// h makes for that listener's policy.
+func New(h Handlers, log hclog.Logger) *Manager {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Manager{handler: h, log: log, listeners: map[string]*listener{}}
+	return &Manager{handlers: h, log: log, listeners: map[string]*listener{}}
+}
+
+// Policy is what a listener asks of its connections: its RBAC block and
+// middleware, the Host check when it is bound to loopback, and a token from
+// every connection when it is not and has no auth function (anyone who can
+// reach the address could otherwise call every function that is not
+// privileged).
+func Policy(l config.Listener) engine.ListenerPolicy {
+	p := engine.ListenerPolicy{
+		Name:                 l.Name,
+		RBAC:                 l.RBACConfig(),
+		MiddlewareFunctionID: l.MiddlewareFunctionID,
+		LoopbackHostOnly:     l.Loopback(),
+	}
+	p.RequireToken = !p.LoopbackHostOnly && (p.RBAC == nil || p.RBAC.AuthFunctionID == "")
+	return p
 }
 
 // Start binds and serves one listener. A listener of the same name must
@@ -75,8 +99,9 @@ func (m *Manager) startLocked(ctx context.Context, l config.Listener) error {
 			"%s cannot listen on %s: %v; stop whatever holds that address or give %s another port in config.yaml",
 			l.Name, l.Addr(), causeOf(err), l.Name)}
 	}
+	policy := Policy(l)
 	srv := &http.Server{
-		Handler: m.handler,
+		Handler: m.handlers.HandlerFor(policy),
 		// The WebSocket upgrade must complete within the handshake time;
 		// once upgraded the connection is the engine's and no HTTP
 		// timeout applies.
@@ -91,7 +116,16 @@ func (m *Manager) startLocked(ctx context.Context, l config.Listener) error {
 			m.log.Error("listener stopped", "listener", l.Name, "addr", li.addr, "error", err)
 		}
 	}()
-	m.log.Info("listening for workers", "listener", l.Name, "addr", "ws://"+li.addr)
+	switch {
+	case policy.LoopbackHostOnly:
+		m.log.Info("listening for workers", "listener", l.Name, "addr", "ws://"+li.addr, "access", "loopback only; Host must be 127.0.0.1, localhost or [::1]")
+	case policy.RequireToken:
+		m.log.Warn("listening for workers beyond loopback", "listener", l.Name, "addr", "ws://"+li.addr,
+			"access", "every connection must present the engine token or a credential it issued (no rbac.auth_function_id on this listener)")
+	default:
+		m.log.Warn("listening for workers beyond loopback", "listener", l.Name, "addr", "ws://"+li.addr,
+			"access", "connections are authenticated by "+policy.RBAC.AuthFunctionID)
+	}
 	return nil
 }
 

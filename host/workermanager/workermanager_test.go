@@ -28,9 +28,14 @@ func listenerCfg(name string, port int) config.Listener {
 	return config.Listener{Name: name, Host: "127.0.0.1", Port: port, HandshakeTimeout: 10 * time.Second}
 }
 
+// fixed serves one handler on every listener, whatever its policy.
+type fixed struct{ h http.Handler }
+
+func (f fixed) HandlerFor(engine.ListenerPolicy) http.Handler { return f.h }
+
 // hello answers with the listener it was reached through.
-func hello(name string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) })
+func hello(name string) fixed {
+	return fixed{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) })}
 }
 
 func get(t *testing.T, addr string) (string, error) {
@@ -85,7 +90,7 @@ func TestBindFailure(t *testing.T) {
 
 func TestApply(t *testing.T) {
 	ctx := context.Background()
-	m := New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "engine") }), nil)
+	m := New(fixed{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "engine") })}, nil)
 	defer m.Close(ctx)
 
 	assert.NilError(t, m.Apply(ctx, []config.Listener{listenerCfg("a", 0), listenerCfg("b", 0)}))
@@ -157,7 +162,7 @@ func TestServesEngine(t *testing.T) {
 	defer cancel()
 	eng := engine.New(engine.Options{})
 	defer eng.Close(context.Background())
-	m := New(eng.Handler(), nil)
+	m := New(eng, nil)
 	defer m.Close(context.Background())
 	assert.NilError(t, m.Start(ctx, listenerCfg("iii-worker-manager", 0)))
 
@@ -190,4 +195,63 @@ func freePort(t *testing.T) int {
 	assert.NilError(t, err)
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestDNSRebinding: a loopback listener answers only requests that name the
+// loopback interface in Host, and refuses others before the upgrade.
+func TestDNSRebinding(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eng := engine.New(engine.Options{})
+	defer eng.Close(context.Background())
+	m := New(eng, nil)
+	defer m.Close(context.Background())
+	assert.NilError(t, m.Start(ctx, listenerCfg("iii-worker-manager", 0)))
+	addr := m.Addrs()["iii-worker-manager"]
+	_, port, _ := net.SplitHostPort(addr)
+
+	for _, tc := range []struct {
+		host string
+		want int
+	}{
+		{"evil.example", http.StatusForbidden},
+		{"evil.example:" + port, http.StatusForbidden},
+		{"127.0.0.2:" + port, http.StatusForbidden},
+		{"127.0.0.1:" + port, http.StatusSwitchingProtocols},
+		{"localhost:" + port, http.StatusSwitchingProtocols},
+		{"LOCALHOST", http.StatusSwitchingProtocols},
+		{"[::1]:" + port, http.StatusSwitchingProtocols},
+	} {
+		t.Run(tc.host, func(t *testing.T) {
+			h := http.Header{}
+			conn, resp, err := websocket.Dial(ctx, "ws://"+addr+"/", &websocket.DialOptions{Host: tc.host, HTTPHeader: h})
+			if conn != nil {
+				defer conn.CloseNow()
+			}
+			assert.Assert(t, resp != nil, "no response: %v", err)
+			assert.Equal(t, resp.StatusCode, tc.want)
+			// The channel endpoint is behind the same check.
+			if tc.want == http.StatusForbidden {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/ws/channels/x?key=y&dir=read", nil)
+				req.Host = tc.host
+				r2, err := http.DefaultClient.Do(req)
+				assert.NilError(t, err)
+				r2.Body.Close()
+				assert.Equal(t, r2.StatusCode, http.StatusForbidden)
+			}
+		})
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	l := listenerCfg("iii-worker-manager", 1)
+	p := Policy(l)
+	assert.Assert(t, p.LoopbackHostOnly && !p.RequireToken)
+	l.Host = "0.0.0.0"
+	p = Policy(l)
+	assert.Assert(t, !p.LoopbackHostOnly && p.RequireToken)
+	l.RBAC = `{"auth_function_id":"auth::fn"}`
+	p = Policy(l)
+	assert.Assert(t, !p.LoopbackHostOnly && !p.RequireToken)
+	assert.Equal(t, p.RBAC.AuthFunctionID, "auth::fn")
 }
