@@ -97,9 +97,6 @@ type principal struct {
 
 var adminPrincipal = &principal{admin: true, kind: "engine-token"}
 
-// scoped reports whether the session restricts the namespaces the
-// connection may declare.
-func (p *principal) scoped() bool { return p.session != nil && len(p.session.Namespaces) > 0 }
 
 // bearer extracts the token of an "Authorization: Bearer <token>" header.
 func bearer(r *http.Request) string {

@@ -81,6 +81,7 @@ func (e *Engine) IssueCredential(spec CredentialSpec) (string, *protocol.ErrorBo
 	s := rbac.Open()
 	s.AllowTriggerTypeRegistration = false
 	s.Namespaces = grants
+	s.Declarable = []string{spec.Namespace}
 	e.creds.mu.Lock()
 	defer e.creds.mu.Unlock()
 	if e.creds.m == nil {

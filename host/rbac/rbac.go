@@ -228,6 +228,10 @@ type Session struct {
 	AllowFunctionRegistration    bool            `json:"allow_function_registration"`
 	Context                      json.RawMessage `json:"context"`
 	FunctionRegistrationPrefix   string          `json:"function_registration_prefix"`
+	// Declarable, when not nil, replaces the keys of Namespaces as the
+	// namespaces the connection may declare: a credential the engine
+	// issues grants calls in namespaces its holder does not live in.
+	Declarable []string `json:"-"`
 }
 
 // DecodeAuthResult reads an auth function's result. Absent fields take
@@ -287,6 +291,9 @@ func Open() *Session {
 // MayDeclare reports whether the session may declare namespace ns on
 // engine::workers::register.
 func (s *Session) MayDeclare(ns string) bool {
+	if s.Declarable != nil {
+		return slices.Contains(s.Declarable, ns)
+	}
 	if len(s.Namespaces) == 0 {
 		return true
 	}
@@ -296,6 +303,9 @@ func (s *Session) MayDeclare(ns string) bool {
 
 // DeclarableNamespaces lists, sorted, the namespaces the session may declare.
 func (s *Session) DeclarableNamespaces() []string {
+	if s.Declarable != nil {
+		return slices.Sorted(slices.Values(s.Declarable))
+	}
 	out := make([]string, 0, len(s.Namespaces))
 	for ns := range s.Namespaces {
 		out = append(out, ns)

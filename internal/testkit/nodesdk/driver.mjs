@@ -2,7 +2,8 @@
 // published iii-sdk (host/engine/testdata/node/sdk.mjs,
 // host/router/testdata/node/sandbox.mjs; started by nodesdk.SDK.Start).
 // A script gets the SDK's entry point as a file URL in III_SDK_URL and its
-// job as JSON in argv[2]: {"mode":…,"url":"ws://…","name":…,"namespace":…}.
+// job as JSON in argv[2]: {"mode":…,"url":"ws://…","name":…,"namespace":…,
+// "headers":{…}} (headers are sent on the WebSocket handshake).
 // Every line a script prints on stdout is JSON (out); the SDK's own logging
 // goes to stderr.
 
@@ -20,6 +21,7 @@ export async function connect() {
     workerName: job.name,
     invocationTimeoutMs: 20000,
     reconnectionConfig: { initialDelayMs: 50, maxDelayMs: 200, jitterFactor: 0 },
+    ...(job.headers ? { headers: job.headers } : {}),
   });
   if (job.namespace) {
     // iii-sdk 0.22.1 has no namespace option: a worker that wants one sends
