@@ -97,7 +97,6 @@ type principal struct {
 
 var adminPrincipal = &principal{admin: true, kind: "engine-token"}
 
-
 // bearer extracts the token of an "Authorization: Bearer <token>" header.
 func bearer(r *http.Request) string {
 	h := r.Header.Get("Authorization")
