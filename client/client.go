@@ -368,7 +368,7 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 	s := newSession(c)
 	conn, resp, err := websocket.Dial(dctx, c.url, &websocket.DialOptions{
 		HTTPClient: c.httpClient,
-		HTTPHeader: c.opts.Header,
+		HTTPHeader: c.workerHeader(),
 		OnPingReceived: func(context.Context, []byte) bool {
 			s.touch()
 			return true

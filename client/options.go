@@ -84,6 +84,13 @@ type Options struct {
 	// Header is sent with every WebSocket upgrade (for engines that
 	// authenticate workers).
 	Header http.Header
+	// Token, when set, is sent as "Authorization: Bearer <token>" on the
+	// worker socket's upgrade: the engine token makes the connection admin
+	// (it may call privileged functions), a credential the engine issued
+	// gives it that credential's grants. A token the engine does not know
+	// makes it refuse the connection (AUTH_ERROR). DiscoverToken finds the
+	// same user's engine token. docs/security.md.
+	Token string
 	// Logger receives the client's diagnostics (default: none).
 	Logger hclog.Logger
 	// Reconnect is the reconnect policy.
