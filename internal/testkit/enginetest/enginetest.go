@@ -2,7 +2,9 @@
 // with a Go client connected to it as a worker: the base of the
 // integration tests of the parts that attach to an engine (the plugin
 // host, the router) and of the VM worker tests that drive an adapter
-// through one.
+// through one. The engine has an engine token (Env.Token) and the client
+// presents it, as the same user's clients do, so it may call privileged
+// functions; Anonymous connects one that does not.
 package enginetest
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/enginetoken"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -45,6 +48,8 @@ type Env struct {
 	// attaches; Logs holds what it wrote, and is printed if the test fails.
 	Log  hclog.Logger
 	Logs *syncbuf.Buffer
+	// Token is the engine token; Client presents it.
+	Token string
 
 	wait time.Duration
 }
@@ -57,9 +62,13 @@ func Start(t testing.TB, o Options) *Env {
 	t.Helper()
 	logs := &syncbuf.Buffer{}
 	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: logs})
-	eng := engine.New(engine.Options{Logger: log.Named("engine")})
+	token, err := enginetoken.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(engine.Options{Logger: log.Named("engine"), AdminToken: func() string { return token }})
 	srv := httptest.NewServer(eng.Handler())
-	env := &Env{Engine: eng, URL: "ws" + strings.TrimPrefix(srv.URL, "http"), Log: log, Logs: logs, wait: o.Wait}
+	env := &Env{Engine: eng, URL: "ws" + strings.TrimPrefix(srv.URL, "http"), Log: log, Logs: logs, Token: token, wait: o.Wait}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), o.Wait)
 		defer cancel()
@@ -78,13 +87,32 @@ func Start(t testing.TB, o Options) *Env {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), o.Wait)
 	defer cancel()
-	cl, err := client.Dial(ctx, env.URL, client.Options{Name: o.ClientName, IgnoreEnv: true,
+	cl, err := client.Dial(ctx, env.URL, client.Options{Name: o.ClientName, IgnoreEnv: true, Token: token,
 		Reconnect: client.ReconnectPolicy{Disable: true}, CallTimeout: o.CallTimeout})
 	if err != nil {
 		t.Fatalf("connect to the engine: %v", err)
 	}
 	env.Client = cl
 	return env
+}
+
+// Anonymous connects another client, named name, that presents no token:
+// a worker's view of the engine (privileged functions answer
+// UNAUTHORIZED). It is closed when the test ends.
+func (e *Env) Anonymous(t testing.TB, name string) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), e.wait)
+	defer cancel()
+	cl, err := client.Dial(ctx, e.URL, client.Options{Name: name, IgnoreEnv: true, Reconnect: client.ReconnectPolicy{Disable: true}})
+	if err != nil {
+		t.Fatalf("connect to the engine: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), e.wait)
+		defer cancel()
+		_ = cl.Close(ctx)
+	})
+	return cl
 }
 
 // Call calls fn through the engine as the client, bounded by Wait.
