@@ -100,38 +100,38 @@ func statusReply(st Status, err error) (json.RawMessage, error) {
 
 func (h *Host) functions() []hostFunction {
 	return []hostFunction{
-		{engine.FunctionDef{ID: FnStart, Description: "Start a sandbox adapter as a go-plugin subprocess and publish it as worker <adapter> in its namespace.",
+		{engine.FunctionDef{ID: FnStart, Privileged: true, Description: "Start a sandbox adapter as a go-plugin subprocess and publish it as worker <adapter> in its namespace.",
 			RequestSchema: json.RawMessage(schemaStartIn), ResponseSchema: json.RawMessage(schemaStatus)},
 			func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
 				in, err := decodeAdaptersRequest(call.Data, true, true)
 				if err != nil {
 					return nil, err
 				}
-				if err := h.authorize(FnStart, in.Token); err != nil {
+				if err := h.authorize(FnStart, in.Token, call.CallerAdmin); err != nil {
 					return nil, err
 				}
 				return statusReply(h.Start(ctx, StartRequest{Adapter: in.Adapter, Namespace: in.Namespace, Path: in.Path, Config: in.Config}))
 			}},
-		{engine.FunctionDef{ID: FnStop, Description: "Stop a sandbox adapter the engine runs; sandbox calls then fail with S301.",
+		{engine.FunctionDef{ID: FnStop, Privileged: true, Description: "Stop a sandbox adapter the engine runs; sandbox calls then fail with S301.",
 			RequestSchema: json.RawMessage(schemaStopIn), ResponseSchema: json.RawMessage(schemaStatus)},
 			func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
 				in, err := decodeAdaptersRequest(call.Data, false, false)
 				if err != nil {
 					return nil, err
 				}
-				if err := h.authorize(FnStop, in.Token); err != nil {
+				if err := h.authorize(FnStop, in.Token, call.CallerAdmin); err != nil {
 					return nil, err
 				}
 				return statusReply(h.Stop(ctx, in.Adapter, in.Namespace))
 			}},
-		{engine.FunctionDef{ID: FnRestart, Description: "Restart a sandbox adapter, with a new config or (config absent) its last one.",
+		{engine.FunctionDef{ID: FnRestart, Privileged: true, Description: "Restart a sandbox adapter, with a new config or (config absent) its last one.",
 			RequestSchema: json.RawMessage(schemaRestartIn), ResponseSchema: json.RawMessage(schemaStatus)},
 			func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
 				in, err := decodeAdaptersRequest(call.Data, false, true)
 				if err != nil {
 					return nil, err
 				}
-				if err := h.authorize(FnRestart, in.Token); err != nil {
+				if err := h.authorize(FnRestart, in.Token, call.CallerAdmin); err != nil {
 					return nil, err
 				}
 				return statusReply(h.Restart(ctx, in.Adapter, in.Namespace, in.Config))
@@ -147,7 +147,7 @@ func (h *Host) functions() []hostFunction {
 const schemaAdapterProps = `"adapter":{"type":"string","pattern":"^[a-z0-9][a-z0-9_-]{0,63}$","description":"The adapter's worker name and function prefix, e.g. sandbox-libkrun."},` +
 	`"namespace":{"type":"string","pattern":"^[a-z0-9_-]+$","default":"default","description":"The namespace the adapter runs in."}`
 
-const schemaToken = `"token":{"type":"string","description":"The engine token, when the engine has one (engine_token in config.yaml or III_ENGINE_TOKEN); without it, or with another value, the call fails with UNAUTHORIZED."}`
+const schemaToken = `"token":{"type":"string","description":"Optional, kept for older callers: the engine token. The function is privileged: the engine lets only a connection that presented the engine token call it (UNAUTHORIZED otherwise), and such a caller needs no token field. docs/security.md."}`
 
 const schemaStartIn = `{"type":"object","required":["adapter"],"properties":{` + schemaAdapterProps + `,` + schemaToken + `,` +
 	`"path":{"type":"string","description":"Absolute path of the adapter binary. Absent: Compose's package cache, ~/.iii/plugins, $III_PLUGIN_PATH, then beside iii."},` +

@@ -88,11 +88,14 @@ type Options struct {
 	// which is how Compose reads the current value back when it layers
 	// config_override over it (so a bad value stays there until replaced).
 	OnConfig func(adapter, namespace string, config json.RawMessage)
-	// Token, when set, returns the engine token: while it is not empty,
-	// engine::adapters::start, stop and restart require a token field
-	// equal to it (UNAUTHORIZED otherwise). A function, so a reloaded
-	// config.yaml takes effect at once. The Go API (Start, Stop, Restart)
-	// is the engine's own and takes no token.
+	// Token, when set, returns the engine token. engine::adapters::start,
+	// stop and restart are privileged functions, so the engine itself lets
+	// only callers holding the token reach them (Call.CallerAdmin); while
+	// Token is not empty, a caller that is not admin must also send a
+	// token field equal to it (UNAUTHORIZED otherwise), the older check
+	// kept for engines that give socket workers no admin token. A
+	// function, so a reloaded config.yaml takes effect at once. The Go API
+	// (Start, Stop, Restart) is the engine's own and takes no token.
 	Token func() string
 }
 

@@ -225,6 +225,10 @@ func (m *managed) publish(in *instance, down *contract.Error) error {
 			Description:    schema.Description(op),
 			RequestSchema:  schema.Request(op),
 			ResponseSchema: schema.Response(op),
+			// worker::* boots VMs from host directories and reports on them
+			// (paths, logs): only the engine token's holder (Compose) calls
+			// them. The sandbox operations stay open: sandbox::* routes them.
+			Privileged: contract.IsWorkerOp(op),
 		}
 		if err := w.RegisterFunction(def, m.handler(op, table[op], in, down)); err != nil {
 			w.Detach()

@@ -1,6 +1,8 @@
 package pluginhost
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,6 +59,21 @@ func TestWorkerFunctionsPublished(t *testing.T) {
 	list := te.MustCall(t, "sandbox-libkrun::worker::list", nil)
 	assert.DeepEqual(t, list, map[string]any{"workers": []any{}})
 
+	// worker::* is privileged (it boots VMs from host directories): a
+	// worker without the engine token reaches none of it; the sandbox
+	// operations and adapter::info stay open.
+	anon := te.Anonymous(t, "a-worker")
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for _, op := range contract.WorkerOps() {
+		_, err := anon.Call(ctx, "sandbox-libkrun::"+op, map[string]any{"vm_id": "proj-default-api"})
+		assert.Equal(t, codeOf(err), engine.CodeUnauthorized, "%s: %v", op, err)
+		priv, ok := te.Engine.FunctionPrivileged("default", "sandbox-libkrun::"+op)
+		assert.Check(t, ok && priv, op)
+	}
+	_, err = anon.Call(ctx, "sandbox-libkrun::adapter::info", map[string]any{})
+	assert.NilError(t, err)
+
 	outside := t.TempDir()
 	start := map[string]any{"vm_id": "proj-default-api", "name": "api", "image": "node", "host_dir": outside,
 		"command": "node index.mjs", "engine_url": "ws://127.0.0.1:49134"}
@@ -107,52 +124,74 @@ func TestWorkerFunctionsWhileDown(t *testing.T) {
 	assert.Check(t, is.Contains(se.Message, "host_roots"))
 }
 
-// TestEngineTokenGuardsAdapters: with an engine token, start, stop and
-// restart need it; list stays open and never shows it.
+// TestEngineTokenGuardsAdapters: start, stop and restart are privileged:
+// a connection without the engine token gets UNAUTHORIZED from the engine
+// whatever its payload says (a token field included), and nothing starts;
+// the token's holder needs no token field; list stays open to everyone
+// and never shows the token.
 func TestEngineTokenGuardsAdapters(t *testing.T) {
 	const token = "tok-6f1c2a9e8b7d"
 	te := newEnv(t, Options{Token: func() string { return token }})
+	worker := te.Anonymous(t, "a-worker")
 	in := map[string]any{"adapter": "sandbox-hostdir", "path": testBins.Path(t, "sandbox-hostdir"), "config": hostdirConfig(t, nil)}
+	call := func(c *client.Client, fn string, payload any) (json.RawMessage, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		return c.Call(ctx, fn, payload)
+	}
 
+	for _, tok := range []any{nil, "", "guess", token, te.Token} {
+		req := map[string]any{}
+		for k, v := range in {
+			req[k] = v
+		}
+		if tok != nil {
+			req["token"] = tok
+		}
+		for _, fn := range []string{FnStart, FnRestart, FnStop} {
+			_, err := call(worker, fn, req)
+			assert.Equal(t, codeOf(err), engine.CodeUnauthorized, "%s with token %v: %v", fn, tok, err)
+			assert.Check(t, !strings.Contains(err.Error(), token), "the error never shows the token")
+		}
+	}
+	assert.Assert(t, !te.host.Hosted("sandbox-hostdir", "default"), "nothing started")
+
+	out, err := call(worker, FnList, map[string]any{})
+	assert.NilError(t, err, "list stays open")
+	assert.Check(t, !strings.Contains(string(out), token))
+
+	st, err := te.start(t, in)
+	assert.NilError(t, err, "the engine token's holder sends no token field")
+	assert.Equal(t, st["state"], "running")
+	for _, fn := range []string{FnRestart, FnStop} {
+		_, err = te.Call(t, fn, map[string]any{"adapter": "sandbox-hostdir"})
+		assert.NilError(t, err, fn)
+	}
+}
+
+// TestAuthorizeKeepsTokenField: the payload's token field, the check older
+// engines relied on, still decides for a caller that is not admin; an
+// admin caller (Call.CallerAdmin) passes without it.
+func TestAuthorizeKeepsTokenField(t *testing.T) {
+	const token = "tok-6f1c2a9e8b7d"
+	h := &Host{opts: Options{Token: func() string { return token }}}
 	for _, tc := range []struct {
 		name string
-		tok  any
+		tok  string
 		want string
 	}{
-		{"no token", nil, "needs the engine token"},
-		{"empty token", "", "needs the engine token"},
+		{"no token", "", "needs the engine token"},
 		{"wrong token", "tok-6f1c2a9e8b7", "does not match"},
 		{"longer token", token + "x", "does not match"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req := map[string]any{}
-			for k, v := range in {
-				req[k] = v
-			}
-			if tc.tok != nil {
-				req["token"] = tc.tok
-			}
-			_, err := te.Call(t, FnStart, req)
+			err := h.authorize(FnStart, tc.tok, false)
 			assert.Equal(t, codeOf(err), CodeUnauthorized)
-			assert.Check(t, is.Contains(err.Error(), tc.want))
+			assert.Check(t, is.ErrorContains(err, tc.want))
 			assert.Check(t, !strings.Contains(err.Error(), token), "the error never shows the token")
 		})
 	}
-	assert.Assert(t, !te.host.Hosted("sandbox-hostdir", "default"), "nothing started")
-
-	in["token"] = token
-	st, err := te.start(t, in)
-	assert.NilError(t, err)
-	assert.Equal(t, st["state"], "running")
-
-	out, err := te.Call(t, FnList, map[string]any{})
-	assert.NilError(t, err)
-	assert.Check(t, !strings.Contains(string(out), token))
-
-	for _, fn := range []string{FnRestart, FnStop} {
-		_, err = te.Call(t, fn, map[string]any{"adapter": "sandbox-hostdir"})
-		assert.Equal(t, codeOf(err), CodeUnauthorized, fn)
-		_, err = te.Call(t, fn, map[string]any{"adapter": "sandbox-hostdir", "token": token})
-		assert.NilError(t, err, fn)
-	}
+	assert.NilError(t, h.authorize(FnStart, token, false))
+	assert.NilError(t, h.authorize(FnStart, "", true))
+	assert.NilError(t, (&Host{}).authorize(FnStart, "", false), "no token in force")
 }
