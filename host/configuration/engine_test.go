@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"gotest.tools/v3/assert"
 
+	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -83,4 +86,65 @@ func TestThroughEngine(t *testing.T) {
 	var eb *protocol.ErrorBody
 	assert.Assert(t, errors.As(err, &eb), "%v", err)
 	assert.Equal(t, eb.Code, "function_not_found")
+}
+
+// TestSocketCallers: through the engine's socket, a caller without the
+// engine token may read entries but not change them (register, ensure and
+// set answer UNAUTHORIZED), and its configuration::get expands nothing
+// from the engine's environment: it gets the stored value as written. The
+// engine token's holder gets the expansion.
+func TestSocketCallers(t *testing.T) {
+	const token = "cfg-test-token"
+	eng := engine.New(engine.Options{Logger: hclog.NewNullLogger(), Version: "0.26.0", AdminToken: func() string { return token }})
+	srv := httptest.NewServer(eng.Handler())
+	t.Cleanup(func() {
+		assert.NilError(t, eng.Close(context.Background()))
+		srv.Close()
+	})
+	f := newWorker(t, env{"HOME": "/home/engine-owner", "PORT": "7000"})
+	assert.NilError(t, f.w.Attach(eng))
+	u := "ws" + strings.TrimPrefix(srv.URL, "http")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dial := func(name, tok string) *client.Client {
+		c, err := client.Dial(ctx, u, client.Options{Name: name, IgnoreEnv: true, Token: tok, Reconnect: client.ReconnectPolicy{Disable: true}})
+		assert.NilError(t, err)
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	admin, worker := dial("admin", token), dial("worker", "")
+
+	const value = `{"home":"${HOME}","port":"${PORT:3111}","dir":"${HOME}/data"}`
+	reg := `{"id":"app","schema":{"type":"object"},"initial_value":` + value + `}`
+	for _, tc := range []struct{ fn, data string }{
+		{FnRegister, reg},
+		{FnEnsure, reg},
+		{FnSet, `{"id":"app","value":{}}`},
+	} {
+		_, err := worker.Call(ctx, tc.fn, json.RawMessage(tc.data))
+		assert.Equal(t, client.CodeOf(err), engine.CodeUnauthorized, "%s: %v", tc.fn, err)
+	}
+	_, err := admin.Call(ctx, FnRegister, json.RawMessage(reg))
+	assert.NilError(t, err)
+
+	out, err := worker.Call(ctx, FnGet, json.RawMessage(`{"id":"app"}`))
+	assert.NilError(t, err)
+	assert.Equal(t, string(out), `{"id":"app","value":`+value+`}`, "no expansion for a caller without the token")
+	assert.Check(t, !strings.Contains(string(out), "/home/engine-owner"))
+	out, err = admin.Call(ctx, FnGet, json.RawMessage(`{"id":"app"}`))
+	assert.NilError(t, err)
+	assert.Equal(t, string(out), `{"id":"app","value":{"home":"/home/engine-owner","port":7000,"dir":"/home/engine-owner/data"}}`)
+	out, err = admin.Call(ctx, FnGet, json.RawMessage(`{"id":"app","raw":true}`))
+	assert.NilError(t, err)
+	assert.Equal(t, string(out), `{"id":"app","value":`+value+`}`)
+
+	for _, fn := range []string{FnList, FnSchema} {
+		_, err := worker.Call(ctx, fn, json.RawMessage(`{"id":"app"}`))
+		assert.NilError(t, err, fn)
+	}
+	for _, fn := range []string{FnRegister, FnEnsure, FnSet, FnGet, FnList, FnSchema} {
+		priv, ok := eng.FunctionPrivileged(engine.DefaultNamespace, fn)
+		assert.Check(t, ok, fn)
+		assert.Equal(t, priv, fn == FnRegister || fn == FnEnsure || fn == FnSet, fn)
+	}
 }

@@ -45,11 +45,16 @@ const registerRequestSchema = `{"type":"object","required":["id","schema"],"prop
 	`"metadata":{}}}`
 
 // Functions returns the six configuration::* functions bound to w.
+// register, ensure and set change the configuration workers run with, so
+// they are privileged: only a caller holding the engine token (the local
+// user, Compose, in-process callers) may call them. get, list and schema
+// stay open; get expands ${VAR} only for such a caller (docs/security.md).
 func (w *Worker) Functions() []Function {
 	return []Function{
 		{
 			Def: engine.FunctionDef{
 				ID:             FnRegister,
+				Privileged:     true,
 				Description:    "Register or replace a configuration entry's schema, name, description and metadata; keeps the stored value unless initial_value is given.",
 				RequestSchema:  json.RawMessage(registerRequestSchema),
 				ResponseSchema: json.RawMessage(entrySchema),
@@ -59,6 +64,7 @@ func (w *Worker) Functions() []Function {
 		{
 			Def: engine.FunctionDef{
 				ID:             FnEnsure,
+				Privileged:     true,
 				Description:    "Register an entry and seed initial_value only when no non-null value is stored; never overwrites.",
 				RequestSchema:  json.RawMessage(registerRequestSchema),
 				ResponseSchema: json.RawMessage(entrySchema),
@@ -68,6 +74,7 @@ func (w *Worker) Functions() []Function {
 		{
 			Def: engine.FunctionDef{
 				ID:          FnSet,
+				Privileged:  true,
 				Description: "Validate a value against the entry's schema and store it.",
 				RequestSchema: json.RawMessage(`{"type":"object","required":["id","value"],"properties":{"id":` + idSchema +
 					`,"value":{"description":"The new value; ${VAR:default} placeholders are stored as written."}}}`),
@@ -78,7 +85,7 @@ func (w *Worker) Functions() []Function {
 		{
 			Def: engine.FunctionDef{
 				ID:          FnGet,
-				Description: "Read an entry's value, with ${VAR} and ${VAR:default} expanded from the engine's environment unless raw is true.",
+				Description: "Read an entry's value, with ${VAR} and ${VAR:default} expanded from the engine's environment unless raw is true. Only a caller holding the engine token gets the expansion; any other caller gets the stored value as written.",
 				RequestSchema: json.RawMessage(`{"type":"object","required":["id"],"properties":{"id":` + idSchema +
 					`,"raw":{"type":"boolean","default":false,"description":"Return the stored template without expanding placeholders."}}}`),
 				ResponseSchema: json.RawMessage(`{"type":"object","required":["id","value"],"properties":{"id":` + idSchema + `,"value":{}}}`),
@@ -177,7 +184,10 @@ func (w *Worker) handleGet(ctx context.Context, call *engine.Call) (json.RawMess
 	if err := decodeRequest(FnGet, call.Data, &req); err != nil {
 		return nil, err
 	}
-	v, err := w.Get(ctx, req.ID, req.Raw)
+	// The engine's environment is the engine token holder's to see: any
+	// other caller (a worker, a VM worker, another user) gets the stored
+	// template, placeholders as written, as with raw.
+	v, err := w.Get(ctx, req.ID, req.Raw || !call.CallerAdmin)
 	if err != nil {
 		return nil, err
 	}

@@ -491,16 +491,22 @@ func TestHandlers(t *testing.T) {
 		assert.NilError(t, err, fn.Def.ID)
 	}
 	assert.Equal(t, len(fns), 6)
-	call := func(fn, data string) (string, error) {
-		out, err := fns[fn](context.Background(), &engine.Call{FunctionID: fn, Data: json.RawMessage(data)})
+	// The engine calls them for the engine token's holder (CallerAdmin),
+	// as here, or for any other caller.
+	callAs := func(admin bool, fn, data string) (string, error) {
+		out, err := fns[fn](context.Background(), &engine.Call{FunctionID: fn, Data: json.RawMessage(data), CallerAdmin: admin})
 		return string(out), err
 	}
+	call := func(fn, data string) (string, error) { return callAs(true, fn, data) }
 	out, err := call(FnRegister, `{"id":"http","name":"HTTP","description":"d","schema":`+portSchema+`,"initial_value":{"port":"${PORT:1}"},"_caller_worker_id":"w1"}`)
 	assert.NilError(t, err)
 	assert.Equal(t, out, `{"id":"http","name":"HTTP","description":"d","schema":`+portSchema+`,"value":{"port":"${PORT:1}"}}`)
 	out, err = call(FnGet, `{"id":"http"}`)
 	assert.NilError(t, err)
 	assert.Equal(t, out, `{"id":"http","value":{"port":4000}}`)
+	out, err = callAs(false, FnGet, `{"id":"http"}`)
+	assert.NilError(t, err)
+	assert.Equal(t, out, `{"id":"http","value":{"port":"${PORT:1}"}}`, "another caller gets the stored value as written")
 	out, err = call(FnGet, `{"id":"http","raw":true}`)
 	assert.NilError(t, err)
 	assert.Equal(t, out, `{"id":"http","value":{"port":"${PORT:1}"}}`)
