@@ -220,6 +220,15 @@ func Run(ctx context.Context, opts Options) (err error) {
 		// Read past d.lookup, which hides the variable from everything
 		// else (interpolation, worker environments).
 		d.token, _ = opts.LookupEnv(envEngineToken)
+		if d.token == "" {
+			// The same user's engine token (~/.iii/engine-token), when
+			// the engine is this user's on loopback.
+			tok, err := client.TokenFromFile(d.url)
+			if err != nil {
+				return compose.New(compose.CodeEngineCallFailed, "cannot read the engine token: "+err.Error())
+			}
+			d.token = tok
+		}
 	}
 	if err := d.connect(ctx); err != nil {
 		return err
@@ -337,9 +346,13 @@ func (d *Daemon) connect(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	cl, err := client.Dial(dctx, d.url, client.Options{
-		Name:                WorkerName,
-		Namespace:           d.ns,
-		Description:         "iii Compose daemon: compose::* for the projects it runs",
+		Name:        WorkerName,
+		Namespace:   d.ns,
+		Description: "iii Compose daemon: compose::* for the projects it runs",
+		// The engine token: Compose registers compose::* (reserved ids,
+		// privileged functions) and calls engine::adapters::* and the
+		// adapter's worker::*, all of which need it.
+		Token:               d.token,
 		IgnoreEnv:           true,
 		ConfirmRegistration: true,
 		Logger:              d.log.Named("client"),
@@ -354,6 +367,10 @@ func (d *Daemon) connect(ctx context.Context) error {
 		}
 		if errors.Is(err, context.Canceled) {
 			return err
+		}
+		if client.CodeOf(err) == codeAuthError {
+			return compose.New(compose.CodeEngineCallFailed, fmt.Sprintf(
+				"the engine at %s refused Compose's engine token (%v); give Compose the token that engine uses (%s), or let it start its own engine (an engine: section)", d.url, err, envEngineToken))
 		}
 		return compose.New(compose.CodeEngineCallFailed, fmt.Sprintf("cannot connect to the engine at %s: %v", d.url, err))
 	}

@@ -132,7 +132,8 @@ func TestConfigFetchAndPublishFailures(t *testing.T) {
 	t.Run("fetch", func(t *testing.T) {
 		// A bare engine without the configuration worker: configuration::get
 		// is not there at all.
-		eng := engine.New(engine.Options{Version: "0.26.0"})
+		const token = "bare-engine-token"
+		eng := engine.New(engine.Options{Version: "0.26.0", AdminToken: func() string { return token }})
 		srv := httptest.NewServer(eng.Handler())
 		defer func() {
 			_ = eng.Close(context.Background())
@@ -140,8 +141,13 @@ func TestConfigFetchAndPublishFailures(t *testing.T) {
 		}()
 		url := "ws://" + srv.Listener.Addr().String()
 		dir := newProject(t, "containers:\n  w:\n    worker: path://./w\n    config_name: shop-api\n    scripts: { run: 'sleep 300' }\n", "w")
-		startDaemon(t, Options{EngineURL: url, Cwd: dir})
-		c := caller(t, url)
+		startDaemon(t, Options{EngineURL: url, Cwd: dir, LookupEnv: func(k string) (string, bool) {
+			if k == envEngineToken {
+				return token, true
+			}
+			return os.LookupEnv(k)
+		}})
+		c := callerWithToken(t, url, token)
 		var up opResult
 		assert.NilError(t, call(t, c, "default", "compose::up", nil, &up))
 		assert.Equal(t, up.Status, "failed")

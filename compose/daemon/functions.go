@@ -553,10 +553,14 @@ func (d *Daemon) register() error {
 	for _, fd := range d.functionDefs() {
 		h := fd.handler
 		id := fd.id
-		_, err := d.cl.RegisterFunction(client.FunctionDef{
+		def := client.FunctionDef{
 			ID: id, Description: fd.description,
 			RequestSchema: json.RawMessage(fd.request), ResponseSchema: json.RawMessage(fd.response),
-		}, func(ctx context.Context, inv *client.Invocation) (any, error) {
+		}
+		if fd.privileged {
+			def.Metadata = json.RawMessage(`{"privileged":true}`)
+		}
+		_, err := d.cl.RegisterFunction(def, func(ctx context.Context, inv *client.Invocation) (any, error) {
 			r, err := decodeRequest(id, inv.Data)
 			if err == nil {
 				err = d.guard(r)
@@ -581,6 +585,15 @@ func (d *Daemon) register() error {
 	defer cancel()
 	if _, err := listWorkers(ctx, d.eng); err != nil {
 		return err
+	}
+	// A refusal arrives before that answer: the ids are reserved to the
+	// engine token's holder, so without the token nothing is served.
+	for _, fd := range d.functionDefs() {
+		if err := d.cl.RegistrationError(fd.id); err != nil {
+			return compose.New(compose.CodeEngineCallFailed, fmt.Sprintf(
+				"the engine at %s refused %s (%v): compose::* may be served only by a connection that holds the engine token; run Compose as the user who runs the engine (it reads ~/.iii/engine-token) or give it the engine's token in %s",
+				d.url, fd.id, err, envEngineToken))
+		}
 	}
 	return nil
 }

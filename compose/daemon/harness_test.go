@@ -131,13 +131,23 @@ func (td *testDaemon) stop(t *testing.T) error {
 	}
 }
 
-// caller is a plain worker that calls compose::* the way `iii call` does.
+// caller is a plain worker that calls compose::* the way `iii call` does:
+// with the same user's engine token, which it finds by itself.
 func caller(t *testing.T, engineURL string) *client.Client {
+	t.Helper()
+	tok, err := client.DiscoverToken(engineURL)
+	assert.NilError(t, err)
+	return callerWithToken(t, engineURL, tok)
+}
+
+// callerWithToken is caller presenting tok ("" = none: a worker's view,
+// where privileged functions answer UNAUTHORIZED).
+func callerWithToken(t *testing.T, engineURL, tok string) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	c, err := client.Dial(ctx, engineURL, client.Options{Name: "test-caller-" + fmt.Sprint(time.Now().UnixNano()), IgnoreEnv: true,
-		Reconnect: client.ReconnectPolicy{Disable: true}, CallTimeout: 3 * waitFor})
+		Token: tok, Reconnect: client.ReconnectPolicy{Disable: true}, CallTimeout: 3 * waitFor})
 	assert.NilError(t, err)
 	t.Cleanup(func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)

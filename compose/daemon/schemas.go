@@ -35,8 +35,18 @@ type functionDef struct {
 	request, response string
 	timeoutMS         int
 	idempotent        bool
-	handler           func(context.Context, *request) (any, error)
+	// privileged functions start, stop or change what runs on the host
+	// (or read a file the caller names): the engine lets only callers
+	// holding the engine token call them (docs/security.md).
+	privileged bool
+	handler    func(context.Context, *request) (any, error)
 }
+
+// The privilege of each compose::* function, as registered.
+const (
+	privileged = true
+	openToAll  = false
+)
 
 // Schema fragments shared by the functions.
 const (
@@ -60,14 +70,14 @@ func (d *Daemon) functionDefs() []functionDef {
 		{fnUp, "Bring a project up: every container (or one and its dependencies), in dependency order; a failure stops what this call started.",
 			obj(sFile, sNamespace, `"container":{"type":"string","description":"Only this container and what it starts after."}`,
 				`"frozen":{"type":"boolean","description":"Never edit the compose file or the lock."}`),
-			sOpResult, 600000, true, d.fnUp},
+			sOpResult, 600000, true, privileged, d.fnUp},
 		{fnDown, "Stop a project (or one container and everything that starts after it), dependents first.",
 			obj(sFile, sNamespace, `"container":{"type":"string","description":"Only this container and its dependents."}`),
-			sOpResult, 300000, true, d.fnDown},
+			sOpResult, 300000, true, privileged, d.fnDown},
 		{fnRestart, "Restart one worker (only it), or without a worker: down, read the file again, up.",
 			obj(sFile, sNamespace, `"worker":{"type":"string","description":"The container to restart; container is accepted as an alias."}`,
 				`"container":{"type":"string","description":"Alias of worker."}`),
-			sOpResult, 600000, false, d.fnRestart},
+			sOpResult, 600000, false, privileged, d.fnRestart},
 		{fnUpdate, "Resolve package:// workers again (no worker: every one to its registry's latest; the sandbox adapter to the contract range), download and verify them, update the file and the lock, and restart the project once if content changed.",
 			obj(sFile, sNamespace, `"worker":{"type":"string","description":"name (resolve the selector in the file again) or name@selector (change it)"}`,
 				`"workers":{"type":"array","items":{"type":"string"},"minItems":1,"description":"Several workers; takes precedence over worker."}`),
@@ -75,23 +85,23 @@ func (d *Daemon) functionDefs() []functionDef {
 				`"updated":{"type":"array","items":{"type":"object","required":["container","from","to","detail","changed"],"properties":{` +
 				`"container":{"type":"string"},"from":{"type":"string"},"to":{"type":"string"},"detail":{"type":"string"},"changed":{"type":"boolean"}}}},` +
 				`"added":{"type":"array","items":{"type":"string"}},"removed":{"type":"array","items":{"type":"string"}},"restarted":{"type":"boolean"},` +
-				`"down":` + sOpResult + `,"up":` + sOpResult + `}}`, 600000, false, d.fnUpdate},
+				`"down":` + sOpResult + `,"up":` + sOpResult + `}}`, 600000, false, privileged, d.fnUpdate},
 		{fnAdd, "Add workers to the compose file (comments and quoting kept) and start them: path:// directories, registry packages (an unpinned one at its exact latest version, with its registry dependencies), and worker=iii-sandbox for the sandbox adapter.",
 			obj(sFile, sNamespace, `"worker":{"type":"string","description":"A worker spec: ./dir, path://dir, name, name@selector, host/name[@selector], package://..., iii-sandbox."}`,
 				`"workers":{"type":"array","minItems":1,"items":{"oneOf":[{"type":"string"},{"type":"object","required":["worker"]}]}}`),
 			`{"type":"object","required":["file","added","changed","unchanged"],"properties":{"file":{"type":"string"},"added":{"type":"array","items":{"type":"string"}},` +
 				`"changed":{"type":"array","items":{"type":"string"}},"unchanged":{"type":"array","items":{"type":"string"}},"edited":{"type":"boolean"},"up":` + sOpResult + `}}`,
-			600000, true, d.fnAdd},
+			600000, true, privileged, d.fnAdd},
 		{fnRemove, "Remove a worker from the compose file, stop it, and bring the rest up again (idempotent).",
 			`{"type":"object","required":["worker"],"properties":{` + sFile + `,` + sNamespace + `,"worker":{"type":"string"}}}`,
 			`{"type":"object","required":["file","removed"],"properties":{"file":{"type":"string"},"removed":{"type":"string"},"down":` + sOpResult + `,"up":` + sOpResult + `}}`,
-			300000, true, d.fnRemove},
+			300000, true, privileged, d.fnRemove},
 		{fnStatus, "The project's namespace, file, state directory, daemon pid, and each container's state, pid, ownership, log and last error.",
 			obj(sFile, sNamespace),
 			`{"type":"object","required":["namespace","file","state_dir","daemon_pid","containers"],"properties":{"namespace":{"type":"string"},"file":{"type":"string"},` +
 				`"state_dir":{"type":"string"},"daemon_pid":{"type":"integer"},"containers":{"type":"array","items":{"type":"object","required":["container","state","pid","owned","log_path"],` +
 				`"properties":{"container":{"type":"string"},"state":` + sState + `,"pid":{"type":["integer","null"]},"owned":{"type":"boolean"},"log_path":{"type":"string"},"last_error":` + sError + `}}}}}`,
-			30000, true, d.fnStatus},
+			30000, true, openToAll, d.fnStatus},
 		{fnLogs, "Read workers' logs: the newest lines, or what follows the given cursors (waiting up to wait_ms for more).",
 			obj(sFile, sNamespace, `"worker":{"type":"string"}`, `"tail":{"type":"integer","minimum":0,"maximum":1000,"default":100}`,
 				`"cursors":{"type":"object","additionalProperties":`+sCursor+`}`, `"stream":{"type":"string","enum":["stdout","stderr"]}`,
@@ -99,24 +109,24 @@ func (d *Daemon) functionDefs() []functionDef {
 			`{"type":"object","required":["containers"],"properties":{"file":{"type":"string"},"namespace":{"type":"string"},"containers":{"type":"array","items":{"type":"object",` +
 				`"required":["container","entries","cursor","truncated"],"properties":{"container":{"type":"string"},"log_path":{"type":"string"},"entries":{"type":"array","items":{"type":"object",` +
 				`"required":["stream","message"],"properties":{"stream":{"type":"string","enum":["stdout","stderr"]},"message":{"type":"string"}}}},"cursor":` + sCursor + `,"truncated":{"type":"boolean"}}}}}}`,
-			30000, true, d.fnLogs},
+			30000, true, openToAll, d.fnLogs},
 		{fnList, "The daemon's name, namespace, pid and the projects it runs.",
 			obj(sNamespace),
 			`{"type":"object","required":["daemon","daemon_namespace","daemon_pid","projects"],"properties":{"daemon":{"type":"string"},"daemon_namespace":{"type":"string"},` +
 				`"daemon_pid":{"type":"integer"},"projects":{"type":"array"}}}`,
-			30000, true, d.fnList},
+			30000, true, openToAll, d.fnList},
 		{fnValidate, "Read and check a compose file offline: its namespace, start order and the package workers left unresolved.",
 			obj(sFile, sNamespace),
 			`{"type":"object","required":["namespace","start_order","deferred_packages"],"properties":{"namespace":{"type":"string"},"start_order":{"type":"array","items":{"type":"string"}},` +
 				`"deferred_packages":{"type":"array","items":{"type":"string"}}}}`,
-			30000, true, d.fnValidate},
+			30000, true, privileged, d.fnValidate},
 		{fnStop, "Stop the daemon: every project, then the engine it started. Returns before the daemon exits.",
 			obj(sNamespace),
 			`{"type":"object","required":["daemon","pid","stopping"],"properties":{"daemon":{"type":"string"},"namespace":{"type":"string"},"pid":{"type":"integer"},"stopping":{"type":"array","items":{"type":"string"}}}}`,
-			30000, true, d.fnStop},
+			30000, true, privileged, d.fnStop},
 		{fnSchema, "The schemas of the compose::* functions, or of one; function_id=worker-compose.yaml gives the compose file's JSON Schema and an example.",
 			obj(sNamespace, `"function_id":{"type":"string"}`),
-			`{"type":"object"}`, 30000, true, d.fnSchema},
+			`{"type":"object"}`, 30000, true, openToAll, d.fnSchema},
 	}
 }
 
@@ -127,6 +137,8 @@ type schemaJSON struct {
 	Response         json.RawMessage `json:"response"`
 	DefaultTimeoutMS int             `json:"default_timeout_ms"`
 	Idempotent       bool            `json:"idempotent"`
+	// Privileged: only a caller holding the engine token may call it.
+	Privileged bool `json:"privileged"`
 }
 
 func (d *Daemon) fnSchema(_ context.Context, r *request) (any, error) {
@@ -136,7 +148,7 @@ func (d *Daemon) fnSchema(_ context.Context, r *request) (any, error) {
 	fileSchema.Response = example
 	all := []schemaJSON{}
 	for _, fd := range d.functionDefs() {
-		all = append(all, schemaJSON{fd.id, fd.description, json.RawMessage(fd.request), json.RawMessage(fd.response), fd.timeoutMS, fd.idempotent})
+		all = append(all, schemaJSON{fd.id, fd.description, json.RawMessage(fd.request), json.RawMessage(fd.response), fd.timeoutMS, fd.idempotent, fd.privileged})
 	}
 	if r.FunctionID == nil || *r.FunctionID == "" {
 		return map[string]any{"functions": append(all, fileSchema)}, nil

@@ -11,11 +11,19 @@ import (
 
 // The project token (docs/project-token.md): a per-project secret in
 // <state>/project-token that Compose gives the engine it manages as
-// III_ENGINE_TOKEN and sends as `token` on engine::adapters::start, stop
-// and restart, so that no worker (a VM worker least of all) can start a
-// program on the host through the engine. It reaches no worker: worker
-// environments are built from a fixed baseline, configurations never hold
-// it, and the adapter leaves every .iii directory out of a VM.
+// III_ENGINE_TOKEN, presents when it connects (Authorization: Bearer, which
+// makes its connection admin: it registers compose::*, privileged, and
+// calls engine::adapters::* and the adapter's worker::*) and still sends as
+// `token` on engine::adapters::start, stop and restart, so that no worker
+// (a VM worker least of all) can start a program on the host through the
+// engine. It reaches no worker: worker environments are built from a fixed
+// baseline, configurations never hold it, and the adapter leaves every .iii
+// directory out of a VM. Attached to an engine it does not manage, Compose
+// presents $III_ENGINE_TOKEN, else the user's ~/.iii/engine-token.
+
+// codeAuthError is the engine's refusal of a connection whose bearer token
+// it does not know.
+const codeAuthError = "AUTH_ERROR"
 
 // safeAdapterVersion is the first sandbox-libkrun that keeps .iii (and the
 // token in it) out of every VM it boots.
