@@ -66,7 +66,7 @@ func TestSandboxRouterFollowsConfig(t *testing.T) {
 	url := "ws://127.0.0.1:" + strconv.Itoa(port)
 	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer ccancel()
-	cl, err := client.Dial(cctx, url, client.Options{Name: "sbx-test", IgnoreEnv: true, Reconnect: client.ReconnectPolicy{Disable: true}})
+	cl, err := client.Dial(cctx, url, client.Options{Name: "sbx-test", IgnoreEnv: true, Token: s.engineToken(), Reconnect: client.ReconnectPolicy{Disable: true}})
 	assert.NilError(t, err)
 	defer cl.Close(context.Background())
 	code := func(fn string, payload any) (string, string) {

@@ -87,6 +87,9 @@ type Server struct {
 	mu  sync.Mutex
 	cfg *config.Config
 	cw  *configuration.Worker
+	// fileToken is the token of ~/.iii/engine-token once read (only when
+	// neither III_ENGINE_TOKEN nor engine_token sets one).
+	fileToken string
 	// fileState is the hash of the content cfg was read from.
 	fileState string
 
@@ -128,10 +131,13 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.ensureTokenFile(cfg); err != nil {
+		return nil, err
+	}
 	s.cfg, s.fileState = cfg, stateOf(data, nil)
 	s.setSandbox(cfg.Sandbox)
 
-	s.eng = engine.New(engine.Options{Logger: s.log.Named("engine"), Version: opts.Version, NamespaceGrace: grace})
+	s.eng = engine.New(engine.Options{Logger: s.log.Named("engine"), Version: opts.Version, NamespaceGrace: grace, AdminToken: s.engineToken})
 	if s.cw, err = s.startConfiguration(ctx, cfg.Configuration); err != nil {
 		s.closeEngine()
 		return nil, err
@@ -339,6 +345,9 @@ func (s *Server) reload(ctx context.Context, data []byte, readErr error, state s
 	}
 	next, err := config.ParseFile(s.path, data, s.lookup)
 	if err != nil {
+		return err
+	}
+	if err := s.ensureTokenFile(next); err != nil {
 		return err
 	}
 	s.mu.Lock()

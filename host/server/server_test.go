@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -111,11 +112,25 @@ type wsWorker struct {
 	next   int
 }
 
-func dial(t *testing.T, addr string) *wsWorker {
+// dial connects a raw worker without a token: what a worker, a VM worker
+// or another user gets (privileged functions answer UNAUTHORIZED).
+func dial(t *testing.T, addr string) *wsWorker { return dialToken(t, addr, "") }
+
+// dialAdmin connects a raw worker that presents the server's engine token,
+// as the same user's iii call does.
+func dialAdmin(t *testing.T, r *running) *wsWorker {
+	return dialToken(t, r.s.Addrs()["iii-worker-manager"], r.s.engineToken())
+}
+
+func dialToken(t *testing.T, addr, token string) *wsWorker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, _, err := websocket.Dial(ctx, "ws://"+addr+"/", nil)
+	var opts *websocket.DialOptions
+	if token != "" {
+		opts = &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}}
+	}
+	conn, _, err := websocket.Dial(ctx, "ws://"+addr+"/", opts)
 	assert.NilError(t, err)
 	w := &wsWorker{conn: conn, frames: make(chan protocol.Message, 64)}
 	readerDone := make(chan struct{})
@@ -193,7 +208,7 @@ func TestConfigurationOverWebSocket(t *testing.T) {
 	r := serve(t, path)
 	assert.DeepEqual(t, r.s.Addrs(), map[string]string{"iii-worker-manager": "127.0.0.1:" + strconv.Itoa(port)})
 
-	w := dial(t, r.s.Addrs()["iii-worker-manager"])
+	w := dialAdmin(t, r)
 	out, errb := w.call(t, "configuration::register", `{"id":"http","name":"HTTP","description":"d","schema":{"type":"object","properties":{"port":{"type":"integer"}}},"initial_value":{"port":"${III_TEST_UNSET_PORT:3111}"}}`)
 	assert.Assert(t, errb == nil, "%+v", errb)
 	assert.Assert(t, strings.Contains(string(out), `"value":{"port":"${III_TEST_UNSET_PORT:3111}"}`), string(out))
