@@ -23,12 +23,21 @@ import (
 	"gotest.tools/v3/golden"
 	"gotest.tools/v3/poll"
 
+	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/host/config"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain lets the test binary be the reaper of the Compose daemon the
+// privilege test attaches (`<exe> __compose-reaper`), and checks that no
+// goroutine outlives the tests.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == proc.ReaperCommand {
+		os.Exit(proc.ReaperMain(os.Stdin, os.Stdout, os.Stderr, os.Args[2:]))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 type running struct {
 	s      *Server
