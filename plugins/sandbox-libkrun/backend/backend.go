@@ -13,8 +13,11 @@ package backend
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
+
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
 )
 
 // Back-end names, as the adapter's `hypervisor` configuration key spells
@@ -81,9 +84,16 @@ type Spec struct {
 	// with the serial DataDiskSerial; the agent uses it as a persistent
 	// upper layer instead of a tmpfs (worker VMs). Needs RootDisk.
 	DataDisk string `json:"data_disk,omitempty"`
-	// Network gives the guest a NIC with outbound access; without it the
-	// VM has no network device at all.
+	// Network gives the guest a NIC with outbound access through the
+	// runner's user-mode network (package usernet) and its policy;
+	// without it the VM has no network device at all.
 	Network bool `json:"network,omitempty"`
+	// NetAllowCIDRs are the private ranges the guest may reach besides
+	// public addresses (the adapter's network_allow_cidrs).
+	NetAllowCIDRs []string `json:"net_allow_cidrs,omitempty"`
+	// NetForwards are the gateway's TCP ports that lead to the host: a
+	// VM worker's way to the engine. Sandboxes have none.
+	NetForwards []NetForward `json:"net_forwards,omitempty"`
 	// Hostname is the guest's host name (iii.hostname on the kernel
 	// command line); empty leaves the kernel's default.
 	Hostname string `json:"hostname,omitempty"`
@@ -99,6 +109,17 @@ type Spec struct {
 	LibkrunPath string `json:"libkrun_path,omitempty"`
 	// Debug keeps the kernel's and the agent's console output verbose.
 	Debug bool `json:"debug,omitempty"`
+}
+
+// NetForward connects the guest's TCP connections to the gateway's
+// GuestPort to HostAddr, a loopback "ip:port" of the host, and to nothing
+// else (usernet.Forward). With BearerToken the forward relays one HTTP
+// request head with the guest's Authorization replaced by the token, which
+// never enters the guest.
+type NetForward struct {
+	GuestPort   uint16 `json:"guest_port"`
+	HostAddr    string `json:"host_addr"`
+	BearerToken string `json:"bearer_token,omitempty"`
 }
 
 // SocketPath is the agent socket of the VM.
@@ -137,7 +158,33 @@ func (s *Spec) Validate() error {
 	if strings.ContainsAny(s.Hostname, " \t\n\"") {
 		return bad("hostname %q holds spaces or quotes", s.Hostname)
 	}
+	if !s.Network && (len(s.NetAllowCIDRs) > 0 || len(s.NetForwards) > 0) {
+		return bad("network ranges and forwards need network")
+	}
+	if _, err := s.NetConfig(); err != nil {
+		return bad("%v", err)
+	}
 	return nil
+}
+
+// NetConfig is the VM's network as usernet takes it (without a logger).
+func (s *Spec) NetConfig() (usernet.Config, error) {
+	allow, err := usernet.ParseAllowCIDRs(s.NetAllowCIDRs)
+	if err != nil {
+		return usernet.Config{}, fmt.Errorf("network ranges: %w", err)
+	}
+	cfg := usernet.Config{AllowCIDRs: allow}
+	for _, f := range s.NetForwards {
+		ap, err := netip.ParseAddrPort(f.HostAddr)
+		if err != nil {
+			return usernet.Config{}, fmt.Errorf("forward of guest port %d: host address %q: %w", f.GuestPort, f.HostAddr, err)
+		}
+		cfg.Forwards = append(cfg.Forwards, usernet.Forward{GuestPort: f.GuestPort, HostAddr: ap, BearerToken: f.BearerToken})
+	}
+	if err := cfg.Validate(); err != nil {
+		return usernet.Config{}, err
+	}
+	return cfg, nil
 }
 
 // Started is what a back end reports once the VM exists (before the guest

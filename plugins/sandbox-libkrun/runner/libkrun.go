@@ -17,10 +17,10 @@ import (
 )
 
 // Libkrun is the libkrun back end as a runner runs it: the runner process
-// becomes the VM (krun_start_enter never returns), and relays the guest
+// becomes the VM (krun_start_enter never returns), relays the guest
 // agent's console port, a socketpair libkrun holds the other end of, to
 // the unix socket the adapter dials, as QEMU serves it for the QEMU back
-// end.
+// end, and serves the NIC with its user-mode network.
 type Libkrun struct {
 	// Log receives libkrun's and the relay's messages.
 	Log hclog.Logger
@@ -90,6 +90,12 @@ func (l Libkrun) Run(ctx context.Context, spec backend.Spec, started func(backen
 	}
 	defer ln.Close()
 	ks.Log = log
+	// The NIC's frames are served here, as for QEMU. The network needs no
+	// waiting for: it ends with this process, which is the VM.
+	ks.OnNetwork = func(host *os.File) error {
+		_, err := serveNetwork(ctx, host, spec, log)
+		return err
+	}
 	ks.OnChannel = func(host *os.File) error {
 		conn, err := net.FileConn(host)
 		_ = host.Close() // FileConn holds its own descriptor

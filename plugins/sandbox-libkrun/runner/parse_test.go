@@ -141,12 +141,33 @@ func TestDecodeConfig(t *testing.T) {
 		"bad spec":       `{"version":1,"backend":"qemu","spec":{"id":"x"}}`,
 		"relative paths": `{"version":1,"backend":"qemu","spec":{"id":"x","cpus":1,"memory_mib":128,"kernel":"k","initrd":"/i","state_dir":"/s","accel":"tcg"}}`,
 		"long socket":    `{"version":1,"backend":"qemu","spec":{"id":"x","cpus":1,"memory_mib":128,"kernel":"/k","initrd":"/i","state_dir":"/` + strings.Repeat("a", 95) + `","accel":"tcg"}}`,
+		// The network's policy is checked where the configuration is.
+		"forward without network": netSpec(`"net_forwards":[{"guest_port":1,"host_addr":"127.0.0.1:2"}]`),
+		"forward off loopback":    netSpec(`"network":true,"net_forwards":[{"guest_port":1,"host_addr":"192.0.2.1:2"}]`),
+		"forward bad address":     netSpec(`"network":true,"net_forwards":[{"guest_port":1,"host_addr":"localhost:2"}]`),
+		"allow loopback":          netSpec(`"network":true,"net_allow_cidrs":["127.0.0.0/8"]`),
+		"allow everything":        netSpec(`"network":true,"net_allow_cidrs":["0.0.0.0/0"]`),
+		"allow garbage":           netSpec(`"network":true,"net_allow_cidrs":["ten"]`),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := DecodeConfig([]byte(in))
 			assert.Check(t, err != nil)
 		})
 	}
+}
+
+func netSpec(extra string) string {
+	return `{"version":1,"backend":"qemu","spec":{"id":"x","cpus":1,"memory_mib":128,"kernel":"/k","initrd":"/i","state_dir":"/s","accel":"tcg",` + extra + `}}`
+}
+
+func TestDecodeConfigNetwork(t *testing.T) {
+	c, err := DecodeConfig([]byte(netSpec(`"network":true,"net_allow_cidrs":["10.1.0.0/16"],"net_forwards":[{"guest_port":49134,"host_addr":"127.0.0.1:49134","bearer_token":"t"}]`)))
+	assert.NilError(t, err)
+	nc, err := c.Spec.NetConfig()
+	assert.NilError(t, err)
+	assert.Equal(t, len(nc.AllowCIDRs), 1)
+	assert.Equal(t, nc.Forwards[0].HostAddr.String(), "127.0.0.1:49134")
+	assert.Equal(t, nc.Forwards[0].BearerToken, "t")
 }
 
 func FuzzDecodeConfig(f *testing.F) {

@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
@@ -10,8 +12,11 @@ import (
 
 // QEMU is the QEMU back end as a runner runs it: QEMU in a child process
 // that dies with the runner (parent-death signal on Linux, the lifeline
-// and the runner's own kill everywhere).
-type QEMU struct{}
+// and the runner's own kill everywhere), its NIC served by this process.
+type QEMU struct {
+	// Log receives the network's messages.
+	Log hclog.Logger
+}
 
 var _ backend.Backend = QEMU{}
 
@@ -41,12 +46,37 @@ func QEMUConfig(spec backend.Spec) qemu.Config {
 	return cfg
 }
 
-// Run implements backend.Backend.
-func (QEMU) Run(ctx context.Context, spec backend.Spec, started func(backend.Started)) error {
-	vm, err := qemu.Launch(ctx, QEMUConfig(spec))
+// Run implements backend.Backend. With network, the VM's NIC is a
+// socketpair: QEMU gets one end, and this process serves the other with
+// its user-mode network, which ends once QEMU has.
+func (q QEMU) Run(ctx context.Context, spec backend.Spec, started func(backend.Started)) error {
+	log := q.Log
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	cfg := QEMUConfig(spec)
+	waitNet := func() {}
+	if spec.Network {
+		runnerEnd, vmEnd, err := nicPair()
+		if err != nil {
+			return err
+		}
+		defer vmEnd.Close() // QEMU has its own copy once started
+		if waitNet, err = serveNetwork(ctx, runnerEnd, spec, log); err != nil {
+			return err
+		}
+		cfg.NetSocket = vmEnd
+	}
+	vm, err := qemu.Launch(ctx, cfg)
+	if cfg.NetSocket != nil {
+		// Only QEMU keeps the VM's end: its exit is the network's EOF.
+		_ = cfg.NetSocket.Close()
+	}
 	if err != nil {
+		waitNet()
 		return err
 	}
+	defer waitNet()
 	started(backend.Started{VMPID: vm.PID})
 	select {
 	case <-vm.Done():

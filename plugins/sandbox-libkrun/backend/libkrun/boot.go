@@ -22,13 +22,16 @@ import (
 
 // Values of libkrun.h used by Boot.
 const (
-	logStyleNever    = 2 // KRUN_LOG_STYLE_NEVER: no colour codes in log files
-	logOptionNoEnv   = 1 // KRUN_LOG_OPTION_NO_ENV: RUST_LOG cannot override us
-	diskFormatRaw    = 0 // KRUN_DISK_FORMAT_RAW
-	rootBlockID      = "vda"
-	dataBlockID      = "iii-upper"
-	stderrFD         = 2
-	netCompatFeature = 1<<0 | 1<<1 | 1<<7 | 1<<10 | 1<<11 | 1<<14 // COMPAT_NET_FEATURES: what passt handles
+	logStyleNever  = 2 // KRUN_LOG_STYLE_NEVER: no colour codes in log files
+	logOptionNoEnv = 1 // KRUN_LOG_OPTION_NO_ENV: RUST_LOG cannot override us
+	diskFormatRaw  = 0 // KRUN_DISK_FORMAT_RAW
+	rootBlockID    = "vda"
+	dataBlockID    = "iii-upper"
+	stderrFD       = 2
+	// netFeatures are the NIC's virtio-net offloads, libkrun's
+	// COMPAT_NET_FEATURES (checksum, TSO4 and UFO both ways): the runner's
+	// network takes partial checksums and frames up to 64 KiB.
+	netFeatures = 1<<0 | 1<<1 | 1<<7 | 1<<10 | 1<<11 | 1<<14
 )
 
 // logLevel maps a verbosity name to libkrun's KRUN_LOG_LEVEL_* value.
@@ -69,11 +72,17 @@ type Spec struct {
 	// both pass an empty array, never NULL (NULL makes libkrun copy this
 	// process's environment into the guest).
 	Env []string
-	// Network adds one virtio-net NIC backed by a passt process; without
-	// it the VM has no NIC and no vsock, hence no TSI and no route out.
+	// Network adds one virtio-net NIC whose frames travel over a unix
+	// stream socket (krun_add_net_unixstream, each frame preceded by its
+	// 32-bit big-endian length); OnNetwork gets the other end. Without it
+	// the VM has no NIC and no vsock, hence no TSI and no route out.
 	Network bool
-	// Passt is the passt binary; "" looks it up in PATH.
-	Passt string
+	// OnNetwork receives the host end of the NIC's socket after every
+	// configuration call succeeded, just before OnChannel. It owns the
+	// file from then on: a runner serves it with its user-mode network
+	// (package usernet), whose policy keeps the guest off the host. An
+	// error aborts the boot. Required with Network.
+	OnNetwork func(host *os.File) error
 	// MAC of the guest NIC; nil picks a random locally administered one.
 	MAC net.HardwareAddr
 	// ConsoleLog receives the guest kernel console (a serial port:
@@ -96,13 +105,6 @@ type Spec struct {
 	// arch replaces runtime.GOARCH in tests.
 	arch string
 }
-
-// Guest network behind passt: the same layout as QEMU's user network in
-// the QEMU back end, so the adapter configures eth0 the same way for both.
-const (
-	GuestAddress = "10.0.2.15/24"
-	GuestGateway = "10.0.2.2"
-)
 
 func (s *Spec) guestArch() string {
 	if s.arch != "" {
@@ -136,7 +138,7 @@ func (s *Spec) validate() error {
 		return bad("kernel format %s cannot be loaded by libkrun on %s: use %s", s.KernelFormat, arch, strings.Join(names, " or "))
 	}
 	for what, v := range map[string]string{"kernel": s.Kernel, "initramfs": s.Initramfs, "cmdline": s.Cmdline,
-		"root disk": s.RootDisk, "data disk": s.DataDisk, "console log": s.ConsoleLog, "passt": s.Passt, "kernel config": s.KernelConfig} {
+		"root disk": s.RootDisk, "data disk": s.DataDisk, "console log": s.ConsoleLog, "kernel config": s.KernelConfig} {
 		if err := checkCString(what, v); err != nil {
 			return bad("%v", err)
 		}
@@ -163,6 +165,9 @@ func (s *Spec) validate() error {
 	}
 	if s.OnChannel == nil {
 		return bad("OnChannel is required: without it nobody can reach the guest agent")
+	}
+	if s.Network && s.OnNetwork == nil {
+		return bad("OnNetwork is required with network: without it nothing serves the NIC")
 	}
 	return nil
 }
@@ -215,16 +220,9 @@ func (l *Lib) Boot(ctx context.Context, spec Spec) error {
 	if err := checkKVM(spec.kvmDevice); err != nil {
 		return err
 	}
-	var passtBin string
-	if spec.Network {
-		var err error
-		if passtBin, err = findPasst(spec.Passt); err != nil {
-			return err
-		}
-	}
 
 	b := &booter{l: l, spec: &spec, log: log, a: &arena{}, ctxID: -1}
-	err := b.configure(ctx, passtBin)
+	err := b.configure(ctx)
 	if err != nil {
 		b.abort()
 		return err
@@ -239,9 +237,9 @@ type booter struct {
 	log   hclog.Logger
 	a     *arena
 	ctxID int32
-	fds   []int // fds handed to libkrun, closed if the boot fails before the VM starts
-	host  *os.File
-	passt *passtProc
+	fds   []int    // fds handed to libkrun, closed if the boot fails before the VM starts
+	host  *os.File // the agent port's host end, until OnChannel has it
+	nic   *os.File // the NIC's host end, until OnNetwork has it
 	efd   int32
 }
 
@@ -257,7 +255,7 @@ func (b *booter) call(name string, ret int32) error {
 	return nil
 }
 
-func (b *booter) configure(ctx context.Context, passtBin string) error {
+func (b *booter) configure(ctx context.Context) error {
 	l, s, a := b.l, b.spec, b.a
 	id := l.fn.createCtx()
 	if id < 0 {
@@ -356,20 +354,17 @@ func (b *booter) configure(ctx context.Context, passtBin string) error {
 	}
 
 	if s.Network {
-		vmFD, passtFD, err := socketpair()
+		vmFD, hostFD, err := socketpair()
 		if err != nil {
-			return &Error{Code: CodeHost, Message: fmt.Sprintf("socketpair for passt: %v", err)}
+			return &Error{Code: CodeHost, Message: fmt.Sprintf("socketpair for the NIC: %v", err)}
 		}
 		b.closeLater(vmFD)
-		b.passt, err = startPasst(passtBin, passtFD, b.log)
-		if err != nil {
-			return err
-		}
+		b.nic = os.NewFile(uintptr(hostFD), "nic")
 		mac := s.MAC
 		if mac == nil {
 			mac = randomMAC()
 		}
-		if err := b.call("krun_add_net_unixstream", l.fn.addNetUnixstream(ctxID, nil, int32(vmFD), a.bytes(mac), netCompatFeature, 0)); err != nil {
+		if err := b.call("krun_add_net_unixstream", l.fn.addNetUnixstream(ctxID, nil, int32(vmFD), a.bytes(mac), netFeatures, 0)); err != nil {
 			return err
 		}
 	}
@@ -383,13 +378,15 @@ func (b *booter) configure(ctx context.Context, passtBin string) error {
 		}
 	}
 
-	if b.passt != nil {
-		if err := b.passt.exited(); err != nil {
-			return err
-		}
-	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if b.nic != nil {
+		nic := b.nic
+		b.nic = nil // OnNetwork owns it now, even if it fails
+		if err := s.OnNetwork(nic); err != nil {
+			return fmt.Errorf("hand over the NIC: %w", err)
+		}
 	}
 	host := b.host
 	b.host = nil // OnChannel owns it now, even if it fails
@@ -411,8 +408,8 @@ func (b *booter) abort() {
 	if b.host != nil {
 		_ = b.host.Close()
 	}
-	if b.passt != nil {
-		b.passt.kill()
+	if b.nic != nil {
+		_ = b.nic.Close()
 	}
 }
 
@@ -452,9 +449,6 @@ wait:
 	// fds (it wraps some in Rust Files that close on drop), so they are
 	// not closed here: closing a number it already closed could close an
 	// unrelated file. The runner exits after this error anyway.
-	if b.passt != nil {
-		b.passt.kill()
-	}
 	return callError(CodeStart, "krun_start_enter", ret, startHint(syscall.Errno(-ret)))
 }
 
@@ -491,7 +485,7 @@ func randomMAC() net.HardwareAddr {
 	m := make(net.HardwareAddr, 6)
 	if _, err := rand.Read(m); err != nil {
 		// crypto/rand does not fail on supported systems; a fixed
-		// address still works, each VM has its own passt.
+		// address still works, each VM has its own network.
 		return net.HardwareAddr{0x5a, 0x94, 0xef, 0xe4, 0x0c, 0xee}
 	}
 	m[0] = m[0]&^0x01 | 0x02

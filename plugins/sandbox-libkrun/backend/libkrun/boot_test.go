@@ -7,10 +7,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +20,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
+
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
 )
 
 // vmFiles makes a kernel, initramfs and image for a spec; their content
@@ -32,21 +36,34 @@ func vmFiles(t *testing.T) (dir, kernel, initrd, image string) {
 	return dir, kernel, initrd, image
 }
 
-// fakePasst writes a stand-in for passt: it records its arguments, reads
-// one line from the socket it got as fd 3, records it, and answers "ack",
-// so the fake krun_start_enter can tell the NIC's socket reaches it.
-func fakePasst(t *testing.T, dir string) string {
+// serveNIC returns an OnNetwork that serves the NIC's host end with the
+// runner's user-mode network, as the runner does; the network ends with
+// the test.
+func serveNIC(t *testing.T) func(*os.File) error {
 	t.Helper()
-	p := filepath.Join(dir, "passt")
-	script := "#!/bin/sh\n" +
-		"printf '%s\\n' \"$*\" > " + filepath.Join(dir, "passt.args") + "\n" +
-		"read line <&3\n" +
-		"printf '%s\\n' \"$line\" > " + filepath.Join(dir, "passt.got") + "\n" +
-		"echo ack >&3\n" +
-		"exec cat <&3 >/dev/null\n"
-	assert.NilError(t, os.WriteFile(p, []byte(script), 0o755))
-	return p
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return func(h *os.File) error {
+		conn, err := net.FileConn(h)
+		_ = h.Close()
+		if err != nil {
+			return err
+		}
+		n, err := usernet.New(usernet.Config{DNSServers: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.Check(t, n.Serve(ctx, conn))
+		}()
+		return nil
+	}
 }
+
+func closeNIC(h *os.File) error { return h.Close() }
 
 // bootSpec is a spec for the host's architecture; the fake does not care,
 // but validation checks the kernel format against it.
@@ -81,7 +98,7 @@ func TestBootSequence(t *testing.T) {
 			s.Cmdline, _ = BuildCmdline(CmdlineOptions{Arch: "amd64", RootDisk: true, Hostname: "sb-1"})
 			s.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "GREETING=hello world"}
 			s.Network = true
-			s.Passt = fakePasst(t, dir)
+			s.OnNetwork = serveNIC(t)
 			s.MAC = net.HardwareAddr{0x5a, 0x94, 0xef, 0x01, 0x02, 0x03}
 			s.ConsoleLog = filepath.Join(dir, "console.log")
 			s.Verbosity = "debug"
@@ -113,14 +130,6 @@ func TestBootSequence(t *testing.T) {
 				b, err := os.ReadFile(spec.ConsoleLog)
 				assert.NilError(t, err)
 				assert.Equal(t, string(b), "kernel console line\n")
-			}
-			if spec.Network {
-				args, err := os.ReadFile(filepath.Join(dir, "passt.args"))
-				assert.NilError(t, err)
-				assert.Equal(t, string(args), strings.Join(PasstArgs(), " ")+"\n")
-				got, err := os.ReadFile(filepath.Join(dir, "passt.got"))
-				assert.NilError(t, err)
-				assert.Equal(t, string(got), "frame to passt\n")
 			}
 		})
 	}
@@ -158,7 +167,7 @@ func TestBootRefusesOldLibraryBeforeAnyCall(t *testing.T) {
 
 func TestBootNeedsNetAndBlockSymbolsOnlyWhenUsed(t *testing.T) {
 	f := openFake(t, -22, false, "krun_add_net_unixstream", "krun_add_disk", "krun_add_disk2")
-	dir, kernel, _, image := vmFiles(t)
+	_, kernel, _, image := vmFiles(t)
 	spec := bootSpec(kernel)
 	spec.OnChannel = func(h *os.File) error { return h.Close() }
 	expectStart(t, f.lib.Boot(context.Background(), spec), syscall.EINVAL)
@@ -166,17 +175,17 @@ func TestBootNeedsNetAndBlockSymbolsOnlyWhenUsed(t *testing.T) {
 	spec.RootDisk = image
 	err := f.lib.Boot(context.Background(), spec)
 	assert.Check(t, is.ErrorContains(err, "krun_add_disk2 (libkrun built without BLK=1"))
-	spec.RootDisk, spec.Network, spec.Passt = "", true, fakePasst(t, dir)
+	spec.RootDisk, spec.Network, spec.OnNetwork = "", true, closeNIC
 	err = f.lib.Boot(context.Background(), spec)
 	assert.Check(t, is.ErrorContains(err, "krun_add_net_unixstream (libkrun built without NET=1"))
 }
 
 func TestBootConfigErrorNamesCallAndFreesContext(t *testing.T) {
 	f := openFake(t, -22, false)
-	dir, kernel, _, _ := vmFiles(t)
+	_, kernel, _, _ := vmFiles(t)
 	spec := bootSpec(kernel)
 	spec.MemoryMiB = 4242 // the fake's krun_set_vm_config fails with ENOMEM
-	spec.Network, spec.Passt = true, fakePasst(t, dir)
+	spec.Network, spec.OnNetwork = true, closeNIC
 	called := false
 	spec.OnChannel = func(h *os.File) error { called = true; return h.Close() }
 	err := f.lib.Boot(context.Background(), spec)
@@ -193,9 +202,9 @@ func TestBootConfigErrorNamesCallAndFreesContext(t *testing.T) {
 
 func TestBootOnChannelErrorAborts(t *testing.T) {
 	f := openFake(t, -22, false)
-	dir, kernel, _, _ := vmFiles(t)
+	_, kernel, _, _ := vmFiles(t)
 	spec := bootSpec(kernel)
-	spec.Network, spec.Passt = true, fakePasst(t, dir)
+	spec.Network, spec.OnNetwork = true, closeNIC
 	spec.OnChannel = func(h *os.File) error { h.Close(); return errors.New("relay socket busy") }
 	err := f.lib.Boot(context.Background(), spec)
 	assert.ErrorContains(t, err, "relay socket busy")
@@ -266,19 +275,18 @@ func TestBootNoKVM(t *testing.T) {
 	assert.Equal(t, f.calls(t), "")
 }
 
-func TestBootPasstMissing(t *testing.T) {
+func TestBootNICHandOver(t *testing.T) {
 	f := openFake(t, -22, false)
 	_, kernel, _, _ := vmFiles(t)
 	spec := bootSpec(kernel)
 	spec.Network = true
-	spec.Passt = filepath.Join(t.TempDir(), "no-passt-here")
-	spec.OnChannel = func(h *os.File) error { return h.Close() }
+	spec.OnChannel = closeNIC
+	spec.OnNetwork = func(h *os.File) error { h.Close(); return errors.New("no network for you") }
 	err := f.lib.Boot(context.Background(), spec)
-	var e *Error
-	assert.Assert(t, errors.As(err, &e))
-	assert.Equal(t, e.Code, CodePasst)
-	assert.Check(t, is.Contains(err.Error(), "install passt"))
-	assert.Equal(t, f.calls(t), "")
+	assert.ErrorContains(t, err, "hand over the NIC: no network for you")
+	calls := f.calls(t)
+	assert.Check(t, strings.HasSuffix(calls, "krun_free_ctx(7)\n"), calls)
+	assert.Check(t, !strings.Contains(calls, "krun_start_enter"))
 }
 
 func TestSpecValidation(t *testing.T) {
@@ -309,6 +317,7 @@ func TestSpecValidation(t *testing.T) {
 		{"verbosity", func(s *Spec) { s.Verbosity = "loud" }, "verbosity"},
 		{"mac", func(s *Spec) { s.MAC = net.HardwareAddr{1, 2, 3} }, "not 6 bytes"},
 		{"no channel", func(s *Spec) { s.OnChannel = nil }, "OnChannel is required"},
+		{"network without a server", func(s *Spec) { s.Network = true }, "OnNetwork is required"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

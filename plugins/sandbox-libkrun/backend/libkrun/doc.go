@@ -14,7 +14,8 @@
 // whose /init is the guest agent, a virtio-console port named iii.exec
 // (here a socketpair whose host end Boot hands to the runner), the image as
 // the first, read-only block device, and either no network device at all
-// or one virtio-net NIC backed by passt.
+// or one virtio-net NIC whose frames the runner's user-mode network serves
+// (package usernet), as it does for QEMU.
 //
 // docs/libkrun.md describes requirements, library search, kernel formats,
 // networking and macOS signing for people.

@@ -34,8 +34,6 @@ const (
 	CodeStart = "LIBKRUN_START_FAILED"
 	// CodeHost: a host resource (socketpair, console log, rlimit) failed.
 	CodeHost = "LIBKRUN_HOST_SETUP"
-	// CodePasst: networking was asked for and passt is missing or failed.
-	CodePasst = "LIBKRUN_PASST"
 	// CodeUnsupported: this operating system has no libkrun.
 	CodeUnsupported = "LIBKRUN_UNSUPPORTED_OS"
 )

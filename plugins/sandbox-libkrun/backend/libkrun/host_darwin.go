@@ -7,7 +7,7 @@ import (
 )
 
 // socketpair returns a connected pair of unix stream sockets, close-on-exec
-// so that only the children they are meant for (passt) inherit one. macOS
+// so that no child process inherits one. macOS
 // has no SOCK_CLOEXEC: ForkLock keeps a concurrent fork from inheriting
 // them before the flag is set, as os/exec does.
 func socketpair() (int, int, error) {

@@ -84,7 +84,7 @@ func Symbols() []Symbol {
 		{Name: "krun_set_kernel", Since: "1.11.0", Use: "our kernel, initramfs and command line"},
 		{Name: "krun_check_nested_virt", Since: "1.12.0", Use: "capability report"},
 		{Name: "krun_init_log", Since: "1.13.0", Use: "log to stderr without colours or env overrides"},
-		{Name: "krun_add_net_unixstream", Since: "1.15.0", Build: BuildNET, Use: "virtio-net NIC backed by passt"},
+		{Name: "krun_add_net_unixstream", Since: "1.15.0", Build: BuildNET, Use: "virtio-net NIC (the runner's user-mode network)"},
 		{Name: "krun_disable_implicit_console", Since: "1.16.0", Use: "no console on the runner's stdio"},
 		{Name: "krun_add_serial_console_default", Since: "1.16.0", Use: "kernel console to a log file"},
 		{Name: "krun_get_max_vcpus", Since: "1.16.0", Use: "capability report"},

@@ -45,6 +45,9 @@ func Launch(ctx context.Context, cfg Config) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Network && cfg.NetSocket == nil {
+		return nil, &Error{Code: CodeBadConfig, Message: "network needs the NIC's socket (NetSocket)"}
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, &Error{Code: CodeStartFailed, Message: fmt.Sprintf("state dir: %v", err)}
 	}
@@ -66,6 +69,9 @@ func Launch(ctx context.Context, cfg Config) (*VM, error) {
 	cmd.Stdin = nil
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr
+	if cfg.Network {
+		cmd.ExtraFiles = []*os.File{cfg.NetSocket} // fd netFD
+	}
 	// A process group of its own: signals meant for the caller's group
 	// do not reach it, and Kill can take down anything it spawned.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -81,9 +81,17 @@ type Config struct {
 	// on it). Both disks then carry serials and the agent finds them by
 	// serial. Needs RootDisk.
 	UpperDisk string
-	// Network adds a user-mode (slirp) NIC; without it the VM has no
-	// network device at all.
+	// Network adds a virtio-net NIC whose frames QEMU exchanges over
+	// NetSocket (`-netdev socket`: each frame preceded by its 32-bit
+	// big-endian length); the runner serves the other end with its
+	// user-mode network (package usernet). QEMU's own user network
+	// (slirp) is never used: it maps the gateway to the host's loopback.
+	// Without Network the VM has no network device at all.
 	Network bool
+	// NetSocket is QEMU's end of the NIC's stream, a connected unix
+	// stream socket; Launch requires it with Network and hands it to
+	// QEMU as fd 3.
+	NetSocket *os.File
 	// StateDir holds the agent socket, QEMU's stderr and the console log.
 	StateDir string
 	// TSCKHz is passed as tsc_early_khz on x86_64; 0 reads the host's
@@ -111,6 +119,10 @@ const (
 	rootSerial  = "iii-root"
 	upperSerial = "iii-upper"
 )
+
+// netFD is NetSocket's descriptor number in QEMU: the first of
+// exec.Cmd.ExtraFiles.
+const netFD = 3
 
 // File names in StateDir.
 const (
@@ -319,7 +331,7 @@ func (c *Config) Args() ([]string, error) {
 	}
 	if c.Network {
 		args = append(args,
-			"-netdev", "user,id=net0,restrict=off",
+			"-netdev", "socket,id=net0,fd="+strconv.Itoa(netFD),
 			"-device", "virtio-net-device,netdev=net0",
 		)
 	}

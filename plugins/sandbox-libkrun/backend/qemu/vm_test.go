@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,14 +18,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"gotest.tools/v3/assert"
 
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/initramfs"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
 )
 
 // vmKit is what booting a test VM needs, built once per test binary.
@@ -338,8 +342,11 @@ func asAgentErr(err error, target **agentproto.Error) bool {
 }
 
 // TestVMInitramfsRootWithNetwork boots with no root disk (the initramfs is
-// the root; busybox comes in the initramfs) and with user networking, and
-// fetches a page from a server on the host's loopback through 10.0.2.2.
+// the root; busybox comes in the initramfs) and with a NIC served by
+// usernet, as the runner serves it. The gateway's one forwarded port
+// reaches a server on the host's loopback; the server's own port through
+// the gateway does not (QEMU's user network used to map it there); the
+// DNS address answers localhost itself.
 func TestVMInitramfsRootWithNetwork(t *testing.T) {
 	k := needVM(t)
 	bb, err := os.ReadFile(k.busybox)
@@ -353,20 +360,28 @@ func TestVMInitramfsRootWithNetwork(t *testing.T) {
 			{Path: "/bin/wget", Symlink: "busybox"},
 			{Path: "/bin/ip", Symlink: "busybox"},
 			{Path: "/bin/cat", Symlink: "busybox"},
+			{Path: "/bin/nslookup", Symlink: "busybox"},
 		},
 	})
 	assert.NilError(t, err)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	assert.NilError(t, err)
+	var hits atomic.Int32
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
 		_, _ = io.WriteString(w, "hello from the host loopback\n")
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
 
-	b := boot(t, k, Config{Initrd: initrd, Network: true, MemoryMiB: 256})
+	nic := serveNetwork(t, usernet.Config{
+		Forwards:   []usernet.Forward{{GuestPort: 8080, HostAddr: netip.MustParseAddrPort(ln.Addr().String())}},
+		DNSServers: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}, // localhost never asks it
+	})
+	b := boot(t, k, Config{Initrd: initrd, Network: true, NetSocket: nic, MemoryMiB: 256})
+	_ = nic.Close() // QEMU holds its own
 	c := b.client
 	assert.Equal(t, c.Hello().Root, "initramfs")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -376,11 +391,45 @@ func TestVMInitramfsRootWithNetwork(t *testing.T) {
 	assert.Equal(t, res.Address, "10.0.2.15/24")
 	out := run(t, c, agentclient.ExecRequest{Argv: []string{"ip", "addr", "show", "eth0"}})
 	assert.Assert(t, strings.Contains(string(out.Stdout), "10.0.2.15/24"), string(out.Stdout))
-	out = run(t, c, agentclient.ExecRequest{Argv: []string{"wget", "-q", "-O", "-", fmt.Sprintf("http://10.0.2.2:%d/", port)}})
+	out = run(t, c, agentclient.ExecRequest{Argv: []string{"wget", "-q", "-O", "-", "http://10.0.2.2:8080/"}})
 	assert.Equal(t, out.ExitCode, 0, string(out.Stderr))
 	assert.Equal(t, string(out.Stdout), "hello from the host loopback\n")
+	out = run(t, c, agentclient.ExecRequest{Argv: []string{"wget", "-q", "-T", "5", "-O", "-", fmt.Sprintf("http://10.0.2.2:%d/", port)}})
+	assert.Assert(t, out.ExitCode != 0, "the gateway led to the host's loopback: %s", out.Stdout)
+	assert.Equal(t, hits.Load(), int32(1))
 	out = run(t, c, agentclient.ExecRequest{Argv: []string{"cat", "/etc/resolv.conf"}})
 	assert.Equal(t, string(out.Stdout), "nameserver 10.0.2.3\n")
+	out = run(t, c, agentclient.ExecRequest{Argv: []string{"nslookup", "localhost", "10.0.2.3"}})
+	assert.Equal(t, out.ExitCode, 0, "%s%s", out.Stdout, out.Stderr)
+	assert.Assert(t, strings.Contains(string(out.Stdout), "127.0.0.1"), string(out.Stdout))
+}
+
+// serveNetwork runs a usernet network on one end of a socketpair and
+// returns the other, for QEMU; the network ends when the VM does (a
+// clean-up registered before the VM's, so it runs after it).
+func serveNetwork(t *testing.T, cfg usernet.Config) *os.File {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	assert.NilError(t, err)
+	host := os.NewFile(uintptr(fds[0]), "usernet")
+	conn, err := net.FileConn(host)
+	_ = host.Close()
+	assert.NilError(t, err)
+	n, err := usernet.New(cfg)
+	assert.NilError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- n.Serve(context.Background(), conn) }()
+	t.Cleanup(func() {
+		select {
+		case err := <-done:
+			assert.Check(t, err)
+		case <-time.After(30 * time.Second):
+			t.Error("the network did not end with its VM")
+			_ = conn.Close()
+			<-done
+		}
+	})
+	return os.NewFile(uintptr(fds[1]), "qemu-nic")
 }
 
 // TestProbe probes the accelerators with the agent initramfs. TCG must

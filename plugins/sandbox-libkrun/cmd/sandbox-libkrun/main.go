@@ -27,7 +27,7 @@ func main() {
 	// for a plugin started by hand.
 	if len(os.Args) > 1 && os.Args[1] == runner.Subcommand {
 		log := hclog.New(&hclog.LoggerOptions{Name: "vm-runner", Output: os.Stderr})
-		os.Exit(runner.Main(os.Args[1:], []backend.Backend{runner.QEMU{}, runner.Libkrun{Log: log}}))
+		os.Exit(runner.Main(os.Args[1:], []backend.Backend{runner.QEMU{Log: log}, runner.Libkrun{Log: log}}))
 	}
 	sdk.Serve(sdk.ServeConfig{
 		Name:    adapter.Name,

@@ -10,7 +10,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/eventfd.h>
@@ -21,6 +23,7 @@ static int32_t start_ret = -EINVAL;
 static int efd_mode;
 static int shutdown_fd = -1;
 static int port_fd = -1, serial_fd = -1, net_fd = -1;
+static uint8_t net_mac[6];
 
 void fakekrun_setup(const char *path, int32_t ret, int eventfd_mode) {
 	snprintf(log_path, sizeof log_path, "%s", path);
@@ -83,6 +86,58 @@ static void put_fd(FILE *f, int fd) {
 	else
 		fprintf(f, "other%s", cloexec);
 }
+
+
+#ifndef OMIT_krun_start_enter
+static int io_all(int fd, uint8_t *b, size_t n, int writing) {
+	while (n > 0) {
+		ssize_t m = writing ? write(fd, b, n) : read(fd, b, n);
+		if (m <= 0)
+			return 0;
+		b += m;
+		n -= (size_t)m;
+	}
+	return 1;
+}
+
+/* Send an ARP request for the gateway over the NIC's socket, framed as
+   libkrun frames it (a 32-bit big-endian length first), and log the
+   answer: the socket reaches a network that speaks the framing. */
+static void ask_gateway(void) {
+	uint8_t fr[4 + 42] = {0};
+	uint8_t *e = fr + 4, *a = e + 14;
+	struct timeval tv = {10, 0};
+	char answer[64] = "nothing";
+	fr[3] = 42;
+	memset(e, 0xff, 6);
+	memcpy(e + 6, net_mac, 6);
+	e[12] = 0x08, e[13] = 0x06;
+	a[1] = 1, a[2] = 0x08, a[4] = 6, a[5] = 4, a[7] = 1;
+	memcpy(a + 8, net_mac, 6);
+	a[14] = 10, a[15] = 0, a[16] = 2, a[17] = 15;
+	a[24] = 10, a[25] = 0, a[26] = 2, a[27] = 2;
+	setsockopt(net_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	if (io_all(net_fd, fr, sizeof fr, 1)) {
+		for (int i = 0; i < 8; i++) {
+			uint8_t hdr[4], b[2048];
+			uint32_t n;
+			if (!io_all(net_fd, hdr, 4, 0))
+				break;
+			n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+			if (n > sizeof b || !io_all(net_fd, b, n, 0))
+				break;
+			if (n >= 42 && b[12] == 0x08 && b[13] == 0x06 && b[21] == 2) {
+				snprintf(answer, sizeof answer, "%u.%u.%u.%u is-at %02x:%02x:%02x:%02x:%02x:%02x",
+					 b[28], b[29], b[30], b[31], b[22], b[23], b[24], b[25], b[26], b[27]);
+				break;
+			}
+		}
+	}
+	FILE *f = out();
+	fprintf(f, "network answered: %s\n", answer);
+	fclose(f);
+}
+#endif
 
 #define CTX 7
 
@@ -248,6 +303,7 @@ int32_t krun_add_net_unixstream(uint32_t ctx, const char *path, int fd, uint8_t 
 	fprintf(f, ", %02x:%02x:%02x:%02x:%02x:%02x, %u, %u)\n", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], features, flags);
 	fclose(f);
 	net_fd = fd;
+	memcpy(net_mac, mac, 6);
 	return 0;
 }
 #endif
@@ -290,25 +346,14 @@ int32_t krun_start_enter(uint32_t ctx) {
 	FILE *f = out();
 	fprintf(f, "krun_start_enter(%u)\n", ctx);
 	fclose(f);
-	/* Show the fds reach where they should: the agent's port, the
-	   kernel console and passt each get a line. */
+	/* Show the fds reach where they should: the agent's port and the
+	   kernel console each get a line, the NIC an ARP request. */
 	if (port_fd >= 0)
 		(void)!write(port_fd, "hello from the guest port\n", 26);
 	if (serial_fd >= 0)
 		(void)!write(serial_fd, "kernel console line\n", 20);
-	if (net_fd >= 0) {
-		/* Wait for the answer, so passt has seen the line when this
-		   returns and Boot stops it. */
-		char ack[16] = {0};
-		size_t n = 0;
-		(void)!write(net_fd, "frame to passt\n", 15);
-		while (n < sizeof ack - 1 && read(net_fd, ack + n, 1) == 1 && ack[n] != '\n')
-			n++;
-		ack[n] = 0;
-		f = out();
-		fprintf(f, "passt answered: %s\n", ack);
-		fclose(f);
-	}
+	if (net_fd >= 0)
+		ask_gateway();
 	if (shutdown_fd >= 0) {
 		uint64_t v;
 		(void)!read(shutdown_fd, &v, sizeof v);

@@ -1,0 +1,77 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
+)
+
+// netWait bounds how long a runner waits for its VM's network to end after
+// the VM did (it ends as soon as it reads EOF).
+const netWait = 10 * time.Second
+
+// serveNetwork runs the VM's user-mode network on host, the runner's end of
+// the NIC's stream, which it takes over. The network ends when the VM
+// closes its end or ctx ends; wait waits for that (bounded by netWait).
+// Every flow the guest opens is dialled by this process, after usernet's
+// policy allowed it: never the host's loopback or its own addresses.
+func serveNetwork(ctx context.Context, host *os.File, spec backend.Spec, log hclog.Logger) (wait func(), err error) {
+	cfg, err := spec.NetConfig()
+	if err != nil {
+		_ = host.Close()
+		return nil, err
+	}
+	cfg.Log = log.Named("usernet")
+	n, err := usernet.New(cfg)
+	if err != nil {
+		_ = host.Close()
+		return nil, fmt.Errorf("the VM's network: %w", err)
+	}
+	conn, err := net.FileConn(host)
+	_ = host.Close() // FileConn holds its own descriptor
+	if err != nil {
+		return nil, fmt.Errorf("the VM's network: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := n.Serve(ctx, conn); err != nil {
+			log.Warn("the VM's network ended with an error", "error", err)
+		}
+	}()
+	log.Debug("network up", "allow_cidrs", spec.NetAllowCIDRs, "forwards", len(spec.NetForwards))
+	return func() {
+		select {
+		case <-done:
+		case <-time.After(netWait):
+			_ = conn.Close()
+			<-done
+		}
+	}, nil
+}
+
+// nicPair returns the two ends of a NIC's stream: the runner's, for
+// usernet, and the VM's. Both are close-on-exec; a child that needs the
+// VM's end gets it through exec.Cmd.ExtraFiles.
+func nicPair() (runnerEnd, vmEnd *os.File, err error) {
+	// macOS has no SOCK_CLOEXEC: ForkLock keeps a concurrent fork from
+	// inheriting the pair before the flag is set, as os/exec does.
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair for the VM's NIC: %w", err)
+	}
+	unix.CloseOnExec(fds[0])
+	unix.CloseOnExec(fds[1])
+	return os.NewFile(uintptr(fds[0]), "nic-runner"), os.NewFile(uintptr(fds[1]), "nic-vm"), nil
+}
