@@ -14,6 +14,7 @@ import (
 
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
 )
 
 // The adapter's own configuration keys (the kit owns the contract's).
@@ -28,6 +29,9 @@ const (
 	KeyCacheDir        = "cache_dir"
 	KeyRegistryMirrors = "registry_mirrors"
 	KeyBootTimeoutMS   = "boot_timeout_ms"
+	// KeyNetworkAllowCIDRs opens private ranges to guests with network
+	// (docs/sandbox-libkrun.md, "Network").
+	KeyNetworkAllowCIDRs = "network_allow_cidrs"
 	// Worker VMs (worker::*, docs/vm-workers.md).
 	KeyHostRoots    = "host_roots"
 	KeyWorkerDiskMB = "worker_disk_mb"
@@ -38,7 +42,7 @@ func ConfigKeys() []string {
 	return []string{
 		KeyHypervisor, KeyAccel, KeyKernel, KeyQEMUBinary, KeyLibkrunPath, KeyAgentPath,
 		KeyStateDir, KeyCacheDir, KeyRegistryMirrors, KeyBootTimeoutMS,
-		KeyHostRoots, KeyWorkerDiskMB,
+		KeyHostRoots, KeyWorkerDiskMB, KeyNetworkAllowCIDRs,
 	}
 }
 
@@ -86,6 +90,10 @@ type Config struct {
 	HostRoots []string
 	// WorkerDiskMB is the size of a new worker VM's persistent disk.
 	WorkerDiskMB uint64
+	// NetworkAllowCIDRs are private ranges VMs with network may reach,
+	// in canonical form; loopback, link-local, unspecified and the host's
+	// own addresses are never reachable.
+	NetworkAllowCIDRs []string
 }
 
 // ConfigError is a rejected key.
@@ -149,6 +157,8 @@ func ParseConfig(keys map[string]json.RawMessage, home, goos string) (*Config, e
 			cfg.RegistryMirrors, err = parseMirrors(key, v)
 		case KeyHostRoots:
 			cfg.HostRoots, err = parseHostRoots(key, v, home)
+		case KeyNetworkAllowCIDRs:
+			cfg.NetworkAllowCIDRs, err = parseAllowCIDRs(key, v)
 		case KeyWorkerDiskMB:
 			cfg.WorkerDiskMB, err = parseUint(key, v, minWorkerDiskMB, maxWorkerDiskMB)
 		case KeyBootTimeoutMS:
@@ -257,6 +267,35 @@ func parseUint(key string, v json.RawMessage, minimum, maximum uint64) (uint64, 
 		return 0, cfgErr(key, "must be a whole number from %d to %d, got %s", minimum, maximum, truncate(s, 24))
 	}
 	return n, nil
+}
+
+// parseAllowCIDRs reads network_allow_cidrs: a list of CIDRs, none of
+// which may name loopback, link-local, unspecified or multicast addresses.
+func parseAllowCIDRs(key string, v json.RawMessage) ([]string, error) {
+	if len(v) == 0 || v[0] != '[' {
+		return nil, cfgErr(key, "must be a list of CIDRs such as [\"192.168.10.0/24\"], got %s", kind(v))
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(v, &raw); err != nil {
+		return nil, cfgErr(key, "must be a list of CIDRs: %v", err)
+	}
+	items := make([]string, 0, len(raw))
+	for i, r := range raw {
+		s, err := parseString(key, r)
+		if err != nil {
+			return nil, cfgErr(key, "item %d must be a string, got %s", i, kind(r))
+		}
+		items = append(items, s)
+	}
+	prefixes, err := usernet.ParseAllowCIDRs(items)
+	if err != nil {
+		return nil, cfgErr(key, "%v", err)
+	}
+	out := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		out[i] = p.String()
+	}
+	return out, nil
 }
 
 // parseMirrors reads {registry host: base URL}; the image store checks the

@@ -67,6 +67,16 @@ func TestParseConfig(t *testing.T) {
 		{name: "mirror not a string", in: `{"registry_mirrors":{"docker.io":1}}`, err: `registry_mirrors.docker.io`},
 		{name: "mirror host with a slash", in: `{"registry_mirrors":{"a/b":"http://x"}}`, err: `not a registry host`},
 		{name: "unknown key", in: `{"vcpus":2}`, err: `not a sandbox-libkrun key`},
+		{name: "network_allow_cidrs", in: `{"network_allow_cidrs":["10.1.0.0/16"," 192.168.7.9/24","fd00::/8"]}`, check: func(t *testing.T, c *Config) {
+			assert.DeepEqual(t, c.NetworkAllowCIDRs, []string{"10.1.0.0/16", "192.168.7.0/24", "fd00::/8"})
+		}},
+		{name: "allow loopback", in: `{"network_allow_cidrs":["127.0.0.0/8"]}`, err: `key "network_allow_cidrs": item 0 "127.0.0.0/8" overlaps 127.0.0.0/8 (loopback)`},
+		{name: "allow everything", in: `{"network_allow_cidrs":["0.0.0.0/0"]}`, err: `(unspecified), which a guest never reaches`},
+		{name: "allow metadata", in: `{"network_allow_cidrs":["169.254.169.254/32"]}`, err: `link-local`},
+		{name: "allow v6 loopback", in: `{"network_allow_cidrs":["::1/128"]}`, err: `loopback`},
+		{name: "allow not a CIDR", in: `{"network_allow_cidrs":["10.0.0.1"]}`, err: `not a CIDR`},
+		{name: "allow not a list", in: `{"network_allow_cidrs":"10.0.0.0/8"}`, err: `must be a list of CIDRs`},
+		{name: "allow item not a string", in: `{"network_allow_cidrs":[10]}`, err: `item 0 must be a string`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			goos := tc.goos

@@ -61,6 +61,9 @@ type Boot struct {
 	// DataDisk is a writable disk the guest uses as a persistent upper
 	// layer (worker VMs); empty means a tmpfs upper, thrown away.
 	DataDisk string
+	// NetForwards are the gateway ports that lead to the host: a worker
+	// VM's way to the engine. Sandboxes have none.
+	NetForwards []backend.NetForward
 
 	undo []func()
 }
@@ -302,6 +305,10 @@ func stepSpawnRunner(ctx context.Context, b *Boot) error {
 		Accel:        sel.Accel,
 		QEMUBinary:   sel.QEMUBinary,
 		LibkrunPath:  sel.LibkrunPath,
+	}
+	if b.Spec.Network {
+		b.VM.NetAllowCIDRs = b.Provider.cfg.NetworkAllowCIDRs
+		b.VM.NetForwards = b.NetForwards
 	}
 	proc, err := runner.Spawn(ctx, runner.SpawnOptions{
 		Executable: b.Provider.exe,

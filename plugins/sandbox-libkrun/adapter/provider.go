@@ -230,6 +230,7 @@ func (p *Provider) Info(context.Context) map[string]any {
 	m["boot_timeout_ms"] = p.cfg.BootTimeout.Milliseconds()
 	m["live_vms"] = len(p.sandboxes)
 	m["host_roots"] = append([]string{}, p.workers.roots...)
+	m["network_allow_cidrs"] = append([]string{}, p.cfg.NetworkAllowCIDRs...)
 	if len(p.leftovers) > 0 {
 		m["leftovers_cleaned"] = len(p.leftovers)
 	}

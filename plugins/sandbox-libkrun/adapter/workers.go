@@ -262,11 +262,16 @@ func (s *workerSet) plan(ctx context.Context, req *contract.WorkerStartRequest) 
 	if err != nil {
 		return nil, contract.NewError(contract.S001, "invalid worker::start request: engine_url: %v", err)
 	}
+	forward, err := EngineForward(req.EngineURL)
+	if err != nil {
+		return nil, contract.NewError(contract.S001, "invalid worker::start request: engine_url: %v", err)
+	}
 	pl := &workerPlan{
 		req: req, hostDir: hostDir, image: img,
 		env:      workerEnv(req, engineURL),
 		workdir:  req.Workdir,
 		hostname: guestHostname(req.VMID),
+		forward:  forward,
 		cpus:     DefaultWorkerCPUs, memoryMB: DefaultWorkerMemoryMB,
 		hash: planHash(req, hostDir, img.OCIRef),
 	}
@@ -394,6 +399,9 @@ func (w *workerVM) lifecycle(run *workerRun, pl *workerPlan) {
 			CPUs: pl.cpus, MemoryMB: pl.memoryMB, Network: true, Env: pl.env, Name: pl.req.Name,
 		},
 		Hostname: pl.hostname,
+	}
+	if pl.forward != nil {
+		b.NetForwards = []backend.NetForward{*pl.forward}
 	}
 	if err := steps.Run(run.ctx, b); err != nil {
 		if run.stopping.Load() {

@@ -14,14 +14,16 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
 )
 
-// GuestGateway is the address at which a VM reaches the host's loopback:
-// QEMU's user network and passt both map it to 127.0.0.1.
+// GuestGateway is the guest's gateway (usernet.GatewayAddr). It leads to
+// the host only through a VM worker's forward of the engine's port.
 const GuestGateway = "10.0.2.2"
 
 // workerPlan is a validated worker::start, with everything resolved that
@@ -34,6 +36,9 @@ type workerPlan struct {
 	env      []string
 	workdir  string
 	hostname string
+	// forward is the gateway port that leads to the engine, when
+	// engine_url names the host's loopback.
+	forward  *backend.NetForward
 	cpus     uint32
 	memoryMB uint32
 	// hash identifies what was asked for, so a start that asks for the
@@ -45,8 +50,9 @@ type workerPlan struct {
 var loopbackRE = regexp.MustCompile(`://(localhost|127\.0\.0\.1)([:/?#]|$)`)
 
 // RewriteLoopback points URLs at the host's loopback (localhost,
-// 127.0.0.1) to the gateway through which the guest reaches it, as
-// upstream's VM boot does for every environment value.
+// 127.0.0.1) to the gateway, as upstream's VM boot does for every
+// environment value. Only the engine's port is forwarded there
+// (EngineForward): a guest reaches no other service of the host.
 func RewriteLoopback(v string) string {
 	return loopbackRE.ReplaceAllString(v, "://"+GuestGateway+"$2")
 }
@@ -67,6 +73,39 @@ func GuestEngineURL(raw string) (string, error) {
 		}
 	}
 	return u.String(), nil
+}
+
+// EngineForward is the gateway forward that lets a VM worker reach the
+// engine at engine_url: the guest dials GuestEngineURL, the gateway's port
+// is connected to the engine's loopback address and to nothing else. nil
+// when engine_url does not name the host's loopback (the guest then dials
+// it directly, and the network policy decides).
+func EngineForward(raw string) (*backend.NetForward, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Hostname() {
+	case "localhost", "127.0.0.1":
+	default:
+		return nil, nil
+	}
+	port := u.Port()
+	if port == "" {
+		switch u.Scheme {
+		case "ws", "http":
+			port = "80"
+		case "wss", "https":
+			port = "443"
+		default:
+			return nil, fmt.Errorf("%q has no port and scheme %q has no default one", raw, u.Scheme)
+		}
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return nil, fmt.Errorf("%q: port %q is not 1 to 65535", raw, port)
+	}
+	return &backend.NetForward{GuestPort: uint16(p), HostAddr: net.JoinHostPort("127.0.0.1", port)}, nil
 }
 
 // guestHostname turns a vm_id into a host name (letters, digits, '-').

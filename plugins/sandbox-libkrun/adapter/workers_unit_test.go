@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 )
 
 func TestRewriteLoopback(t *testing.T) {
@@ -43,6 +45,36 @@ func TestRewriteLoopback(t *testing.T) {
 		assert.NilError(t, err)
 		assert.Check(t, is.Equal(got, tc.want), tc.in)
 	}
+}
+
+func TestEngineForward(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want *backend.NetForward
+		err  string
+	}{
+		{in: "ws://127.0.0.1:49134", want: &backend.NetForward{GuestPort: 49134, HostAddr: "127.0.0.1:49134"}},
+		{in: "ws://localhost:5/path?q=1", want: &backend.NetForward{GuestPort: 5, HostAddr: "127.0.0.1:5"}},
+		{in: "wss://localhost", want: &backend.NetForward{GuestPort: 443, HostAddr: "127.0.0.1:443"}},
+		{in: "ws://localhost", want: &backend.NetForward{GuestPort: 80, HostAddr: "127.0.0.1:80"}},
+		// Not the host's loopback: no forward, the policy decides.
+		{in: "ws://engine.internal:49134"},
+		{in: "ws://192.0.2.2:49134"},
+		{in: "ws://127.0.0.1:0", err: "not 1 to 65535"},
+		{in: "ftp://localhost", err: "no default"},
+	} {
+		got, err := EngineForward(tc.in)
+		if tc.err != "" {
+			assert.Check(t, is.ErrorContains(err, tc.err), tc.in)
+			continue
+		}
+		assert.NilError(t, err, tc.in)
+		assert.Check(t, is.DeepEqual(got, tc.want), tc.in)
+	}
+	// The forward and the URL the guest dials agree on the port.
+	f, _ := EngineForward("ws://localhost:49134")
+	u, _ := GuestEngineURL("ws://localhost:49134")
+	assert.Equal(t, u, "ws://"+GuestGateway+":"+strconv.Itoa(int(f.GuestPort)))
 }
 
 func TestWorkerEnv(t *testing.T) {
