@@ -102,6 +102,17 @@ type Listener struct {
 	// the listener has none. A string keeps Listener comparable, so a
 	// reload sees a changed block as a changed listener.
 	RBAC string
+	// Limits are the listener's caps (this engine's extension, under
+	// limits:); zero fields take the engine's defaults.
+	Limits ListenerLimits
+}
+
+// ListenerLimits is a listener's limits: block (docs/security.md, "Limits").
+type ListenerLimits struct {
+	FrameBytes                 int64
+	Connections                int64
+	RegistrationsPerConnection int64
+	QueuedBytesPerConnection   int64
 }
 
 // RBACConfig decodes RBAC; nil when the listener has none.
@@ -559,7 +570,7 @@ func (p *parser) finish(cfg *Config, entries []entry, sandbox *Sandbox) (*Config
 
 func (p *parser) listener(e entry) (Listener, error) {
 	l := Listener{Name: e.Name, Host: DefaultHost, Port: DefaultPort, HandshakeTimeout: DefaultHandshakeTimeout}
-	fields, err := p.mapping(e.configNode, e.Name+".config", "host", "port", "handshake_timeout_ms", "middleware_function_id", "rbac")
+	fields, err := p.mapping(e.configNode, e.Name+".config", "host", "port", "handshake_timeout_ms", "middleware_function_id", "rbac", "limits")
 	if err != nil {
 		return l, err
 	}
@@ -616,6 +627,22 @@ func (p *parser) listener(e entry) (Listener, error) {
 		}
 		canon, _ := json.Marshal(c)
 		l.RBAC = string(canon)
+	}
+	if v := fields["limits"]; !yamlnode.IsNull(v) {
+		lf, err := p.mapping(v, path+".limits", "frame_bytes", "connections", "registrations_per_connection", "queued_bytes_per_connection")
+		if err != nil {
+			return l, err
+		}
+		for key, dst := range map[string]*int64{
+			"frame_bytes": &l.Limits.FrameBytes, "connections": &l.Limits.Connections,
+			"registrations_per_connection": &l.Limits.RegistrationsPerConnection, "queued_bytes_per_connection": &l.Limits.QueuedBytesPerConnection,
+		} {
+			if n := lf[key]; !yamlnode.IsNull(n) {
+				if *dst, err = p.intValue(n, path+".limits."+key, 1, 1<<40); err != nil {
+					return l, err
+				}
+			}
+		}
 	}
 	return l, nil
 }

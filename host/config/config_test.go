@@ -72,6 +72,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "listener_rbac_unknown_key", src: "workers:\n  - name: iii-worker-manager\n    config: { rbac: { auth_function: a::b } }\n", code: CodeInvalidConfig},
 		{name: "listener_rbac_bad_filter", src: "workers:\n  - name: iii-worker-manager\n    config: { rbac: { expose_functions: ['svc::*'] } }\n", code: CodeInvalidConfig},
 		{name: "listener_rbac_filter_typo", src: "workers:\n  - name: iii-worker-manager\n    config: { rbac: { expose_functions: [{ match: 'a::*', namesapce: x }] } }\n", code: CodeInvalidConfig},
+		{name: "listener_limits_unknown", src: "workers:\n  - name: iii-worker-manager\n    config: { limits: { conns: 5 } }\n", code: CodeInvalidConfig},
+		{name: "listener_limits_zero", src: "workers:\n  - name: iii-worker-manager\n    config: { limits: { connections: 0 } }\n", code: CodeInvalidConfig},
 		{name: "listener_rbac_list", src: "workers:\n  - name: iii-worker-manager\n    config: { rbac: [1] }\n", code: CodeInvalidConfig},
 		{name: "listener_middleware_blank", src: "workers:\n  - name: iii-worker-manager\n    config: { middleware_function_id: ' ' }\n", code: CodeInvalidConfig},
 		{name: "listener_config_list", src: "workers:\n  - name: iii-worker-manager\n    config: [1]\n", code: CodeInvalidConfig},
@@ -369,6 +371,7 @@ workers:
           - { match: "orders::*", namespace: orders }
           - metadata: { public: true, scope: match("team-*") }
         on_function_registration_function_id: auth::on_register
+      limits: { connections: 64, frame_bytes: 1048576 }
 `
 	cfg, err := parse(t, src, nil)
 	assert.NilError(t, err)
@@ -385,4 +388,5 @@ workers:
 	assert.Assert(t, rc.ExposeFunctions[1].Matches("orders::place", "orders", nil))
 	assert.Assert(t, rc.ExposeFunctions[2].Matches("x::y", "default", []byte(`{"public":true,"scope":"team-a"}`)))
 	assert.Equal(t, cfg.Listeners[0].RBAC, "")
+	assert.Equal(t, l.Limits, ListenerLimits{Connections: 64, FrameBytes: 1 << 20})
 }

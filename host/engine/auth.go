@@ -73,6 +73,8 @@ type ListenerPolicy struct {
 	// token nor an issued credential (AUTH_ERROR), unless the RBAC block's
 	// auth function decides.
 	RequireToken bool
+	// Limits are the listener's caps; zero fields take the defaults.
+	Limits Limits
 }
 
 // principal is who a connection speaks for, fixed at its handshake.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -622,6 +623,9 @@ func (e *Engine) fnChannelsCreate(_ context.Context, call *Call) (any, *protocol
 		if size < 1 {
 			return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "buffer_size must be at least 1 (default 64, max 1024)"}
 		}
+	}
+	if !call.CallerAdmin && e.channels.len() >= MaxChannels {
+		return nil, &protocol.ErrorBody{Code: CodeLimitExceeded, Message: fmt.Sprintf("the engine holds %d channels, its limit; finish or drop some first", MaxChannels)}
 	}
 	ch := e.channels.create(e, size, call.CallerWorkerID)
 	writer, reader := ch.refs()

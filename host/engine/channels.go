@@ -3,12 +3,14 @@ package engine
 import (
 	"context"
 	"crypto/subtle"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -22,6 +24,7 @@ const (
 type chanItem struct {
 	typ  websocket.MessageType
 	data []byte
+	cost int64 // what it holds of the channel's room; released when taken
 }
 
 // channel is a one-way stream between a writer socket and a reader socket
@@ -33,6 +36,9 @@ type channel struct {
 
 	items     chan chanItem
 	closeOnce sync.Once // closes items: the writer is done
+	// room is the byte budget of items (ChannelBufferBytes): a writer
+	// ahead of its reader waits for it.
+	room *semaphore.Weighted
 
 	ctx    context.Context // ends when the channel is removed
 	cancel context.CancelFunc
@@ -68,6 +74,7 @@ func (t *channelTable) create(e *Engine, bufferSize int, owner string) *channel 
 	c := &channel{
 		id: newID(), key: newID(), owner: owner, created: time.Now(),
 		items: make(chan chanItem, bufferSize), ctx: ctx, cancel: cancel,
+		room: semaphore.NewWeighted(ChannelBufferBytes),
 	}
 	t.mu.Lock()
 	t.m[c.id] = c
@@ -138,7 +145,7 @@ func (e *Engine) sweepChannels() {
 	}
 }
 
-func (e *Engine) serveChannel(rw http.ResponseWriter, r *http.Request) {
+func (e *Engine) serveChannel(rw http.ResponseWriter, r *http.Request, ls *listenerState) {
 	c := e.channels.get(r.PathValue("id"))
 	key := r.URL.Query().Get("key")
 	if c == nil || subtle.ConstantTimeCompare([]byte(key), []byte(c.key)) != 1 {
@@ -160,7 +167,7 @@ func (e *Engine) serveChannel(rw http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	ws.SetReadLimit(readLimit)
+	ws.SetReadLimit(ls.limits.FrameBytes)
 	taken := &c.readerTaken
 	if dir == protocol.DirectionWrite {
 		taken = &c.writerTaken
@@ -198,20 +205,34 @@ func (e *Engine) channelWriter(c *channel, ws *websocket.Conn) {
 		e.finishChannel(c)
 	}()
 	for {
-		typ, data, err := ws.Read(context.Background())
+		typ, r, err := ws.Reader(context.Background())
+		var data []byte
+		if err == nil {
+			if data, err = readSome(nil, io.LimitReader(r, smallFrameBytes)); err == nil && len(data) == smallFrameBytes {
+				data, err = readLarge(data, r)
+			}
+		}
 		if err != nil {
 			if websocket.CloseStatus(err) == -1 {
 				_ = ws.CloseNow()
 			}
 			return
 		}
+		cost := itemCost(data)
+		if err := c.room.Acquire(c.ctx, cost); err != nil {
+			return
+		}
 		select {
-		case c.items <- chanItem{typ: typ, data: data}:
+		case c.items <- chanItem{typ: typ, data: data, cost: cost}:
 		case <-c.ctx.Done():
 			return
 		}
 	}
 }
+
+// itemCost is what one message counts against ChannelBufferBytes; a message
+// larger than the budget still passes alone.
+func itemCost(data []byte) int64 { return min(int64(len(data)), ChannelBufferBytes) }
 
 // channelReader relays buffered items to the reader socket in order, and
 // closes it normally once the writer has finished and the buffer is empty.
@@ -230,7 +251,9 @@ func (e *Engine) channelReader(c *channel, ws *websocket.Conn) {
 				_ = ws.Close(websocket.StatusNormalClosure, "stream complete")
 				return
 			}
-			if err := ws.Write(context.Background(), it.typ, it.data); err != nil {
+			err := ws.Write(context.Background(), it.typ, it.data)
+			c.room.Release(it.cost)
+			if err != nil {
 				c.cancel() // nobody will read the rest; release the writer
 				return
 			}

@@ -4,16 +4,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -52,10 +54,24 @@ type wsConn struct {
 	// ran long enough for a new read loop to take over.
 	inPlace  atomic.Int32
 	handOffs atomic.Int64
+
+	// limits are the listener's; regs counts the connection's
+	// registrations against them; outBytes holds the room left in the
+	// outbound queue.
+	limits       Limits
+	regs         atomic.Int64
+	regsExceeded atomic.Bool
+	outBytes     *semaphore.Weighted
+	listener     *listenerState
 }
 
-func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, policy *ListenerPolicy) {
+func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, ls *listenerState) {
+	policy := &ls.policy
+	if !ls.admitConnection(rw) {
+		return
+	}
 	if !e.tasks.Add() {
+		ls.release()
 		http.Error(rw, "engine stopping", http.StatusServiceUnavailable)
 		return
 	}
@@ -63,10 +79,11 @@ func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, policy *Li
 	c, err := websocket.Accept(rw, r, nil)
 	if err != nil {
 		e.log.Debug("worker upgrade failed", "remote", r.RemoteAddr, "error", err)
+		ls.release()
 		e.tasks.Done()
 		return
 	}
-	c.SetReadLimit(readLimit)
+	c.SetReadLimit(ls.limits.FrameBytes)
 
 	w := newWorker(e, newID())
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
@@ -76,11 +93,12 @@ func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, policy *Li
 	if errb != nil {
 		// As iii does: one error frame naming the code, then close.
 		e.log.Warn("worker connection refused", "remote", r.RemoteAddr, "listener", policy.Name, "code", errb.Code, "error", errb.Message)
-		if b, err := json.Marshal(map[string]any{"type": "error", "error": errb}); err == nil {
+		if b, err := protocol.Encode(&protocol.ErrorFrame{Error: *errb}); err == nil {
 			_ = c.Write(r.Context(), websocket.MessageText, b)
 		}
 		_ = c.Close(statusPolicyViolation, errb.Code)
 		w.cancel()
+		ls.release()
 		e.tasks.Done()
 		return
 	}
@@ -93,6 +111,9 @@ func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, policy *Li
 		out:        make(chan []byte, outQueueSize),
 		quit:       make(chan struct{}),
 		writerDone: make(chan struct{}),
+		limits:     ls.limits,
+		outBytes:   semaphore.NewWeighted(ls.limits.QueuedBytesPerConnection),
+		listener:   ls,
 	}
 	w.conn = conn
 	e.addWorker(w)
@@ -122,6 +143,7 @@ func (c *wsConn) serve() {
 	c.w.teardown()
 	c.shutdown(websocket.StatusNormalClosure, "")
 	<-c.writerDone
+	c.listener.release()
 	c.e.tasks.Done()
 }
 
@@ -133,24 +155,25 @@ const readBufKeep = 4 << 20
 // until a frame's in-process handler ran long on this goroutine and another
 // readLoop reads on (true; see runInPlace).
 func (c *wsConn) readLoop() (handedOff bool) {
-	var buf bytes.Buffer
+	var buf []byte
 	for {
 		typ, r, err := c.c.Reader(context.Background())
+		var held bool
 		if err == nil {
-			if buf.Cap() > readBufKeep {
-				buf = bytes.Buffer{}
+			if cap(buf) > readBufKeep {
+				buf = nil
 			}
-			buf.Reset()
-			_, err = buf.ReadFrom(r)
+			buf, held, err = c.readFrame(buf[:0], r)
 		}
 		if err != nil {
+			c.e.inbound.release(held)
 			if s := websocket.CloseStatus(err); s == -1 && !errors.Is(err, net.ErrClosed) {
 				c.e.log.Debug("worker read ended", "worker_id", c.w.id, "error", err)
 			}
 			return false
 		}
 		// data is reused for the next frame: handlers copy what they keep.
-		data := buf.Bytes()
+		data := buf
 		if typ == websocket.MessageBinary && isTelemetry(data) {
 			// OTLP/metrics/log frames that SDKs push; this engine has no
 			// telemetry ingest.
@@ -159,10 +182,85 @@ func (c *wsConn) readLoop() (handedOff bool) {
 		if len(bytes.TrimSpace(data)) == 0 {
 			continue
 		}
-		if c.handleFrame(data, c.runInPlace) {
+		handedOff := c.handleFrame(data, c.runInPlace)
+		c.e.inbound.release(held)
+		if handedOff {
 			return true
 		}
 	}
+}
+
+// readFrame reads one frame into buf. A frame longer than smallFrameBytes
+// waits for one of the engine's large-frame lanes before the rest is read,
+// and must arrive within the slow-consumer time once it has one (a sender
+// trickling a huge frame would otherwise hold the lane); held reports the
+// lane, to release once the frame is handled.
+func (c *wsConn) readFrame(buf []byte, r io.Reader) (_ []byte, held bool, err error) {
+	buf, err = readSome(buf, io.LimitReader(r, smallFrameBytes))
+	if err != nil || len(buf) < smallFrameBytes {
+		return buf, false, err
+	}
+	if held, err = c.e.inbound.acquire(c.w.ctx); err != nil {
+		return buf, held, err
+	}
+	cut := time.AfterFunc(c.e.slowConsumer, func() {
+		c.e.log.Warn("worker is sending a large frame too slowly; dropping its connection", "worker_id", c.w.id)
+		_ = c.c.CloseNow()
+	})
+	defer cut.Stop()
+	buf, err = readLarge(buf, r)
+	return buf, held, err
+}
+
+// readSome appends what r yields to buf, growing it as append does.
+func readSome(buf []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, 4096)
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// largeChunk is the piece size in which readLarge reads.
+const largeChunk = 4 << 20
+
+// readLarge appends the rest of a large frame to buf. Growing one buffer
+// as it fills (bytes.Buffer, io.ReadAll, append) allocates several times
+// the frame in all; reading fixed pieces and joining them once allocates
+// twice the frame, and the pieces are garbage together.
+func readLarge(buf []byte, r io.Reader) ([]byte, error) {
+	var pieces [][]byte
+	total := len(buf)
+	var err error
+	for err == nil {
+		p := make([]byte, largeChunk)
+		n, rerr := io.ReadFull(r, p)
+		if n > 0 {
+			pieces = append(pieces, p[:n])
+			total += n
+		}
+		switch rerr {
+		case nil:
+		case io.EOF, io.ErrUnexpectedEOF:
+			err = io.EOF
+		default:
+			return buf, rerr
+		}
+	}
+	out := make([]byte, len(buf), total)
+	copy(out, buf)
+	for _, p := range pieces {
+		out = append(out, p...)
+	}
+	return out, nil
 }
 
 // handOffAfter is how long an in-process handler runs on the goroutine
@@ -239,9 +337,12 @@ func (c *wsConn) handleFrame(data []byte, inPlace inPlaceRunner) (handedOff bool
 		e.handleReattach(w, m)
 	case *protocol.TriggerRegistrationResult:
 		e.triggerResult(w, m)
-	case *protocol.RegisterFunction, *protocol.UnregisterFunction, *protocol.RegisterService,
-		*protocol.RegisterTrigger, *protocol.UnregisterTrigger,
-		*protocol.RegisterTriggerType, *protocol.UnregisterTriggerType:
+	case *protocol.RegisterFunction, *protocol.RegisterService, *protocol.RegisterTrigger, *protocol.RegisterTriggerType:
+		if c.countRegistration(1) {
+			w.submit(m)
+		}
+	case *protocol.UnregisterFunction, *protocol.UnregisterTrigger, *protocol.UnregisterTriggerType:
+		c.countRegistration(-1)
 		w.submit(m)
 	default:
 		// workerregistered, registrationrejected and error travel engine →
@@ -330,12 +431,16 @@ func (c *wsConn) send(frame []byte) bool {
 		}
 		c.wmu.Unlock()
 	}
+	if !c.reserve(frame) {
+		return false
+	}
 	c.queued.Add(1)
 	select {
 	case c.out <- frame:
 		return true
 	case <-c.quit:
 		c.queued.Add(-1)
+		c.unreserve(frame)
 		return false
 	default:
 	}
@@ -346,11 +451,58 @@ func (c *wsConn) send(frame []byte) bool {
 		return true
 	case <-c.quit:
 		c.queued.Add(-1)
+		c.unreserve(frame)
 		return false
 	case <-t.C:
 		c.queued.Add(-1)
+		c.unreserve(frame)
 		c.e.log.Warn("worker is not reading; dropping its connection", "worker_id", c.w.id)
 		_ = c.c.CloseNow()
+		return false
+	}
+}
+
+// queuedCost is what a queued frame counts against
+// QueuedBytesPerConnection: one frame larger than the cap still fits alone.
+func (c *wsConn) queuedCost(frame []byte) int64 {
+	return min(int64(len(frame)), c.limits.QueuedBytesPerConnection)
+}
+
+// reserve waits for room for frame in the outbound queue's byte cap. A
+// connection whose queue does not drain within the slow-consumer time has
+// stopped reading: it is dropped.
+func (c *wsConn) reserve(frame []byte) bool {
+	n := c.queuedCost(frame)
+	if c.outBytes.TryAcquire(n) {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(c.w.ctx, c.e.slowConsumer)
+	defer cancel()
+	go func() { // a closing connection stops the wait at once
+		select {
+		case <-c.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := c.outBytes.Acquire(ctx, n); err != nil {
+		if c.w.ctx.Err() == nil && !c.closingQuit() {
+			c.e.log.Warn("worker is not reading (outbound queue full); dropping its connection", "worker_id", c.w.id,
+				"limit_bytes", c.limits.QueuedBytesPerConnection)
+			_ = c.c.CloseNow()
+		}
+		return false
+	}
+	return true
+}
+
+func (c *wsConn) unreserve(frame []byte) { c.outBytes.Release(c.queuedCost(frame)) }
+
+func (c *wsConn) closingQuit() bool {
+	select {
+	case <-c.quit:
+		return true
+	default:
 		return false
 	}
 }
@@ -406,6 +558,7 @@ func (c *wsConn) writeQueued(f []byte) bool {
 	err := c.write(f)
 	c.queued.Add(-1)
 	c.wmu.Unlock()
+	c.unreserve(f)
 	if err != nil {
 		_ = c.c.CloseNow()
 		return false
@@ -435,17 +588,25 @@ func (c *wsConn) closeSocket() {
 // worker socket (OTLP spans, metrics and logs). This engine keeps no
 // telemetry, so frames are read and dropped; accepting them keeps SDKs from
 // reconnecting in a loop. It is not a worker.
-func (e *Engine) serveTelemetry(rw http.ResponseWriter, r *http.Request) {
+func (e *Engine) serveTelemetry(rw http.ResponseWriter, r *http.Request, ls *listenerState) {
+	if !ls.admitConnection(rw) {
+		return
+	}
+	defer ls.release()
 	if !e.tasks.Add() {
 		http.Error(rw, "engine stopping", http.StatusServiceUnavailable)
 		return
 	}
 	defer e.tasks.Done()
+	if p, errb := e.authenticate(r.Context(), r, &ls.policy, remoteIP(r)); errb != nil || p == nil {
+		http.Error(rw, CodeAuthError, http.StatusUnauthorized)
+		return
+	}
 	c, err := websocket.Accept(rw, r, nil)
 	if err != nil {
 		return
 	}
-	c.SetReadLimit(readLimit)
+	c.SetReadLimit(ls.limits.FrameBytes)
 	stop := context.AfterFunc(e.ctx, func() { _ = c.CloseNow() })
 	defer stop()
 	for {
@@ -478,4 +639,11 @@ func (e *Engine) watchWriters() {
 			}
 		}
 	}
+}
+
+func remoteIP(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }

@@ -36,9 +36,9 @@ const (
 	// cannot wedge the new connection.
 	reattachEvictTimeout = 5 * time.Second
 
-	// readLimit is the largest frame accepted from a socket. Payloads such as
-	// file contents travel inline, so it is generous.
-	readLimit = 64 << 20
+	// readLimit is the largest frame the engine's own test clients accept;
+	// what the engine accepts is Limits.FrameBytes.
+	readLimit = DefaultFrameBytes
 
 	// outQueueSize bounds each connection's outbound queue; a full queue
 	// applies back-pressure to whoever is sending to that connection.
@@ -98,6 +98,7 @@ type Engine struct {
 
 	builtins *LocalWorker
 	creds    credentialTable
+	inbound  inboundBudget
 
 	// slowConsumer is slowConsumerTimeout; tests shorten it.
 	slowConsumer time.Duration
@@ -136,6 +137,7 @@ func newEngine(opts Options, slowConsumer time.Duration) *Engine {
 
 		slowConsumer: slowConsumer,
 	}
+	e.inbound = newInboundBudget()
 	e.reg.init()
 	e.pending.init(e.seed)
 	e.triggers.init()
@@ -181,11 +183,12 @@ func (e *Engine) Handler() http.Handler {
 // GET /otel (the SDKs' telemetry socket, accepted and discarded), each
 // behind the listener's Host check.
 func (e *Engine) HandlerFor(policy ListenerPolicy) http.Handler {
-	p := &policy
+	ls := &listenerState{policy: policy, limits: policy.Limits.withDefaults()}
+	p := &ls.policy
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(rw http.ResponseWriter, r *http.Request) { e.serveWorker(rw, r, p) })
-	mux.HandleFunc("GET /ws/channels/{id}", e.serveChannel)
-	mux.HandleFunc("GET /otel", e.serveTelemetry)
+	mux.HandleFunc("GET /{$}", func(rw http.ResponseWriter, r *http.Request) { e.serveWorker(rw, r, ls) })
+	mux.HandleFunc("GET /ws/channels/{id}", func(rw http.ResponseWriter, r *http.Request) { e.serveChannel(rw, r, ls) })
+	mux.HandleFunc("GET /otel", func(rw http.ResponseWriter, r *http.Request) { e.serveTelemetry(rw, r, ls) })
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if p.refuseHost(rw, r) {
 			return

@@ -131,16 +131,52 @@ func (w *ChannelWriter) send(ctx context.Context, it chanItem) error {
 	if err := w.check(); err != nil {
 		return err
 	}
+	it.cost = itemCost(it.data)
+	if !w.c.room.TryAcquire(it.cost) {
+		if err := w.waitRoom(ctx, it.cost); err != nil {
+			return err
+		}
+	}
 	select {
 	case w.c.items <- it:
 		return nil
 	case <-w.c.ctx.Done():
+		w.c.room.Release(it.cost)
 		return ErrChannelClosed
 	case <-w.closing:
+		w.c.room.Release(it.cost)
 		return ErrChannelEndClosed
 	case <-ctx.Done():
+		w.c.room.Release(it.cost)
 		return ctx.Err()
 	}
+}
+
+// waitRoom waits until the channel's buffer has room for n bytes, the
+// channel or this end closes, or ctx ends.
+func (w *ChannelWriter) waitRoom(ctx context.Context, n int64) error {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(w.c.ctx, cancel)
+	defer stop()
+	go func() {
+		select {
+		case <-w.closing:
+			cancel()
+		case <-actx.Done():
+		}
+	}()
+	if err := w.c.room.Acquire(actx, n); err != nil {
+		switch {
+		case w.c.ctx.Err() != nil:
+			return ErrChannelClosed
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			return ErrChannelEndClosed
+		}
+	}
+	return nil
 }
 
 // Close ends the stream: the reader gets every item sent so far, then the
@@ -274,6 +310,7 @@ func (r *ChannelReader) next(ctx context.Context) (chanItem, error) {
 		if !ok {
 			return chanItem{}, r.fail(io.EOF)
 		}
+		r.c.room.Release(it.cost)
 		return it, nil
 	case <-r.c.ctx.Done():
 		return chanItem{}, r.fail(ErrChannelClosed)

@@ -75,6 +75,12 @@ func Policy(l config.Listener) engine.ListenerPolicy {
 		RBAC:                 l.RBACConfig(),
 		MiddlewareFunctionID: l.MiddlewareFunctionID,
 		LoopbackHostOnly:     l.Loopback(),
+		Limits: engine.Limits{
+			FrameBytes:                 l.Limits.FrameBytes,
+			Connections:                l.Limits.Connections,
+			RegistrationsPerConnection: l.Limits.RegistrationsPerConnection,
+			QueuedBytesPerConnection:   l.Limits.QueuedBytesPerConnection,
+		},
 	}
 	p.RequireToken = !p.LoopbackHostOnly && (p.RBAC == nil || p.RBAC.AuthFunctionID == "")
 	return p
