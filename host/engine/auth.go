@@ -358,20 +358,13 @@ func (e *Engine) admitRegistration(w *worker, f *function) *protocol.ErrorBody {
 		return errb
 	}
 	orig := f.id
-	if p.rules != nil && p.rules.OnFunctionRegistrationFunctionID != "" && p.policy != nil && p.rules == p.policy.RBAC {
-		in, err := json.Marshal(map[string]any{
+	if hook := p.hook(func(c *rbac.Config) string { return c.OnFunctionRegistrationFunctionID }); hook != "" {
+		rewrite, errb := e.callHook(w, hook, "registration of "+f.id, map[string]any{
 			"function_id": f.id, "description": f.description, "metadata": json.RawMessage(orNull(f.metadata)),
 			"namespace": f.ns, "context": p.session.Context,
 		})
-		if err != nil {
-			return &protocol.ErrorBody{Code: CodeForbidden, Message: "encode registration hook input: " + err.Error()}
-		}
-		ctx, cancel := context.WithTimeout(w.ctx, authTimeout)
-		out, err := e.Invoke(ctx, DefaultNamespace, p.rules.OnFunctionRegistrationFunctionID, in)
-		cancel()
-		var rewrite map[string]json.RawMessage
-		if err != nil || json.Unmarshal(out, &rewrite) != nil || rewrite == nil {
-			return &protocol.ErrorBody{Code: CodeForbidden, Message: "registration of " + f.id + " denied by " + p.rules.OnFunctionRegistrationFunctionID}
+		if errb != nil {
+			return errb
 		}
 		var s string
 		if json.Unmarshal(rewrite["function_id"], &s) == nil && strings.TrimSpace(s) != "" {
@@ -412,8 +405,89 @@ func (e *Engine) admitTrigger(o *worker, ns string, m *protocol.RegisterTrigger)
 	if p.session != nil && p.session.AllowedTriggerTypes != nil && !slices.Contains(*p.session.AllowedTriggerTypes, m.TriggerType) {
 		return &protocol.ErrorBody{Code: CodeForbidden, Message: "trigger type '" + m.TriggerType + "' not allowed for this session"}
 	}
+	if hook := p.hook(func(c *rbac.Config) string { return c.OnTriggerRegistrationFunctionID }); hook != "" {
+		rewrite, errb := e.callHook(o, hook, "trigger "+m.ID, map[string]any{
+			"trigger_id": m.ID, "trigger_type": m.TriggerType, "function_id": m.FunctionID,
+			"config": json.RawMessage(orNull(m.Config)), "metadata": json.RawMessage(orNull(m.Metadata)),
+			"namespace": ns, "context": p.session.Context,
+		})
+		if errb != nil {
+			return errb
+		}
+		var s string
+		for key, dst := range map[string]*string{"trigger_id": &m.ID, "trigger_type": &m.TriggerType, "function_id": &m.FunctionID} {
+			if json.Unmarshal(rewrite[key], &s) == nil && strings.TrimSpace(s) != "" {
+				*dst = s
+			}
+		}
+		if c, ok := rewrite["config"]; ok {
+			m.Config = c
+		}
+	}
+	if p.session != nil && p.session.FunctionRegistrationPrefix != "" {
+		m.FunctionID = p.session.FunctionRegistrationPrefix + "::" + m.FunctionID
+	}
 	if reservedID(m.FunctionID) {
 		return &protocol.ErrorBody{Code: CodeForbidden, Message: "function '" + m.FunctionID + "' cannot be a trigger target of this connection (reserved to the engine token's holder)"}
 	}
 	return p.authorizeInvoke(ns, m.FunctionID, e.reg.get(ns, m.FunctionID))
+}
+
+// admitTriggerType applies a non-admin connection's rules to a trigger
+// type registration: allow_trigger_type_registration and the listener's
+// on_trigger_type_registration_function_id hook (which may rewrite the id
+// and description, or deny). false means refused (and logged).
+func (e *Engine) admitTriggerType(w *worker, m *protocol.RegisterTriggerType) bool {
+	p := w.principal
+	if p == nil || p.admin {
+		return true
+	}
+	if p.session != nil && !p.session.AllowTriggerTypeRegistration {
+		e.log.Warn("registertriggertype refused: this session may not register trigger types", "worker_id", w.id, "id", m.ID)
+		return false
+	}
+	if hook := p.hook(func(c *rbac.Config) string { return c.OnTriggerTypeRegistrationFunctionID }); hook != "" {
+		rewrite, errb := e.callHook(w, hook, "trigger type "+m.ID, map[string]any{
+			"trigger_type_id": m.ID, "description": m.Description, "context": p.session.Context,
+		})
+		if errb != nil {
+			e.log.Warn("registertriggertype refused", "worker_id", w.id, "id", m.ID, "error", errb.Message)
+			return false
+		}
+		var s string
+		if json.Unmarshal(rewrite["trigger_type_id"], &s) == nil && strings.TrimSpace(s) != "" {
+			m.ID = s
+		}
+		if json.Unmarshal(rewrite["description"], &s) == nil {
+			m.Description = s
+		}
+	}
+	return true
+}
+
+// hook returns the registration hook pick names on the listener's rbac
+// block, or "" (none, or the principal is not an RBAC session).
+func (p *principal) hook(pick func(*rbac.Config) string) string {
+	if p.session == nil || p.rules == nil || p.policy == nil || p.rules != p.policy.RBAC {
+		return ""
+	}
+	return pick(p.rules)
+}
+
+// callHook calls a registration hook as iii does: an object answer may
+// rewrite the registration; an error or any other answer denies it.
+func (e *Engine) callHook(w *worker, hook, what string, input map[string]any) (map[string]json.RawMessage, *protocol.ErrorBody) {
+	denied := &protocol.ErrorBody{Code: CodeForbidden, Message: what + " denied by " + hook}
+	in, err := json.Marshal(input)
+	if err != nil {
+		return nil, denied
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, authTimeout)
+	defer cancel()
+	out, err := e.Invoke(ctx, DefaultNamespace, hook, in)
+	var rewrite map[string]json.RawMessage
+	if err != nil || json.Unmarshal(out, &rewrite) != nil || rewrite == nil {
+		return nil, denied
+	}
+	return rewrite, nil
 }

@@ -188,11 +188,12 @@ func TestRBACWithRawWorkers(t *testing.T) {
 	te := startEngine(t, Options{})
 	url := te.listen(t, ListenerPolicy{Name: "rbac", LoopbackHostOnly: true,
 		RBAC: &rbac.Config{
-			AuthFunctionID:  "auth::fn",
-			ExposeFunctions: []rbac.Filter{{Match: "api::*"}, {Match: "orders::*", Namespace: "orders"}},
+			AuthFunctionID:                   "auth::fn",
+			ExposeFunctions:                  []rbac.Filter{{Match: "api::*"}, {Match: "orders::*", Namespace: "orders"}},
+			OnFunctionRegistrationFunctionID: "auth::onreg",
 		}})
 	auth := te.dial(t)
-	auth.registerIn("", "auth", "auth::fn", "api::echo", "api::secret", "other::fn")
+	auth.registerIn("", "auth", "auth::fn", "auth::onreg", "api::echo", "api::secret", "other::fn")
 	go func() {
 		for {
 			var f frame
@@ -218,6 +219,13 @@ func TestRBACWithRawWorkers(t *testing.T) {
 				default:
 					errb = &protocol.ErrorBody{Code: "nope", Message: "who are you"}
 				}
+			} else if f.str("function_id") == "auth::onreg" {
+				id := f.obj("data").str("function_id")
+				if strings.HasPrefix(id, "deny::") {
+					errb = &protocol.ErrorBody{Code: "no", Message: "not that one"}
+				} else {
+					res = map[string]any{"function_id": "hooked::" + id}
+				}
 			} else {
 				res = map[string]any{"ok": f.str("function_id")}
 			}
@@ -242,6 +250,21 @@ func TestRBACWithRawWorkers(t *testing.T) {
 	code, _ = errBody(t, alice.call("3", FnWorkersRegister, nil, `{"name":"a","namespace":"billing"}`))
 	assert.Equal(t, code, CodeForbidden)
 
+	// The registration hook renames one registration and denies another;
+	// invocations reach the worker under the id it registered.
+	alice.send(&protocol.RegisterFunction{ID: "x::f"})
+	alice.send(&protocol.RegisterFunction{ID: "deny::f"})
+	alice.register(map[string]any{"name": "alice"})
+	rej := alice.expect("registrationrejected")
+	assert.Equal(t, rej.str("code"), CodeForbidden)
+	assert.Equal(t, rej.str("function_id"), "deny::f")
+	pollUntil(t, "the renamed registration", func() bool { return hasFn(te, DefaultNamespace, "hooked::x::f") })
+	assert.Assert(t, !hasFn(te, DefaultNamespace, "x::f"))
+	admin := te.dialAdmin(t)
+	admin.send(&protocol.InvokeFunction{InvocationID: "h1", FunctionID: "hooked::x::f", Data: json.RawMessage(`{}`)})
+	inv := alice.expect("invokefunction")
+	assert.Equal(t, inv.str("function_id"), "x::f")
+
 	bob := te.dialURL(t, url, http.Header{"X-User": {"bob"}})
 	code, _ = errBody(t, bob.call("4", "other::fn", nil, `{}`))
 	assert.Equal(t, code, CodeForbidden, "not exposed and not granted")
@@ -251,7 +274,7 @@ func TestRBACWithRawWorkers(t *testing.T) {
 	assert.Equal(t, code, CodeForbidden, "discovery is not infrastructure")
 	bob.send(&protocol.RegisterFunction{ID: "bob::fn"})
 	bob.register(map[string]any{"name": "bob"})
-	rej := bob.expect("registrationrejected")
+	rej = bob.expect("registrationrejected")
 	assert.Equal(t, rej.str("code"), CodeForbidden)
 }
 

@@ -228,8 +228,7 @@ func (e *Engine) registerTriggerType(p *worker, connNS string, m *protocol.Regis
 		e.log.Warn("registertriggertype without id ignored", "worker_id", p.id)
 		return
 	}
-	if pr := p.principal; pr != nil && !pr.admin && pr.session != nil && !pr.session.AllowTriggerTypeRegistration {
-		e.log.Warn("registertriggertype refused: this session may not register trigger types", "worker_id", p.id, "id", m.ID)
+	if !e.admitTriggerType(p, m) {
 		return
 	}
 	k := ttKey{ns, m.ID}
