@@ -163,3 +163,15 @@ func FuzzWildcard(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAllowed is the RBAC decision on the call path: an exposed id
+// matched by the second of three rules, with a session holding grants.
+func BenchmarkAllowed(b *testing.B) {
+	cfg := &Config{ExposeFunctions: []Filter{{Match: "other::*"}, {Match: "bench::*"}, {Match: "x::*", Namespace: "orders"}}}
+	s := &Session{Namespaces: map[string][]string{"orders": {"orders::*"}}, AllowedFunctions: []string{"a::b"}, ForbiddenFunctions: []string{"c::d"}}
+	for b.Loop() {
+		if !Allowed("bench::echo", DefaultNamespace, cfg, s, nil) {
+			b.Fatal("denied")
+		}
+	}
+}

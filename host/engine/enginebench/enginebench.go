@@ -28,6 +28,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/host/rbac"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -36,10 +37,22 @@ type Kind string
 
 // The measured paths.
 const (
+	// Engine: callers connect without a token, so every call passes the
+	// permission check (an open session: denials, then privilege).
 	Engine Kind = "engine"
-	Relay  Kind = "relay"
-	Echo   Kind = "echo"
+	// EngineAdmin: callers present the engine token, which skips the
+	// permission check: the figure without it.
+	EngineAdmin Kind = "engine-admin"
+	// EngineRBAC: callers connect through a listener with an rbac block
+	// (expose_functions rules, no auth function): the full RBAC decision
+	// on every call.
+	EngineRBAC Kind = "engine-rbac"
+	Relay      Kind = "relay"
+	Echo       Kind = "echo"
 )
+
+// benchToken is the engine token of the engines the benchmarks start.
+const benchToken = "bench-token"
 
 const echoFunction = "bench::echo"
 
@@ -88,8 +101,8 @@ func Start(ctx context.Context, opts Options) (*Setup, error) {
 		if target, err = s.serve(relayHandler(echoURL)); err != nil {
 			return nil, err
 		}
-	case Engine:
-		e := engine.New(engine.Options{})
+	case Engine, EngineAdmin, EngineRBAC:
+		e := engine.New(engine.Options{AdminToken: func() string { return benchToken }})
 		s.closers = append(s.closers, func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -99,6 +112,10 @@ func Start(ctx context.Context, opts Options) (*Setup, error) {
 			return nil, err
 		}
 		w, err := startEchoWorker(ctx, target)
+		if err == nil && opts.Kind == EngineRBAC {
+			target, err = s.serve(e.HandlerFor(engine.ListenerPolicy{Name: "bench-rbac", LoopbackHostOnly: true,
+				RBAC: &rbac.Config{ExposeFunctions: []rbac.Filter{{Match: "other::*"}, {Match: "bench::*"}}}}))
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -110,7 +127,7 @@ func Start(ctx context.Context, opts Options) (*Setup, error) {
 		return nil, fmt.Errorf("unknown kind %q", opts.Kind)
 	}
 	for range opts.Conns {
-		c, err := dialCaller(ctx, target, opts.Kind == Engine)
+		c, err := dialCaller(ctx, target, opts.Kind)
 		if err != nil {
 			return nil, err
 		}
@@ -168,8 +185,13 @@ type Caller struct {
 	engine  bool
 }
 
-func dialCaller(ctx context.Context, url string, toEngine bool) (*Caller, error) {
-	c, _, err := websocket.Dial(ctx, url, nil)
+func dialCaller(ctx context.Context, url string, kind Kind) (*Caller, error) {
+	toEngine := kind == Engine || kind == EngineAdmin || kind == EngineRBAC
+	var h http.Header
+	if kind == EngineAdmin {
+		h = http.Header{"Authorization": {"Bearer " + benchToken}}
+	}
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", url, err)
 	}

@@ -5,6 +5,11 @@
 //	P1  caller → engine → echo worker → engine → caller, p50 and p99,
 //	    against a two-hop relay that forwards frames without parsing them
 //	    (caller → relay → echo peer → relay → caller) and the one-hop echo.
+//	    P1 is measured three ways: callers without a token (every call
+//	    passes the permission check), with the engine token (the check is
+//	    skipped: the figure without it) and through an RBAC listener (the
+//	    full expose_functions decision); the cost of the check is the
+//	    difference, in the same run.
 //	P3  calls/s with concurrent callers (default 64) through the engine to
 //	    one echo worker.
 //
@@ -49,7 +54,7 @@ func run(n, rounds, warmup, callers, conns int, p3 time.Duration, payloadSize in
 	if payloadSize > 0 {
 		payload = []byte(`{"blob":"` + strings.Repeat("x", payloadSize) + `"}`)
 	}
-	kinds := []enginebench.Kind{enginebench.Echo, enginebench.Relay, enginebench.Engine}
+	kinds := []enginebench.Kind{enginebench.Echo, enginebench.Relay, enginebench.Engine, enginebench.EngineAdmin, enginebench.EngineRBAC}
 	setups := map[enginebench.Kind]*enginebench.Setup{}
 	for _, k := range kinds {
 		s, err := enginebench.Start(ctx, enginebench.Options{Kind: k, Payload: payload})
@@ -82,9 +87,11 @@ func run(n, rounds, warmup, callers, conns int, p3 time.Duration, payloadSize in
 		return enginebench.Percentile(s, q)
 	}
 	label := map[enginebench.Kind]string{
-		enginebench.Echo:   "one-hop echo (floor)",
-		enginebench.Relay:  "two-hop relay (floor)",
-		enginebench.Engine: "engine round trip (P1)",
+		enginebench.Echo:        "one-hop echo (floor)",
+		enginebench.Relay:       "two-hop relay (floor)",
+		enginebench.Engine:      "engine round trip (P1)",
+		enginebench.EngineAdmin: "P1, token: no check",
+		enginebench.EngineRBAC:  "P1 through RBAC listener",
 	}
 	fmt.Printf("  %-24s %10s %10s\n", "path", "p50", "p99")
 	for _, k := range kinds {
@@ -95,6 +102,10 @@ func run(n, rounds, warmup, callers, conns int, p3 time.Duration, payloadSize in
 	fmt.Printf("  P1 / two-hop floor: p50 %.2f×, p99 %.2f×   (goal: p50 ≤ 1.5×)\n", r50, r99)
 	fmt.Printf("  P1 / one-hop floor: p50 %.2f×\n",
 		float64(p(enginebench.Engine, 50))/float64(p(enginebench.Echo, 50)))
+	fmt.Printf("  permission check: P1 − P1 without it: p50 %+.2fµs, p99 %+.2fµs; RBAC listener − without: p50 %+.2fµs   (goal: ≤ 2µs at p50)\n",
+		float64(p(enginebench.Engine, 50)-p(enginebench.EngineAdmin, 50))/1e3,
+		float64(p(enginebench.Engine, 99)-p(enginebench.EngineAdmin, 99))/1e3,
+		float64(p(enginebench.EngineRBAC, 50)-p(enginebench.EngineAdmin, 50))/1e3)
 
 	fmt.Printf("P3: %d concurrent callers on %d caller connection(s), one echo worker, %s\n", callers, conns, p3)
 	s, err := enginebench.Start(ctx, enginebench.Options{Kind: enginebench.Engine, Conns: conns, Payload: payload})
