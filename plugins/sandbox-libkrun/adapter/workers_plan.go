@@ -77,7 +77,10 @@ func GuestEngineURL(raw string) (string, error) {
 
 // EngineForward is the gateway forward that lets a VM worker reach the
 // engine at engine_url: the guest dials GuestEngineURL, the gateway's port
-// is connected to the engine's loopback address and to nothing else. nil
+// is connected to the engine's loopback address and to nothing else. It
+// is an HTTP forward for ws and http: the handshake reaches the engine with
+// Host set to the engine's loopback address, which a loopback listener
+// requires. nil
 // when engine_url does not name the host's loopback (the guest then dials
 // it directly, and the network policy decides).
 func EngineForward(raw string) (*backend.NetForward, error) {
@@ -105,7 +108,9 @@ func EngineForward(raw string) (*backend.NetForward, error) {
 	if err != nil || p == 0 {
 		return nil, fmt.Errorf("%q: port %q is not 1 to 65535", raw, port)
 	}
-	return &backend.NetForward{GuestPort: uint16(p), HostAddr: net.JoinHostPort("127.0.0.1", port)}, nil
+	// TLS (wss, https) passes through as bytes: its Host is inside.
+	plain := u.Scheme == "ws" || u.Scheme == "http"
+	return &backend.NetForward{GuestPort: uint16(p), HostAddr: net.JoinHostPort("127.0.0.1", port), HTTP: plain}, nil
 }
 
 // guestHostname turns a vm_id into a host name (letters, digits, '-').

@@ -53,10 +53,10 @@ func TestEngineForward(t *testing.T) {
 		want *backend.NetForward
 		err  string
 	}{
-		{in: "ws://127.0.0.1:49134", want: &backend.NetForward{GuestPort: 49134, HostAddr: "127.0.0.1:49134"}},
-		{in: "ws://localhost:5/path?q=1", want: &backend.NetForward{GuestPort: 5, HostAddr: "127.0.0.1:5"}},
+		{in: "ws://127.0.0.1:49134", want: &backend.NetForward{GuestPort: 49134, HostAddr: "127.0.0.1:49134", HTTP: true}},
+		{in: "ws://localhost:5/path?q=1", want: &backend.NetForward{GuestPort: 5, HostAddr: "127.0.0.1:5", HTTP: true}},
 		{in: "wss://localhost", want: &backend.NetForward{GuestPort: 443, HostAddr: "127.0.0.1:443"}},
-		{in: "ws://localhost", want: &backend.NetForward{GuestPort: 80, HostAddr: "127.0.0.1:80"}},
+		{in: "ws://localhost", want: &backend.NetForward{GuestPort: 80, HostAddr: "127.0.0.1:80", HTTP: true}},
 		// Not the host's loopback: no forward, the policy decides.
 		{in: "ws://engine.internal:49134"},
 		{in: "ws://192.0.2.2:49134"},

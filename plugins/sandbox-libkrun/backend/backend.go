@@ -113,12 +113,13 @@ type Spec struct {
 
 // NetForward connects the guest's TCP connections to the gateway's
 // GuestPort to HostAddr, a loopback "ip:port" of the host, and to nothing
-// else (usernet.Forward). With BearerToken the forward relays one HTTP
-// request head with the guest's Authorization replaced by the token, which
-// never enters the guest.
+// else (usernet.Forward). An HTTP forward relays one HTTP request head with
+// its Host set to HostAddr, and with BearerToken the guest's Authorization
+// replaced by the token, which never enters the guest.
 type NetForward struct {
 	GuestPort   uint16 `json:"guest_port"`
 	HostAddr    string `json:"host_addr"`
+	HTTP        bool   `json:"http,omitempty"`
 	BearerToken string `json:"bearer_token,omitempty"`
 }
 
@@ -179,7 +180,7 @@ func (s *Spec) NetConfig() (usernet.Config, error) {
 		if err != nil {
 			return usernet.Config{}, fmt.Errorf("forward of guest port %d: host address %q: %w", f.GuestPort, f.HostAddr, err)
 		}
-		cfg.Forwards = append(cfg.Forwards, usernet.Forward{GuestPort: f.GuestPort, HostAddr: ap, BearerToken: f.BearerToken})
+		cfg.Forwards = append(cfg.Forwards, usernet.Forward{GuestPort: f.GuestPort, HostAddr: ap, HTTP: f.HTTP, BearerToken: f.BearerToken})
 	}
 	if err := cfg.Validate(); err != nil {
 		return usernet.Config{}, err

@@ -48,17 +48,22 @@ const (
 
 // Forward connects a guest's TCP connections to the gateway's GuestPort to
 // HostAddr, a loopback address of the host, and to nothing else: a VM
-// worker reaches the engine this way. With a BearerToken the forward
-// relays exactly one HTTP/1.1 request head, with the guest's Authorization
-// replaced by "Bearer <token>", then nothing more from the guest until the
-// host's status line: 101 turns the connection into a byte relay both ways,
-// any other status is relayed with its response and the connection closed.
-// The token never enters the guest.
+// worker reaches the engine this way. A plain forward relays bytes. An
+// HTTP forward (HTTP, or a BearerToken) relays exactly one HTTP/1.1
+// request head, with its Host set to HostAddr (a loopback listener
+// answers only loopback Host names) and, with a BearerToken, the guest's
+// Authorization replaced by "Bearer <token>"; then nothing more from the
+// guest until the host's status line: 101 turns the connection into a
+// byte relay both ways, any other status is relayed with its response and
+// the connection closed. The token never enters the guest.
 type Forward struct {
 	GuestPort   uint16
 	HostAddr    netip.AddrPort
+	HTTP        bool
 	BearerToken string
 }
+
+func (f *Forward) httpMode() bool { return f.HTTP || f.BearerToken != "" }
 
 // Config is one VM's network.
 type Config struct {

@@ -103,9 +103,9 @@ func (n *Network) handleTCP(r *tcp.ForwarderRequest) {
 	switch {
 	case kind == flowDNS:
 		n.serveDNSTCP(n.ctx, guest)
-	case fwd != nil && fwd.BearerToken != "":
-		if err := relayBearer(n.ctx, guest, host, fwd.BearerToken); err != nil {
-			n.log.Debug("bearer forward ended", "guest_port", fwd.GuestPort, "error", err)
+	case fwd != nil && fwd.httpMode():
+		if err := relayHTTP(n.ctx, guest, host, fwd.HostAddr.String(), fwd.BearerToken); err != nil {
+			n.log.Debug("HTTP forward ended", "guest_port", fwd.GuestPort, "error", err)
 		}
 	default:
 		relay(n.ctx, guest, host)

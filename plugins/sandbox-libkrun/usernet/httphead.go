@@ -8,7 +8,7 @@ import (
 	"strconv"
 )
 
-// MaxHead bounds the HTTP request head a bearer forward reads from the
+// MaxHead bounds the HTTP request head an HTTP forward reads from the
 // guest, and the response head it reads from the host.
 const MaxHead = 16 << 10
 
@@ -101,18 +101,24 @@ func ValidBearerToken(tok string) bool {
 }
 
 // RewriteRequestHead checks an HTTP/1.1 request head from a guest and
-// returns it with every Authorization header the guest sent removed and
-// "Authorization: Bearer <token>" added. It refuses a request that has or
-// announces a body (Transfer-Encoding, a Content-Length other than 0), a
-// malformed start line or header line (obsolete line folding, space before
-// the colon), and more than one Host header: anything two parsers could
-// read differently. method is the request's method.
-func RewriteRequestHead(head []byte, token string) (out []byte, method string, err error) {
+// returns it as the forward sends it to its loopback upstream: the Host
+// header replaced by host (the upstream's address: a loopback listener
+// answers only loopback Host names, and the guest named the gateway),
+// and, when token is set, every Authorization header the guest sent
+// removed and "Authorization: Bearer <token>" added. It refuses a request
+// that has or announces a body (Transfer-Encoding, a Content-Length other
+// than 0), a malformed start line or header line (obsolete line folding,
+// space before the colon), and more than one Host header: anything two
+// parsers could read differently. method is the request's method.
+func RewriteRequestHead(head []byte, host, token string) (out []byte, method string, err error) {
 	if len(head) > MaxHead {
 		return nil, "", badHead("longer than %d bytes", MaxHead)
 	}
-	if !ValidBearerToken(token) {
-		return nil, "", errors.New("the bearer token is empty, too long or not visible ASCII")
+	if token != "" && !ValidBearerToken(token) {
+		return nil, "", errors.New("the bearer token is too long or not visible ASCII")
+	}
+	if !ValidBearerToken(host) {
+		return nil, "", errors.New("the upstream host is empty or not visible ASCII")
 	}
 	lines, err := headLines(head)
 	if err != nil {
@@ -130,7 +136,7 @@ func RewriteRequestHead(head []byte, token string) (out []byte, method string, e
 	var b bytes.Buffer
 	b.Grow(len(head) + len(token) + 32)
 	b.Write(lines[0])
-	b.WriteString("\r\n")
+	b.WriteString("\r\nHost: " + host + "\r\n")
 	hosts := 0
 	for _, l := range lines[1:] {
 		name, value, ok := bytes.Cut(l, []byte(":"))
@@ -141,7 +147,7 @@ func RewriteRequestHead(head []byte, token string) (out []byte, method string, e
 		}
 		value = bytes.Trim(value, " \t")
 		switch {
-		case bytes.EqualFold(name, []byte("Authorization")):
+		case bytes.EqualFold(name, []byte("Authorization")) && token != "":
 			continue
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			return nil, "", badHead("a request with Transfer-Encoding carries a body, which this forward does not relay")
@@ -153,13 +159,17 @@ func RewriteRequestHead(head []byte, token string) (out []byte, method string, e
 			if hosts++; hosts > 1 {
 				return nil, "", badHead("more than one Host header")
 			}
+			continue
 		}
 		b.Write(name)
 		b.WriteString(": ")
 		b.Write(value)
 		b.WriteString("\r\n")
 	}
-	b.WriteString("Authorization: Bearer " + token + "\r\n\r\n")
+	if token != "" {
+		b.WriteString("Authorization: Bearer " + token + "\r\n")
+	}
+	b.WriteString("\r\n")
 	return b.Bytes(), string(parts[0]), nil
 }
 

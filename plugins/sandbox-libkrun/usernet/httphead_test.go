@@ -15,18 +15,21 @@ func TestRewriteRequestHead(t *testing.T) {
 	for _, tc := range []struct {
 		name, in, want, err string
 	}{
-		{name: "adds the token",
+		{name: "the upstream's Host, the token",
 			in:   "GET /ws HTTP/1.1\r\nHost: 10.0.2.2:49134\r\nUpgrade: websocket\r\n\r\n",
-			want: "GET /ws HTTP/1.1\r\nHost: 10.0.2.2:49134\r\nUpgrade: websocket\r\nAuthorization: Bearer T0k\r\n\r\n"},
+			want: "GET /ws HTTP/1.1\r\nHost: 127.0.0.1:49134\r\nUpgrade: websocket\r\nAuthorization: Bearer T0k\r\n\r\n"},
 		{name: "drops the guest's Authorization, any case",
-			in:   "GET / HTTP/1.1\r\nAuthorization: Bearer forged\r\nHost: h\r\nAUTHORIZATION:Basic x\r\nauthorization: \r\n\r\n",
-			want: "GET / HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer T0k\r\n\r\n"},
+			in:   "GET / HTTP/1.1\r\nAuthorization: Bearer forged\r\nhost: h\r\nAUTHORIZATION:Basic x\r\nauthorization: \r\n\r\n",
+			want: "GET / HTTP/1.1\r\nHost: 127.0.0.1:49134\r\nAuthorization: Bearer T0k\r\n\r\n"},
+		{name: "no Host from the guest",
+			in:   "GET / HTTP/1.1\r\nX: y\r\n\r\n",
+			want: "GET / HTTP/1.1\r\nHost: 127.0.0.1:49134\r\nX: y\r\nAuthorization: Bearer T0k\r\n\r\n"},
 		{name: "content-length 0 is no body",
 			in:   "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",
-			want: "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nAuthorization: Bearer T0k\r\n\r\n"},
+			want: "GET / HTTP/1.1\r\nHost: 127.0.0.1:49134\r\nContent-Length: 0\r\nAuthorization: Bearer T0k\r\n\r\n"},
 		{name: "trims optional whitespace",
 			in:   "GET / HTTP/1.1\r\nX-A: \t v \t\r\n\r\n",
-			want: "GET / HTTP/1.1\r\nX-A: v\r\nAuthorization: Bearer T0k\r\n\r\n"},
+			want: "GET / HTTP/1.1\r\nHost: 127.0.0.1:49134\r\nX-A: v\r\nAuthorization: Bearer T0k\r\n\r\n"},
 		{name: "transfer-encoding", in: "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", err: "Transfer-Encoding"},
 		{name: "body", in: "POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n", err: "Content-Length"},
 		{name: "two lengths", in: "POST / HTTP/1.1\r\nContent-Length: 0, 0\r\n\r\n", err: "Content-Length"},
@@ -46,7 +49,7 @@ func TestRewriteRequestHead(t *testing.T) {
 		{name: "too long", in: "GET / HTTP/1.1\r\nX: " + strings.Repeat("a", MaxHead) + "\r\n\r\n", err: "longer than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, _, err := RewriteRequestHead([]byte(tc.in), "T0k")
+			out, _, err := RewriteRequestHead([]byte(tc.in), "127.0.0.1:49134", "T0k")
 			if tc.err != "" {
 				assert.Assert(t, errors.Is(err, ErrBadHead), "%v", err)
 				assert.Check(t, is.ErrorContains(err, tc.err))
@@ -56,11 +59,18 @@ func TestRewriteRequestHead(t *testing.T) {
 			assert.Equal(t, string(out), tc.want)
 		})
 	}
-	_, _, err := RewriteRequestHead([]byte("GET / HTTP/1.1\r\n\r\n"), "")
+	_, _, err := RewriteRequestHead([]byte("GET / HTTP/1.1\r\n\r\n"), "127.0.0.1:1", "a b")
 	assert.ErrorContains(t, err, "bearer token")
-	_, method, err := RewriteRequestHead([]byte("HEAD / HTTP/1.1\r\n\r\n"), "x")
+	_, _, err = RewriteRequestHead([]byte("GET / HTTP/1.1\r\n\r\n"), "", "t")
+	assert.ErrorContains(t, err, "upstream host")
+	_, method, err := RewriteRequestHead([]byte("HEAD / HTTP/1.1\r\n\r\n"), "127.0.0.1:1", "x")
 	assert.NilError(t, err)
 	assert.Equal(t, method, "HEAD")
+	// Without a token the guest's own Authorization passes; Host is
+	// still the upstream's.
+	out, _, err := RewriteRequestHead([]byte("GET / HTTP/1.1\r\nHost: 10.0.2.2:1\r\nAuthorization: Bearer mine\r\n\r\n"), "127.0.0.1:1", "")
+	assert.NilError(t, err)
+	assert.Equal(t, string(out), "GET / HTTP/1.1\r\nHost: 127.0.0.1:1\r\nAuthorization: Bearer mine\r\n\r\n")
 }
 
 func TestReadHead(t *testing.T) {
@@ -112,8 +122,9 @@ func TestValidBearerToken(t *testing.T) {
 }
 
 // FuzzRewriteRequestHead: no input panics, and an accepted head comes out
-// well formed: one Authorization line, the token's, no body headers, the
-// start line untouched, and a fixed point of a second rewrite.
+// well formed: one Host line, the upstream's, one Authorization line, the
+// token's, no body headers, the start line untouched, and a fixed point of
+// a second rewrite.
 func FuzzRewriteRequestHead(f *testing.F) {
 	f.Add([]byte("GET /ws HTTP/1.1\r\nHost: 10.0.2.2:49134\r\nAuthorization: Basic x\r\nUpgrade: websocket\r\n\r\n"))
 	f.Add([]byte("POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n"))
@@ -123,7 +134,7 @@ func FuzzRewriteRequestHead(f *testing.F) {
 		if h, err := readHead(bufio.NewReaderSize(bytes.NewReader(head), 16)); err == nil {
 			head = h
 		}
-		out, _, err := RewriteRequestHead(head, "tok")
+		out, _, err := RewriteRequestHead(head, "127.0.0.1:49134", "tok")
 		if err != nil {
 			return
 		}
@@ -134,10 +145,15 @@ func FuzzRewriteRequestHead(f *testing.F) {
 		if !bytes.Equal(lines[0], bytes.SplitN(head, []byte("\r\n"), 2)[0]) {
 			t.Fatalf("start line changed: %q", out)
 		}
-		auth := 0
+		auth, hosts := 0, 0
 		for _, l := range lines[1:] {
 			name, _, _ := bytes.Cut(l, []byte(":"))
 			switch {
+			case bytes.EqualFold(name, []byte("Host")):
+				hosts++
+				if string(l) != "Host: 127.0.0.1:49134" {
+					t.Fatalf("foreign Host line %q", l)
+				}
 			case bytes.EqualFold(name, []byte("Authorization")):
 				auth++
 				if string(l) != "Authorization: Bearer tok" {
@@ -147,10 +163,10 @@ func FuzzRewriteRequestHead(f *testing.F) {
 				t.Fatalf("Transfer-Encoding passed: %q", out)
 			}
 		}
-		if auth != 1 {
-			t.Fatalf("%d Authorization lines in %q", auth, out)
+		if auth != 1 || hosts != 1 {
+			t.Fatalf("%d Authorization and %d Host lines in %q", auth, hosts, out)
 		}
-		again, _, err := RewriteRequestHead(out, "tok")
+		again, _, err := RewriteRequestHead(out, "127.0.0.1:49134", "tok")
 		if err != nil || !bytes.Equal(again, out) {
 			t.Fatalf("a second rewrite changed the head: %v\n%q\n%q", err, out, again)
 		}

@@ -227,7 +227,7 @@ func TestBearerForwardUpgrade(t *testing.T) {
 	up.mu.Lock()
 	defer up.mu.Unlock()
 	assert.Assert(t, is.Len(up.heads, 1))
-	assert.Equal(t, up.heads[0], "GET /ws HTTP/1.1\r\nHost: 10.0.2.2:49134\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nAuthorization: Bearer s3cret-token\r\n\r\n")
+	assert.Equal(t, up.heads[0], "GET /ws HTTP/1.1\r\nHost: "+up.addr+"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nAuthorization: Bearer s3cret-token\r\n\r\n")
 }
 
 func TestBearerForwardNon101RelaysResponseAndCloses(t *testing.T) {
@@ -260,6 +260,27 @@ func TestBearerForwardNon101RelaysResponseAndCloses(t *testing.T) {
 	defer up.mu.Unlock()
 	assert.Equal(t, len(up.heads), 1)
 	assert.Equal(t, up.after[0], "", "a second request went through")
+}
+
+// An HTTP forward without a token: the upstream's Host, the guest's own
+// headers, one request.
+func TestHTTPForwardWithoutToken(t *testing.T) {
+	up := startUpstream(t, func(c net.Conn, r *bufio.Reader) string {
+		_, _ = io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 3\r\n\r\nno\n")
+		return ""
+	})
+	g := startGuest(t, Config{Forwards: []Forward{{GuestPort: 49134, HostAddr: netip.MustParseAddrPort(up.addr), HTTP: true}}}, nil)
+	c, err := g.dialTCP(t, "10.0.2.2:49134")
+	assert.NilError(t, err)
+	defer c.Close()
+	_, err = io.WriteString(c, "GET / HTTP/1.1\r\nHost: 10.0.2.2:49134\r\nAuthorization: Bearer mine\r\n\r\n")
+	assert.NilError(t, err)
+	all, err := io.ReadAll(c)
+	assert.NilError(t, err)
+	assert.Check(t, strings.HasPrefix(string(all), "HTTP/1.1 403 Forbidden\r\n"), string(all))
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	assert.Equal(t, up.heads[0], "GET / HTTP/1.1\r\nHost: "+up.addr+"\r\nAuthorization: Bearer mine\r\n\r\n")
 }
 
 func TestBearerForwardRefusesBody(t *testing.T) {

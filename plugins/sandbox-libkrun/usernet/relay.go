@@ -77,7 +77,7 @@ func relay(ctx context.Context, guest, host net.Conn) {
 	closeBoth()
 }
 
-// Time limits of a bearer forward before it becomes a plain relay.
+// Time limits of an HTTP forward before it becomes a plain relay.
 const (
 	headTimeout     = 30 * time.Second // the guest's request head
 	responseTimeout = 60 * time.Second // the host's whole non-101 response
@@ -88,11 +88,11 @@ const (
 // badRequest is what a guest gets for a request head the forward refuses.
 const badRequest = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
 
-// relayBearer runs a bearer forward over one guest connection: one request
-// head from the guest, rewritten to carry the token; nothing more from the
-// guest until the host's status line; then a byte relay (101) or the
-// response and the end.
-func relayBearer(ctx context.Context, guest, host net.Conn, token string) error {
+// relayHTTP runs an HTTP forward over one guest connection: one request
+// head from the guest, rewritten for the upstream (its Host, and the
+// token when there is one); nothing more from the guest until the host's
+// status line; then a byte relay (101) or the response and the end.
+func relayHTTP(ctx context.Context, guest, host net.Conn, upstream, token string) error {
 	stop := context.AfterFunc(ctx, func() { _ = guest.Close(); _ = host.Close() })
 	defer stop()
 	closeBoth := func() { _ = guest.Close(); _ = host.Close() }
@@ -107,7 +107,7 @@ func relayBearer(ctx context.Context, guest, host net.Conn, token string) error 
 		closeBoth()
 		return fmt.Errorf("the guest's request head: %w", err)
 	}
-	out, method, err := RewriteRequestHead(head, token)
+	out, method, err := RewriteRequestHead(head, upstream, token)
 	if err != nil {
 		writeBadRequest(guest, err)
 		closeBoth()
