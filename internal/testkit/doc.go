@@ -16,7 +16,9 @@
 //   - dirs: short temporary directories (unix socket paths), image caches
 //     on the local OCI layout, and listings;
 //   - benchstat: medians, percentiles and the load average for benchmark
-//     reports.
+//     reports;
+//   - netns: a test host in a network namespace (Linux, root), the one
+//     address besides loopback that tests send packets to.
 //
 // Nothing here is product code: no package outside tests, scripts/bench and
 // plugins/sdk/sdktest imports these.

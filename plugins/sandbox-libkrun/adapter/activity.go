@@ -11,7 +11,7 @@ import (
 
 // Network activity, for the reaper. The contract counts relayed network
 // payload (TCP data, UDP, DNS; not keepalives or bare ACKs) as activity.
-// Under QEMU user networking the host sees no packets, so the guest's
+// The adapter sees no packets (the VM's runner relays them), so the guest's
 // kernel counters are sampled through the agent (net_stats) and compared
 // with the previous sample: the sandbox was active when the payload
 // counters (agentproto.NetStats.Payload) moved and so did eth0's packet
