@@ -491,3 +491,17 @@ func (e *Engine) callHook(w *worker, hook, what string, input map[string]any) (m
 	}
 	return rewrite, nil
 }
+
+// TrustedOwner reports whether (ns, id) is registered, and whether its owner
+// holds the engine token (or is in-process). Callers that forward other
+// callers' data to a function by its well-known name (the sandbox router to
+// <adapter>::<op>) use it so that a worker without the token cannot stand
+// in for an adapter that is down and receive what callers send it.
+func (e *Engine) TrustedOwner(ns, id string) (registered, trusted bool) {
+	f := e.reg.get(ns, id)
+	if f == nil {
+		return false, false
+	}
+	p := f.owner.principal
+	return true, p != nil && p.admin
+}

@@ -89,3 +89,9 @@ func runNodeCalls(t *testing.T, ne nodesdk.SDK, te *testEnv, calls []map[string]
 	}
 	return out
 }
+
+// adminHeaders are the handshake headers of a Node SDK worker that presents
+// the engine token, as an adapter must.
+func (te *testEnv) adminHeaders() map[string]string {
+	return map[string]string{"Authorization": "Bearer " + te.Token}
+}

@@ -184,6 +184,11 @@ func (r *Router) forward(op string) engine.Handler {
 		}
 		target := contract.AdapterFunctionID(b.Adapter, op)
 		if !r.hosted(b) {
+			if registered, trusted := r.eng.TrustedOwner(b.Namespace, target); registered && !trusted {
+				return nil, contract.NewError(contract.S301,
+					"%s in namespace %q is registered by a worker that did not present the engine token; an adapter that is a WebSocket worker must connect with it (Authorization: Bearer, docs/security.md), so that no other worker can stand in for it",
+					target, b.Namespace).ErrorBody()
+			}
 			if serr := r.checkContract(ctx, b, target); serr != nil {
 				return nil, serr.ErrorBody()
 			}

@@ -177,7 +177,7 @@ func TestForwardsUnchanged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	adapterErr := &protocol.ErrorBody{Code: "S100", Message: `{"type":"config","code":"S100","message":"image q is not allowed","docs_url":"x","retryable":false,"fix":null,"fix_note":"pick one"}`}
-	w, err := client.Dial(ctx, te.URL, client.Options{Name: "echo-adapter", Namespace: "tools", IgnoreEnv: true, Reconnect: client.ReconnectPolicy{Disable: true}})
+	w, err := client.Dial(ctx, te.URL, client.Options{Name: "echo-adapter", Namespace: "tools", IgnoreEnv: true, Token: te.Token, Reconnect: client.ReconnectPolicy{Disable: true}})
 	assert.NilError(t, err)
 	defer w.Close(context.Background())
 	got := make(chan json.RawMessage, 1)
@@ -215,7 +215,7 @@ func TestAdapterGoneMidCall(t *testing.T) {
 	te := newEnv(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	w, err := client.Dial(ctx, te.URL, client.Options{Name: "slow-adapter", IgnoreEnv: true, Reconnect: client.ReconnectPolicy{Disable: true}})
+	w, err := client.Dial(ctx, te.URL, client.Options{Name: "slow-adapter", IgnoreEnv: true, Token: te.Token, Reconnect: client.ReconnectPolicy{Disable: true}})
 	assert.NilError(t, err)
 	entered := make(chan struct{}, 1)
 	assert.NilError(t, register(t, w, client.FunctionDef{ID: "slow::adapter::info"}, func(context.Context, *client.Invocation) (any, error) {
@@ -264,7 +264,7 @@ func TestNodeAdapter(t *testing.T) {
 	te := newEnv(t, nil)
 	assert.NilError(t, te.router.Bind("nodebox", "nb"))
 
-	p := ne.Start(t, sandboxScript, map[string]any{"mode": "adapter", "url": te.URL, "name": "nodebox", "namespace": "nb", "major": contract.Major}, waitFor)
+	p := ne.Start(t, sandboxScript, map[string]any{"mode": "adapter", "url": te.URL, "headers": te.adminHeaders(), "name": "nodebox", "namespace": "nb", "major": contract.Major}, waitFor)
 	assert.Equal(t, p.Line(t, waitFor)["started"], true)
 	waitRegistered(t, te, "nb", "nodebox::adapter::info")
 	waitRegistered(t, te, "nb", "nodebox::fs::sed")
@@ -285,7 +285,7 @@ func TestNodeAdapter(t *testing.T) {
 	// The same name, now from a build that speaks contract major 2.
 	p.Stop(waitFor)
 	waitGone(t, te, "nb", "nodebox::adapter::info")
-	p2 := ne.Start(t, sandboxScript, map[string]any{"mode": "adapter", "url": te.URL, "name": "nodebox", "namespace": "nb", "major": contract.Major + 1}, waitFor)
+	p2 := ne.Start(t, sandboxScript, map[string]any{"mode": "adapter", "url": te.URL, "headers": te.adminHeaders(), "name": "nodebox", "namespace": "nb", "major": contract.Major + 1}, waitFor)
 	assert.Equal(t, p2.Line(t, waitFor)["started"], true)
 	waitRegistered(t, te, "nb", "nodebox::adapter::info")
 	waitRegistered(t, te, "nb", "nodebox::catalog::list")
@@ -342,4 +342,34 @@ func register(t *testing.T, w *client.Client, def client.FunctionDef, h client.H
 	t.Helper()
 	_, err := w.RegisterFunction(def, h)
 	return err
+}
+
+// A worker without the engine token that registers a bound adapter's
+// functions (while the adapter is down) receives nothing: the router
+// answers S301 and never forwards the caller's payload to it.
+func TestSquatterIsNotAnAdapter(t *testing.T) {
+	te := newEnv(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	w := te.Anonymous(t, "squatter")
+	called := make(chan struct{}, 1)
+	assert.NilError(t, register(t, w, client.FunctionDef{ID: "squat::adapter::info"}, func(context.Context, *client.Invocation) (any, error) {
+		called <- struct{}{}
+		return map[string]any{"adapter": "squat", "adapter_version": "1", "contract": map[string]int{"major": contract.Major, "minor": 1}}, nil
+	}))
+	assert.NilError(t, register(t, w, client.FunctionDef{ID: "squat::create"}, func(context.Context, *client.Invocation) (any, error) {
+		called <- struct{}{}
+		return map[string]any{"sandbox_id": "stolen"}, nil
+	}))
+	waitRegistered(t, te, "default", "squat::create")
+	assert.NilError(t, te.router.Bind("squat", ""))
+	_, err := te.Client.Call(ctx, "sandbox::create", map[string]any{"image": "python", "code": "secret"})
+	se := enginetest.SandboxError(t, err)
+	assert.Equal(t, se.Code, contract.S301)
+	assert.Check(t, is.Contains(se.Message, "engine token"))
+	select {
+	case <-called:
+		t.Fatal("the router forwarded to a worker without the engine token")
+	default:
+	}
 }
