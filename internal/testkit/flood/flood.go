@@ -42,6 +42,10 @@ type Engine struct {
 
 // Start runs iii (the binary's path) on a free loopback port in dir.
 func Start(ctx context.Context, iii, dir string) (*Engine, error) {
+	iii, err := filepath.Abs(iii)
+	if err != nil {
+		return nil, err
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
