@@ -5,33 +5,38 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/internal/testkit/netns"
 )
 
 // Network payload keeps a sandbox alive (spec §7.3: the reaper counts
 // relayed TCP data, UDP and DNS as activity). Two sandboxes with network
-// and a short idle timeout: one keeps fetching from a loopback HTTP server
-// on the host through 10.0.2.2, from a process detached from any exec;
+// and a short idle timeout: one keeps fetching from an HTTP server on a
+// test host (a network namespace), from a process detached from any exec;
 // the other does nothing. The idle one is reaped (S004 afterwards), the
 // busy one outlives its idle timeout several times over although no
 // operation touched it. Everything is real: engine, plugin host,
-// sandbox-libkrun, QEMU user networking, the guest agent's counters.
+// sandbox-libkrun, the runner's user-mode network, the guest agent's
+// counters.
 func TestNetworkPayloadKeepsSandboxAlive(t *testing.T) {
 	t.Parallel()
 	s := needVMs(t)
 
 	var hits atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	host := netns.Start(t)
+	ln, _ := host.Listen(t, "tcp", 0)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		hits.Add(1)
 		_, _ = io.WriteString(w, "still here\n")
-	}))
-	t.Cleanup(srv.Close)
-	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
 
 	eng := startPullingAdapter(t, s, "e2e-netact", map[string]any{"reaper_tick_ms": 1000})
 
@@ -63,15 +68,15 @@ for fd in (0, 1, 2):
     os.dup2(null, fd)
 while True:
     try:
-        s = socket.create_connection(("10.0.2.2", %d), timeout=5)
-        s.sendall(b"GET / HTTP/1.0\r\nHost: 10.0.2.2\r\n\r\n")
+        s = socket.create_connection((%[1]q, %[2]d), timeout=5)
+        s.sendall(b"GET / HTTP/1.0\r\nHost: %[1]s\r\n\r\n")
         while s.recv(65536):
             pass
         s.close()
     except Exception:
         pass
     time.sleep(1)
-`, port)
+`, host.Addr.String(), port)
 	var out execReply
 	eng.call(t, "sandbox::exec", map[string]any{"sandbox_id": busy, "argv": []string{"python3", "-c", fetcher}}, &out)
 	checkRan(t, out, "")

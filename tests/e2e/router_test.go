@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/netns"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/registrytest"
@@ -426,22 +426,26 @@ func testFSErrors(t *testing.T, eng *engineFixture, sandbox string) {
 	}
 }
 
-// testNetwork fetches from a loopback HTTP server on the host through the
-// guest's gateway, which only a sandbox created with network: true has.
-// The images carry python3-minimal, which has no http package: the script
-// speaks HTTP/1.0 over a socket.
+// testNetwork fetches from an HTTP server on a test host (a network
+// namespace; the guest's network reaches no address of this host), which
+// only a sandbox created with network: true can reach. The images carry
+// python3-minimal, which has no http package: the script speaks HTTP/1.0
+// over a socket.
 func testNetwork(t *testing.T, eng *engineFixture) {
-	token := fmt.Sprintf("hello-from-the-host-%d", time.Now().UnixNano())
+	token := fmt.Sprintf("hello-from-the-test-host-%d", time.Now().UnixNano())
 	var hits atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	host := netns.Start(t)
+	ln, _ := host.Listen(t, "tcp", 0)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		hits.Add(1)
 		_, _ = io.WriteString(w, token)
-	}))
-	t.Cleanup(srv.Close)
-	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
 	script := fmt.Sprintf(`import socket
-s = socket.create_connection(("10.0.2.2", %d), timeout=20)
-s.sendall(b"GET / HTTP/1.0\r\nHost: 10.0.2.2\r\n\r\n")
+s = socket.create_connection((%[1]q, %[2]d), timeout=20)
+s.sendall(b"GET / HTTP/1.0\r\nHost: %[1]s\r\n\r\n")
 data = b""
 while True:
     chunk = s.recv(65536)
@@ -451,7 +455,7 @@ while True:
 head, body = data.split(b"\r\n\r\n", 1)
 assert head.startswith(b"HTTP/1.0 200"), head
 print(body.decode())
-`, port)
+`, host.Addr.String(), port)
 
 	create := func(network bool) string {
 		var out struct {
