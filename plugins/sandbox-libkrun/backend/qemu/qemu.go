@@ -111,6 +111,10 @@ type Config struct {
 	// DieWithParent kills QEMU when the process that launched it dies
 	// (Linux), so a crashed runner cannot leave a VM behind.
 	DieWithParent bool
+
+	// extraArgs are appended to the command line (the benchmark that
+	// compares QEMU's own user network with usernet).
+	extraArgs []string
 }
 
 // Disk serials when there is an upper disk (backend.RootDiskSerial and
@@ -335,7 +339,7 @@ func (c *Config) Args() ([]string, error) {
 			"-device", "virtio-net-device,netdev=net0",
 		)
 	}
-	return args, nil
+	return append(args, c.extraArgs...), nil
 }
 
 // HostTSCKHz reads the host TSC frequency from /proc/cpuinfo.

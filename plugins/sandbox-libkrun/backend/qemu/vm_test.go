@@ -58,7 +58,7 @@ func cleanupKit() {
 }
 
 // needVM skips unless the host can boot a test VM, and builds the pieces.
-func needVM(t *testing.T) *vmKit {
+func needVM(t testing.TB) *vmKit {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("boots a VM; skipped with -short")
@@ -160,7 +160,7 @@ type bootedVM struct {
 }
 
 // boot starts a TCG VM and connects to its agent; cleanup kills it.
-func boot(t *testing.T, k *vmKit, cfg Config) *bootedVM {
+func boot(t testing.TB, k *vmKit, cfg Config) *bootedVM {
 	t.Helper()
 	cfg.Accel = AccelTCG
 	cfg.Kernel = k.kernel.Path
@@ -190,7 +190,7 @@ func boot(t *testing.T, k *vmKit, cfg Config) *bootedVM {
 	return b
 }
 
-func run(t *testing.T, c *agentclient.Client, req agentclient.ExecRequest) *agentclient.ExecResult {
+func run(t testing.TB, c *agentclient.Client, req agentclient.ExecRequest) *agentclient.ExecResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -407,7 +407,7 @@ func TestVMInitramfsRootWithNetwork(t *testing.T) {
 // serveNetwork runs a usernet network on one end of a socketpair and
 // returns the other, for QEMU; the network ends when the VM does (a
 // clean-up registered before the VM's, so it runs after it).
-func serveNetwork(t *testing.T, cfg usernet.Config) *os.File {
+func serveNetwork(t testing.TB, cfg usernet.Config) *os.File {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	assert.NilError(t, err)
