@@ -144,6 +144,12 @@ type WorkerStartRequest struct {
 	// Wait makes the call return only once the command runs (or the
 	// start failed, which is then the call's error).
 	Wait bool `json:"wait,omitempty"`
+	// EngineCredential is a credential the engine issued for this worker
+	// (engine::credentials::issue: its project's namespace, never a
+	// privileged function). The adapter presents it, from the host side,
+	// on the worker's connection to engine_url; it never enters the VM,
+	// and adapters must not put it in the guest's environment.
+	EngineCredential string `json:"engine_credential,omitempty"`
 }
 
 // WorkerStartResponse is worker::start's reply. PID is the command's pid in

@@ -38,6 +38,8 @@ func workerStartRequestToProto(r *WorkerStartRequest) *pb.WorkerStartRequest {
 		EngineUrl: validUTF8(r.EngineURL),
 		Exclude:   validUTF8s(r.Exclude),
 		Wait:      r.Wait,
+
+		EngineCredential: validUTF8(r.EngineCredential),
 	}
 	if r.Config != nil {
 		out.Config = &pb.WorkerConfigFile{FileName: validUTF8(r.Config.FileName), Content: validUTF8(r.Config.Content)}
@@ -61,6 +63,8 @@ func workerStartRequestFromProto(p *pb.WorkerStartRequest) *WorkerStartRequest {
 		EngineURL: p.GetEngineUrl(),
 		Exclude:   nilIfEmpty(p.GetExclude()),
 		Wait:      p.GetWait(),
+
+		EngineCredential: p.GetEngineCredential(),
 	}
 	if c := p.GetConfig(); c != nil {
 		out.Config = &WorkerConfigFile{FileName: c.GetFileName(), Content: c.GetContent()}

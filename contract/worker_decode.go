@@ -122,6 +122,12 @@ func decodeWorkerStart(raw json.RawMessage) (*WorkerStartRequest, *Error) {
 	if q.Wait, e = r.boolean("wait", false); e != nil {
 		return nil, e
 	}
+	if q.EngineCredential, _, e = r.str("engine_credential"); e != nil {
+		return nil, e
+	}
+	if len(q.EngineCredential) > 256 || strings.ContainsAny(q.EngineCredential, " \t\r\n") {
+		return nil, r.fail("field \"engine_credential\" must be a token of at most 256 characters without white space")
+	}
 	return &q, nil
 }
 

@@ -2998,14 +2998,18 @@ type WorkerStartRequest struct {
 	// "K=V" entries.
 	Env []string `protobuf:"bytes,9,rep,name=env,proto3" json:"env,omitempty"`
 	// Absent: no config file is published.
-	Config        *WorkerConfigFile `protobuf:"bytes,10,opt,name=config,proto3" json:"config,omitempty"`
-	Cpus          *uint32           `protobuf:"varint,11,opt,name=cpus,proto3,oneof" json:"cpus,omitempty"`
-	MemoryMb      *uint32           `protobuf:"varint,12,opt,name=memory_mb,json=memoryMb,proto3,oneof" json:"memory_mb,omitempty"`
-	EngineUrl     string            `protobuf:"bytes,13,opt,name=engine_url,json=engineUrl,proto3" json:"engine_url,omitempty"`
-	Exclude       []string          `protobuf:"bytes,14,rep,name=exclude,proto3" json:"exclude,omitempty"`
-	Wait          bool              `protobuf:"varint,15,opt,name=wait,proto3" json:"wait,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Config    *WorkerConfigFile `protobuf:"bytes,10,opt,name=config,proto3" json:"config,omitempty"`
+	Cpus      *uint32           `protobuf:"varint,11,opt,name=cpus,proto3,oneof" json:"cpus,omitempty"`
+	MemoryMb  *uint32           `protobuf:"varint,12,opt,name=memory_mb,json=memoryMb,proto3,oneof" json:"memory_mb,omitempty"`
+	EngineUrl string            `protobuf:"bytes,13,opt,name=engine_url,json=engineUrl,proto3" json:"engine_url,omitempty"`
+	Exclude   []string          `protobuf:"bytes,14,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	Wait      bool              `protobuf:"varint,15,opt,name=wait,proto3" json:"wait,omitempty"`
+	// A credential the engine issued for this worker (engine::credentials::issue).
+	// The adapter presents it on the worker's connection to the engine from the
+	// host side; it never enters the VM.
+	EngineCredential string `protobuf:"bytes,16,opt,name=engine_credential,json=engineCredential,proto3" json:"engine_credential,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WorkerStartRequest) Reset() {
@@ -3141,6 +3145,13 @@ func (x *WorkerStartRequest) GetWait() bool {
 		return x.Wait
 	}
 	return false
+}
+
+func (x *WorkerStartRequest) GetEngineCredential() string {
+	if x != nil {
+		return x.EngineCredential
+	}
+	return ""
 }
 
 type WorkerStartResponse struct {
@@ -4307,7 +4318,7 @@ const file_sandbox_proto_rawDesc = "" +
 	"\x12total_replacements\x18\x02 \x01(\x04R\x11totalReplacements\"I\n" +
 	"\x10WorkerConfigFile\x12\x1b\n" +
 	"\tfile_name\x18\x01 \x01(\tR\bfileName\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xc5\x03\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xf2\x03\n" +
 	"\x12WorkerStartRequest\x12\x13\n" +
 	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -4325,7 +4336,8 @@ const file_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"engine_url\x18\r \x01(\tR\tengineUrl\x12\x18\n" +
 	"\aexclude\x18\x0e \x03(\tR\aexclude\x12\x12\n" +
-	"\x04wait\x18\x0f \x01(\bR\x04waitB\a\n" +
+	"\x04wait\x18\x0f \x01(\bR\x04wait\x12+\n" +
+	"\x11engine_credential\x18\x10 \x01(\tR\x10engineCredentialB\a\n" +
 	"\x05_cpusB\f\n" +
 	"\n" +
 	"_memory_mb\"_\n" +
