@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
@@ -57,21 +55,4 @@ func serveNetwork(ctx context.Context, host *os.File, spec backend.Spec, log hcl
 			<-done
 		}
 	}, nil
-}
-
-// nicPair returns the two ends of a NIC's stream: the runner's, for
-// usernet, and the VM's. Both are close-on-exec; a child that needs the
-// VM's end gets it through exec.Cmd.ExtraFiles.
-func nicPair() (runnerEnd, vmEnd *os.File, err error) {
-	// macOS has no SOCK_CLOEXEC: ForkLock keeps a concurrent fork from
-	// inheriting the pair before the flag is set, as os/exec does.
-	syscall.ForkLock.RLock()
-	defer syscall.ForkLock.RUnlock()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("socketpair for the VM's NIC: %w", err)
-	}
-	unix.CloseOnExec(fds[0])
-	unix.CloseOnExec(fds[1])
-	return os.NewFile(uintptr(fds[0]), "nic-runner"), os.NewFile(uintptr(fds[1]), "nic-vm"), nil
 }

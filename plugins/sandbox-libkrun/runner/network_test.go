@@ -18,7 +18,7 @@ import (
 // it as the VM does (an ARP request for the gateway, length-prefixed), and
 // checks the network ends once the VM's end closes.
 func TestServeNetwork(t *testing.T) {
-	runnerEnd, vmEnd, err := nicPair()
+	runnerEnd, vmEnd, err := usernet.Pair()
 	assert.NilError(t, err)
 	spec := backend.Spec{Network: true, NetForwards: []backend.NetForward{{GuestPort: 49134, HostAddr: "127.0.0.1:49134"}}}
 	wait, err := serveNetwork(context.Background(), runnerEnd, spec, hclog.NewNullLogger())
@@ -61,7 +61,7 @@ func TestServeNetwork(t *testing.T) {
 }
 
 func TestServeNetworkRefusesBadSpec(t *testing.T) {
-	runnerEnd, vmEnd, err := nicPair()
+	runnerEnd, vmEnd, err := usernet.Pair()
 	assert.NilError(t, err)
 	defer vmEnd.Close()
 	_, err = serveNetwork(context.Background(), runnerEnd, backend.Spec{Network: true, NetAllowCIDRs: []string{"169.254.0.0/16"}}, hclog.NewNullLogger())

@@ -8,6 +8,7 @@ import (
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
 )
 
 // QEMU is the QEMU back end as a runner runs it: QEMU in a child process
@@ -57,7 +58,7 @@ func (q QEMU) Run(ctx context.Context, spec backend.Spec, started func(backend.S
 	cfg := QEMUConfig(spec)
 	waitNet := func() {}
 	if spec.Network {
-		runnerEnd, vmEnd, err := nicPair()
+		runnerEnd, vmEnd, err := usernet.Pair()
 		if err != nil {
 			return err
 		}

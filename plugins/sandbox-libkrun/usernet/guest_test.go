@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-	"golang.org/x/sys/unix"
 	"gotest.tools/v3/assert"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -103,9 +101,8 @@ func startNet(t *testing.T, cfg Config, maps map[string]string) *testNet {
 	n, err := New(cfg)
 	assert.NilError(t, err)
 
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	hostEnd, guestEnd, err := Pair()
 	assert.NilError(t, err)
-	hostEnd, guestEnd := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
 	hc, err := net.FileConn(hostEnd)
 	assert.NilError(t, err)
 	_ = hostEnd.Close()

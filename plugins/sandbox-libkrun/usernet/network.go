@@ -132,7 +132,8 @@ func (n *Network) Stats() Stats {
 // Serve runs the network over conn, the host end of the VM's NIC, until
 // the VM closes its end, the stream breaks, or ctx ends; then it ends every
 // flow, waits for all of its goroutines and closes conn. It returns nil
-// when the VM closed its end or ctx ended. A Network serves once.
+// when the VM closed its end (even inside a frame: a killed VMM does) or
+// ctx ended. A Network serves once.
 func (n *Network) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
 	if !n.served.CompareAndSwap(false, true) {
 		_ = conn.Close()
@@ -178,7 +179,9 @@ func (n *Network) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
 	n.log.Debug("network ended", "cause", err, "frames_in", st.FramesIn, "frames_out", st.FramesOut,
 		"tcp_flows", st.TCPFlows, "tcp_refused", st.TCPRefused, "udp_flows", st.UDPFlows, "udp_refused", st.UDPRefused)
 	switch {
-	case parent.Err() != nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, os.ErrClosed):
+	// The VM closed its end, between frames or (killed) inside one.
+	case parent.Err() != nil, errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, net.ErrClosed), errors.Is(err, os.ErrClosed):
 		return nil
 	}
 	return err

@@ -22,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"gotest.tools/v3/assert"
 
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
@@ -409,9 +408,8 @@ func TestVMInitramfsRootWithNetwork(t *testing.T) {
 // clean-up registered before the VM's, so it runs after it).
 func serveNetwork(t testing.TB, cfg usernet.Config) *os.File {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	host, vm, err := usernet.Pair()
 	assert.NilError(t, err)
-	host := os.NewFile(uintptr(fds[0]), "usernet")
 	conn, err := net.FileConn(host)
 	_ = host.Close()
 	assert.NilError(t, err)
@@ -429,7 +427,7 @@ func serveNetwork(t testing.TB, cfg usernet.Config) *os.File {
 			<-done
 		}
 	})
-	return os.NewFile(uintptr(fds[1]), "qemu-nic")
+	return vm
 }
 
 // TestProbe probes the accelerators with the agent initramfs. TCG must
