@@ -266,6 +266,11 @@ func (s *workerSet) plan(ctx context.Context, req *contract.WorkerStartRequest) 
 	if err != nil {
 		return nil, contract.NewError(contract.S001, "invalid worker::start request: engine_url: %v", err)
 	}
+	if forward != nil && forward.HTTP {
+		// The worker's connection to the engine carries its credential,
+		// added on the host side: the guest never holds it.
+		forward.BearerToken = req.EngineCredential
+	}
 	pl := &workerPlan{
 		req: req, hostDir: hostDir, image: img,
 		env:      workerEnv(req, engineURL),

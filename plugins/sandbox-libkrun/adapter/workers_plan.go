@@ -242,6 +242,8 @@ func workerEnv(req *contract.WorkerStartRequest, engineURL string) []string {
 func planHash(req *contract.WorkerStartRequest, hostDir, ref string) string {
 	q := *req
 	q.Wait = false
+	// A fresh credential for the same worker is not a different worker.
+	q.EngineCredential = ""
 	b, _ := json.Marshal(struct {
 		R       contract.WorkerStartRequest
 		Dir, Im string

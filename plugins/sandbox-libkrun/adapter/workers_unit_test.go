@@ -377,3 +377,25 @@ func TestPlanRefusesLongVMID(t *testing.T) {
 	assert.Check(t, contract.IsCode(err, contract.S001))
 	assert.Check(t, is.Contains(err.Error(), "too long"))
 }
+
+// TestPlanCredential: the engine credential goes to the host-side forward
+// only: never into the guest's environment, and a fresh credential for the
+// same worker is the same plan.
+func TestPlanCredential(t *testing.T) {
+	root := t.TempDir()
+	s := &workerSet{dir: filepath.Join(t.TempDir(), "workers"), roots: []string{root}, p: &Provider{}}
+	req := &contract.WorkerStartRequest{VMID: "p-w", HostDir: root, Image: "node:20", EngineURL: "ws://127.0.0.1:49134",
+		Command: "node index.mjs", EngineCredential: "secret-credential"}
+	pl, err := s.plan(context.Background(), req)
+	assert.NilError(t, err)
+	assert.Assert(t, pl.forward != nil)
+	assert.Equal(t, pl.forward.BearerToken, "secret-credential")
+	for _, kv := range pl.env {
+		assert.Check(t, !strings.Contains(kv, "secret-credential"), "the credential is in the guest's environment: %s", kv)
+	}
+	again := *req
+	again.EngineCredential = "another"
+	pl2, err := s.plan(context.Background(), &again)
+	assert.NilError(t, err)
+	assert.Equal(t, pl.hash, pl2.hash)
+}
