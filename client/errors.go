@@ -42,6 +42,10 @@ func (e *Error) Error() string { return e.Message }
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// codeForbidden is the engine's refusal of a registration the connection
+// may not make (docs/security.md).
+const codeForbidden = "FORBIDDEN"
+
 // RejectionError is a registration the engine refused
 // (registrationrejected). WORKER_NAMESPACE_CONFLICT stops the client for
 // good; FUNCTION_NAMESPACE_CONFLICT refuses one function only.
@@ -65,6 +69,9 @@ func (e *RejectionError) Error() string {
 	case e.FunctionID != "" && e.OwnerWorkerID != "":
 		return fmt.Sprintf("%s: function %q is already registered in namespace %q by worker %s",
 			e.Code, e.FunctionID, ns, e.OwnerWorkerID)
+	case e.FunctionID != "" && e.Code == codeForbidden:
+		return fmt.Sprintf("%s: the engine refused function %q in namespace %q: this connection may not register it (an id under engine::, compose::, configuration:: or sandbox:: needs the engine token; an RBAC session may forbid registering)",
+			e.Code, e.FunctionID, ns)
 	case e.FunctionID != "":
 		return fmt.Sprintf("%s: the engine refused function %q in namespace %q (engine::* ids belong to namespace \"default\")",
 			e.Code, e.FunctionID, ns)
