@@ -35,6 +35,8 @@ type callFlags struct {
 	namespace string
 	// noProgress skips the progress channel of functions that offer one.
 	noProgress bool
+	// token is --token: the engine token (or a credential) to present.
+	token string
 }
 
 func newCallCmd(e env, defaultHelp func(*cobra.Command, []string)) *cobra.Command {
@@ -92,6 +94,7 @@ schema, as the running engine knows them.`,
 	fl.Int64Var(&f.timeoutMS, "timeout-ms", 30000, "how long to wait for the result, in milliseconds")
 	fl.StringVarP(&f.namespace, "namespace", "n", "", `namespace FUNCTION resolves in (default "default")`)
 	fl.BoolVar(&f.noProgress, "no-progress", false, "do not ask for progress, and draw none (functions with a progress channel)")
+	fl.StringVar(&f.token, "token", "", "the engine token to present (default: $III_ENGINE_TOKEN, else the one in ~/.iii/engine-token or the project's)")
 
 	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
 		defaultHelp(c, args)
@@ -125,10 +128,13 @@ func (f *callFlags) url() string {
 
 func (f *callFlags) timeout() time.Duration { return time.Duration(f.timeoutMS) * time.Millisecond }
 
-// dial connects as the CLI worker. The worker name is confirmed before any
-// call goes out, so a name clash with another running `iii call` is caught
-// while nothing has been invoked yet, and retried under a unique name.
-func dial(ctx context.Context, f *callFlags) (*client.Client, error) {
+// dial connects as the CLI worker, presenting the engine token it finds
+// (--token, $III_ENGINE_TOKEN, ~/.iii/engine-token, the project's; see
+// chooseToken). The worker name is confirmed before any call goes out, so
+// a name clash with another running `iii call` is caught while nothing has
+// been invoked yet, and retried under a unique name. withToken reports
+// whether the connection presents a token.
+func dial(ctx context.Context, e env, f *callFlags) (c *client.Client, withToken bool, err error) {
 	opts := client.Options{
 		Name:                cliWorkerName,
 		Description:         "iii call",
@@ -137,15 +143,16 @@ func dial(ctx context.Context, f *callFlags) (*client.Client, error) {
 		Reconnect:           client.ReconnectPolicy{Disable: true},
 		DialTimeout:         min(client.DefaultDialTimeout, f.timeout()),
 	}
-	c, err := client.Dial(ctx, f.url(), opts)
+	tc := chooseToken(e, f.token, f.url(), f.namespace, func(msg string) { fmt.Fprintln(e.stderr, "warning:", msg) })
+	c, withToken, err = dialWithToken(ctx, f.url(), opts, tc)
 	if client.CodeOf(err) == protocol.CodeWorkerNamespaceConflict {
 		opts.Name = fmt.Sprintf("%s:%d", cliWorkerName, os.Getpid())
-		c, err = client.Dial(ctx, f.url(), opts)
+		c, withToken, err = dialWithToken(ctx, f.url(), opts, tc)
 	}
 	if err != nil {
-		return nil, connectError(f.url(), err)
+		return nil, false, tokenConnectError(f.url(), err, tc)
 	}
-	return c, nil
+	return c, withToken, nil
 }
 
 // connectError words a failed connection for the terminal.
@@ -164,7 +171,7 @@ func connectError(u string, err error) error {
 }
 
 func runCall(ctx context.Context, e env, f *callFlags, fn string, data json.RawMessage, ns *string) error {
-	c, err := dial(ctx, f)
+	c, withToken, err := dial(ctx, e, f)
 	if err != nil {
 		return err
 	}
@@ -187,7 +194,14 @@ func runCall(ctx context.Context, e env, f *callFlags, fn string, data json.RawM
 	// printed.
 	watch.stop()
 	if err != nil {
-		return callError(err)
+		xe := callError(err)
+		if hint := unauthorizedHint(err, withToken); hint != "" {
+			var ex *exitError
+			if errors.As(xe, &ex) {
+				ex.msg += "\nhint: " + hint
+			}
+		}
+		return xe
 	}
 	if len(res) == 0 {
 		return nil

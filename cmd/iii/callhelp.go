@@ -47,7 +47,7 @@ func functionHelp(cmd *cobra.Command, e env, f *callFlags, fn string) {
 	ctx, cancel := context.WithTimeout(ctx, min(f.timeout(), client.DefaultDialTimeout))
 	defer cancel()
 
-	detail, err := fetchDetail(ctx, f, fn)
+	detail, err := fetchDetail(ctx, e, f, fn)
 	if err != nil {
 		note("%s", err.Error())
 		return
@@ -57,8 +57,8 @@ func functionHelp(cmd *cobra.Command, e env, f *callFlags, fn string) {
 	}
 }
 
-func fetchDetail(ctx context.Context, f *callFlags, fn string) (*functionDetail, error) {
-	c, err := dial(ctx, f)
+func fetchDetail(ctx context.Context, e env, f *callFlags, fn string) (*functionDetail, error) {
+	c, _, err := dial(ctx, e, f)
 	if err != nil {
 		return nil, err
 	}

@@ -231,13 +231,14 @@ func runComposeLogs(ctx context.Context, e env, parent *composeFlags, lf *compos
 	}
 	opts := client.Options{Name: "iii-cli:compose-logs", Description: "iii compose logs", IgnoreEnv: true,
 		ConfirmRegistration: true, Reconnect: client.ReconnectPolicy{Disable: true}}
-	c, err := client.Dial(ctx, url, opts)
+	tc := chooseToken(e, "", url, ns, func(msg string) { fmt.Fprintln(e.stderr, "warning:", msg) })
+	c, _, err := dialWithToken(ctx, url, opts, tc)
 	if client.CodeOf(err) == protocol.CodeWorkerNamespaceConflict {
 		opts.Name = fmt.Sprintf("%s:%d", opts.Name, os.Getpid())
-		c, err = client.Dial(ctx, url, opts)
+		c, _, err = dialWithToken(ctx, url, opts, tc)
 	}
 	if err != nil {
-		return connectError(url, err)
+		return tokenConnectError(url, err, tc)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), closeGrace)

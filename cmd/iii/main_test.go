@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -68,6 +69,7 @@ func TestScripts(t *testing.T) {
 			"cmpfrom":  cmdCmpFrom,
 			"waitport": cmdWaitPort,
 			"waitfile": cmdWaitFile,
+			"perm":     cmdPerm,
 		},
 	})
 }
@@ -101,6 +103,9 @@ func setupScript(e *testscript.Env) error {
 	e.Setenv("DEAD_PORT", dead)
 	e.Setenv("FREE_PORT", free)
 	e.Setenv("VERSION", version.Version)
+	// The engines a script starts keep their token in ~/.iii/engine-token:
+	// a home of the script's own, not testscript's /no-home.
+	e.Setenv("HOME", filepath.Join(e.WorkDir, "home"))
 	return nil
 }
 
