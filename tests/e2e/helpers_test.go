@@ -88,7 +88,11 @@ func startEngine(t *testing.T, dir, extra string) *engineFixture {
 	e := &engineFixture{srv: srv, url: "ws://" + srv.Addrs()["iii-worker-manager"], logs: logs}
 	dctx, dcancel := context.WithTimeout(ctx, time.Minute)
 	defer dcancel()
-	e.cl, err = client.Dial(dctx, e.url, client.Options{Name: "e2e-caller", IgnoreEnv: true,
+	// The same user's engine token, found as iii call finds it: the
+	// caller starts adapters and sets configuration (privileged).
+	token, err := client.DiscoverToken(e.url)
+	assert.NilError(t, err)
+	e.cl, err = client.Dial(dctx, e.url, client.Options{Name: "e2e-caller", IgnoreEnv: true, Token: token,
 		Reconnect: client.ReconnectPolicy{Disable: true}, CallTimeout: callTimeout})
 	assert.NilError(t, err)
 	// Cleanups run last-in first-out: the client leaves before the
