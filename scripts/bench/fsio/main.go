@@ -487,7 +487,15 @@ func startEngine(ctx context.Context, dir string) (*engine, error) {
 	}
 	e := &engine{cancel: cancel, served: make(chan error, 1)}
 	go func() { e.served <- srv.Serve(sctx) }()
-	e.cl, err = client.Dial(ctx, "ws://"+srv.Addrs()["iii-worker-manager"], client.Options{Name: "fsio-bench", IgnoreEnv: true,
+	url := "ws://" + srv.Addrs()["iii-worker-manager"]
+	// The same user's engine token: the bench starts the adapter
+	// (engine::adapters::start is privileged).
+	token, err := client.DiscoverToken(url)
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	e.cl, err = client.Dial(ctx, url, client.Options{Name: "fsio-bench", IgnoreEnv: true, Token: token,
 		Reconnect: client.ReconnectPolicy{Disable: true}})
 	if err != nil {
 		e.close()
