@@ -74,6 +74,7 @@ func (d *Daemon) removeVMState(ctx context.Context, p *project, before, now *com
 		defer stop()
 	}
 	raw, err := d.vmCall(ctx, ref.adapter, contract.OpWorkerRemove, contract.WorkerRemoveRequest{VMID: ref.id}, adapterStartTimeout)
+	d.revokeVMCredential(ctx, ref.id)
 	if err != nil {
 		return warn(fmt.Sprintf("%s::%s failed: %s", ref.adapter.name, contract.OpWorkerRemove, sandboxErrorText(err)))
 	}

@@ -113,6 +113,9 @@ type Daemon struct {
 
 	mu       sync.Mutex
 	projects map[string]*project
+
+	credMu sync.Mutex
+	creds  credentials
 	loaded   []string // load order
 	stopping bool
 

@@ -361,10 +361,14 @@ func (p *project) startVM(ctx context.Context, f *composefile.File, c *container
 	// The record goes first: once the copy has begun, the VM may have
 	// read whatever its directory holds.
 	p.recordVMRun(ctx, key, pl)
+	cred, err := p.issueVMCredential(ctx, key, ref.id)
+	if err != nil {
+		return vmCallFailed(key, ref, contract.OpWorkerStart, "could not give it an engine credential", err)
+	}
 	req := contract.WorkerStartRequest{
 		VMID: ref.id, Name: key, Namespace: p.ns, Image: pl.image, HostDir: pl.ref.hostDir,
 		Workdir: pl.workdir, Install: pl.install, Command: pl.cmd, Env: env, Config: cfg,
-		EngineURL: p.d.url, Exclude: pl.exclude,
+		EngineURL: p.d.url, Exclude: pl.exclude, EngineCredential: cred,
 	}
 	_ = log.Write(proc.Stderr, []byte(fmt.Sprintf("[compose] starting %s in a VM: %s::worker::start vm_id %s, image %s, %s", key, ref.adapter.name, ref.id, pl.image, pl.cmd)))
 	if _, err := p.d.vmCall(ctx, ref.adapter, contract.OpWorkerStart, req, adapterStartTimeout); err != nil {
@@ -527,6 +531,7 @@ func (p *project) stopVM(ctx context.Context, c *container, ref *vmRef, grace ti
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+vmStopMargin)
 	defer cancel()
 	raw, err := p.d.vmCall(sctx, ref.adapter, contract.OpWorkerStop, contract.WorkerStopRequest{VMID: ref.id, TimeoutMS: ms}, grace+vmStopMargin)
+	p.d.revokeVMCredential(sctx, ref.id)
 	text := "stopped"
 	if err != nil {
 		if sandboxCodeOf(err) != string(contract.S002) {

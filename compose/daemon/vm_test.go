@@ -120,7 +120,7 @@ func TestVMWorkerPathDot(t *testing.T) {
 	reg := publishedRegistry(t)
 	const token = "vm-test-engine-token"
 	eng := startEngine(t, "engine_token: "+token+"\n")
-	c := caller(t, eng.url)
+	c := callerWithToken(t, eng.url, token)
 
 	sbState := dirs.Short(t, "cvs")
 	cache := dirs.Short(t, "cvc")
@@ -171,6 +171,17 @@ func TestVMWorkerPathDot(t *testing.T) {
 	assert.Check(t, !got.IIIDir, ".iii (Compose's state, the token among it) is never copied into a VM")
 	assert.Check(t, got.ComposeFile, "path://. copies the compose file's directory")
 	assert.Equal(t, got.Cwd, "/workspace")
+
+	// Hostile code in the VM reaches the engine only with the worker's
+	// narrow credential: no privileged function, no reserved id.
+	var atk struct {
+		Codes map[string]string `json:"codes"`
+	}
+	assert.NilError(t, callLong(t, c, "vmp", "vmtest::attack", nil, &atk))
+	assert.Equal(t, len(atk.Codes), 5, "%v", atk.Codes)
+	for fn, code := range atk.Codes {
+		assert.Check(t, code == "UNAUTHORIZED" || code == "FORBIDDEN", "%s from inside the VM answered %q", fn, code)
+	}
 
 	vmID := VMID(filepath.Join(dir, "worker-compose.yaml"), "vmp", "vmtest", func(string) string { return "" })
 	stateDir := filepath.Join(sbState, "workers", vmID)
