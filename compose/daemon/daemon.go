@@ -114,8 +114,8 @@ type Daemon struct {
 	mu       sync.Mutex
 	projects map[string]*project
 
-	credMu sync.Mutex
-	creds  credentials
+	credMu   sync.Mutex
+	creds    credentials
 	loaded   []string // load order
 	stopping bool
 
