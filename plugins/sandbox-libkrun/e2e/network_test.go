@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -88,47 +89,56 @@ func TestNetwork(t *testing.T) {
 	host := netns.Start(t)
 	echo, echoed := host.Echo(t)
 
-	// The host's listeners: every address, TCP and UDP, one port.
-	ln, err := net.Listen("tcp", ":0")
+	// The host's listeners, TCP and UDP on one port, standing in for the
+	// engine and the Compose daemon: on loopback and on the host's side of
+	// the test host's link (this workplace lets servers bind only those).
+	// The host's other addresses are in the guesses below too; the policy
+	// refuses them before any dial (usernet's unit tests), and a dial would
+	// stay on this machine.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	assert.NilError(t, err)
-	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	pc, err := net.ListenPacket("udp", fmt.Sprintf(":%d", port))
+	ln2, err := net.Listen("tcp", net.JoinHostPort(host.Gateway.String(), fmt.Sprint(port)))
 	assert.NilError(t, err)
-	defer pc.Close()
+	pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+	assert.NilError(t, err)
+	pc2, err := net.ListenPacket("udp", net.JoinHostPort(host.Gateway.String(), fmt.Sprint(port)))
+	assert.NilError(t, err)
 	var mu sync.Mutex
 	var reached []string
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+	for _, l := range []net.Listener{ln, ln2} {
+		wg.Go(func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				reached = append(reached, "tcp from "+c.RemoteAddr().String()+" to "+l.Addr().String())
+				mu.Unlock()
+				_ = c.Close()
 			}
-			mu.Lock()
-			reached = append(reached, "tcp from "+c.RemoteAddr().String())
-			mu.Unlock()
-			_ = c.Close()
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		buf := make([]byte, 2048)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
+		})
+	}
+	for _, pc := range []net.PacketConn{pc, pc2} {
+		wg.Go(func() {
+			buf := make([]byte, 2048)
+			for {
+				_, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				reached = append(reached, "udp from "+from.String()+" to "+pc.LocalAddr().String())
+				mu.Unlock()
 			}
-			mu.Lock()
-			reached = append(reached, "udp from "+from.String())
-			mu.Unlock()
-		}
-	}()
+		})
+	}
 	defer wg.Wait()
-	defer pc.Close()
-	defer ln.Close()
+	for _, c := range []io.Closer{ln, ln2, pc, pc2} {
+		defer c.Close()
+	}
 
 	// What an attacker might guess: every address of the host (the test
 	// host's gateway side among them).
