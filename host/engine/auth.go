@@ -265,7 +265,7 @@ func (e *Engine) middlewareFor(p *principal, f *function) string {
 	if p.admin || p.middleware == "" {
 		return ""
 	}
-	if f != nil && f.owner == e.builtins.w {
+	if f != nil && e.builtins != nil && f.owner == e.builtins.w {
 		return ""
 	}
 	return p.middleware
