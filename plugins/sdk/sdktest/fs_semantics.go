@@ -34,12 +34,12 @@ func (s *suite) testFsSemantics(t *testing.T) {
 		write(ss, "/sdk/sem/ln/target.txt", "through the link", nil)
 		out := ss.sh(id, "ln -s target.txt link", map[string]any{"workdir": "/sdk/sem/ln"})
 		if out.ExitCode == nil || *out.ExitCode != 0 {
-			t.Fatalf("ln -s: %+v", out)
+			t.Fatalf("ln -s: %s", js(out))
 		}
 		var st contract.FsEntry
 		ss.call(contract.OpFsStat, with(map[string]any{"path": "/sdk/sem/ln/link"}), &st)
 		if !st.IsSymlink {
-			t.Errorf("stat of a symbolic link describes the link itself: %+v", st)
+			t.Errorf("stat of a symbolic link describes the link itself: %s", js(st))
 		}
 		s.expectFile(t, id, "/sdk/sem/ln/link", "through the link")
 		var g contract.FsGrepResponse
@@ -82,7 +82,7 @@ func (s *suite) testFsSemantics(t *testing.T) {
 		for _, r := range out.Results {
 			paths = append(paths, r.Path)
 			if !r.Success || r.Replacements != 1 || r.Error != "" {
-				t.Errorf("result %+v", r)
+				t.Errorf("result %s", js(r))
 			}
 		}
 		if strings.Join(paths, ",") != "/sdk/sem/sort/0.txt,/sdk/sem/sort/a.txt,/sdk/sem/sort/a/b.txt" || out.TotalReplacements != 3 {
@@ -106,11 +106,11 @@ func (s *suite) testFsSemantics(t *testing.T) {
 		// reported when nothing changes.
 		ss.call(contract.OpFsSed, with(map[string]any{"path": "/sdk/sem/sort/c.txt", "pattern": "absent", "replacement": "y"}), &out)
 		if len(out.Results) != 0 || out.TotalReplacements != 0 {
-			t.Errorf("sed over a path that does not change: %+v", out)
+			t.Errorf("sed over a path that does not change: %s", js(out))
 		}
 		ss.call(contract.OpFsSed, with(map[string]any{"files": []string{"/sdk/sem/sort/missing"}, "pattern": "x", "replacement": "y"}), &out)
 		if len(out.Results) != 1 || out.Results[0].Success || out.Results[0].Error != "S211: path not found: /sdk/sem/sort/missing" {
-			t.Errorf("sed over a missing file: %+v", out.Results)
+			t.Errorf("sed over a missing file: %s", js(out.Results))
 		}
 	})
 

@@ -145,7 +145,7 @@ func (ss *session) fail(op string, payload any, code contract.Code) *contract.Er
 	ss.t.Helper()
 	raw, err := ss.raw(op, payload)
 	if err == nil {
-		ss.t.Fatalf("%s %s: want %s, got the reply %s", op, describe(payload), code, truncate(string(raw), 300))
+		ss.t.Fatalf("%s %s: want %s, got %s", op, describe(payload), code, observed(raw, nil))
 	}
 	var se *contract.Error
 	if !errors.As(err, &se) {
@@ -174,6 +174,29 @@ func checkWireError(t *testing.T, se *contract.Error) {
 	}
 }
 
+// observed names what a call returned, for failure messages: "a reply
+// {…}" with the reply's JSON, "the error S0xx: …", or the non-sandbox error.
+func observed(raw json.RawMessage, err error) string {
+	if err == nil {
+		return "a reply " + truncate(string(raw), 300)
+	}
+	var se *contract.Error
+	if errors.As(err, &se) {
+		return fmt.Sprintf("the error %s: %s", se.Code, se.Message)
+	}
+	return fmt.Sprintf("a non-sandbox error: %v", err)
+}
+
+// js renders a decoded reply (or part of one) as JSON for failure
+// messages, so pointers such as exit_code show their values.
+func js(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%+v", v)
+	}
+	return truncate(string(b), 300)
+}
+
 func describe(payload any) string {
 	b, err := json.Marshal(payload)
 	if err != nil {
@@ -195,9 +218,9 @@ func (s *suite) create(ss *session, extra map[string]any) string {
 	ss.t.Helper()
 	payload := Merge(map[string]any{"image": s.target.Image}, extra)
 	var out contract.CreateResponse
-	ss.call(contract.OpCreate, payload, &out)
+	raw := ss.call(contract.OpCreate, payload, &out)
 	if out.SandboxID == "" {
-		ss.t.Fatalf("create returned no sandbox_id")
+		ss.t.Fatalf("create %s: want a sandbox_id, got the reply %s", describe(payload), truncate(string(raw), 300))
 	}
 	ss.t.Cleanup(func() { ss.stopQuietly(out.SandboxID) })
 	return out.SandboxID

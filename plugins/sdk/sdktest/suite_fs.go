@@ -26,7 +26,7 @@ func (s *suite) testFs(t *testing.T) {
 		var w contract.FsWriteResponse
 		ss.call(contract.OpFsWrite, with(map[string]any{"path": "/sdk/text.txt", "content": "héllo\nworld\n", "parents": true}), &w)
 		if w.BytesWritten != uint64(len("héllo\nworld\n")) || w.Path != "/sdk/text.txt" {
-			t.Errorf("write replied %+v", w)
+			t.Errorf("write replied %s", js(w))
 		}
 		raw := ss.call(contract.OpFsRead, with(map[string]any{"path": "/sdk/text.txt"}), nil)
 		requireKeys(t, raw, "content", "body", "size", "mode", "mtime")
@@ -71,7 +71,7 @@ func (s *suite) testFs(t *testing.T) {
 		}
 		raw := ss.call(contract.OpFsRead, with(map[string]any{"path": "/sdk/big.txt"}), nil)
 		if _, ok := keys(t, raw)["body"]; ok {
-			t.Errorf("a file of 1 MiB or more has a body")
+			t.Errorf("fs::read of a file of 1 MiB or more: want content as a channel and no body, got a body in the reply %s", truncate(string(raw), 300))
 		}
 		var r contract.FsReadResponse
 		_ = json.Unmarshal(raw, &r)
@@ -99,7 +99,7 @@ func (s *suite) testFs(t *testing.T) {
 			names = append(names, e.Name)
 		}
 		if strings.Join(names, ",") != "a.txt,b.txt,sub" || !ls.Entries[2].IsDir {
-			t.Errorf("ls replied %+v", ls.Entries)
+			t.Errorf("ls replied %s", js(ls.Entries))
 		}
 	})
 	t.Run("mkdir", func(t *testing.T) {
@@ -107,16 +107,16 @@ func (s *suite) testFs(t *testing.T) {
 		var out contract.FsMkdirResponse
 		ss.call(contract.OpFsMkdir, with(map[string]any{"path": "/sdk/mk", "mode": "0700"}), &out)
 		if !out.Created {
-			t.Errorf("mkdir replied %+v", out)
+			t.Errorf("mkdir replied %s", js(out))
 		}
 		var st contract.FsEntry
 		ss.call(contract.OpFsStat, with(map[string]any{"path": "/sdk/mk"}), &st)
 		if !st.IsDir || st.Mode != 0o700 {
-			t.Errorf("stat of a new directory: %+v", st)
+			t.Errorf("stat of a new directory: %s", js(st))
 		}
-		ss.call(contract.OpFsMkdir, with(map[string]any{"path": "/sdk/mk", "parents": true}), &out)
+		raw := ss.call(contract.OpFsMkdir, with(map[string]any{"path": "/sdk/mk", "parents": true}), &out)
 		if out.Created {
-			t.Errorf("mkdir with parents of an existing directory must report created: false")
+			t.Errorf("mkdir with parents of an existing directory: want created: false, got the reply %s", truncate(string(raw), 300))
 		}
 	})
 	t.Run("chmod", func(t *testing.T) {
@@ -147,7 +147,7 @@ func (s *suite) testFs(t *testing.T) {
 		var mv contract.FsMvResponse
 		ss.call(contract.OpFsMv, with(map[string]any{"src": "/sdk/mv/a", "dst": "/sdk/mv/b", "overwrite": true}), &mv)
 		if !mv.Moved {
-			t.Errorf("mv replied %+v", mv)
+			t.Errorf("mv replied %s", js(mv))
 		}
 		var r contract.FsReadResponse
 		ss.call(contract.OpFsRead, with(map[string]any{"path": "/sdk/mv/b"}), &r)
@@ -159,7 +159,7 @@ func (s *suite) testFs(t *testing.T) {
 		var rm contract.FsRmResponse
 		ss.call(contract.OpFsRm, with(map[string]any{"path": "/sdk/mv", "recursive": true}), &rm)
 		if !rm.Removed {
-			t.Errorf("rm replied %+v", rm)
+			t.Errorf("rm replied %s", js(rm))
 		}
 		ss.fail(contract.OpFsStat, with(map[string]any{"path": "/sdk/mv"}), contract.S211)
 	})
@@ -210,7 +210,7 @@ func (s *suite) testFs(t *testing.T) {
 
 		ss.call(contract.OpFsSed, with(map[string]any{"files": []string{"/sdk/s/one.txt", "/sdk/s/missing.txt"}, "pattern": "o.", "replacement": "$1", "regex": false, "first_only": true}), &out)
 		if out.TotalReplacements != 0 || len(out.Results) != 2 || !out.Results[0].Success || out.Results[1].Success || out.Results[1].Error == "" {
-			t.Errorf("sed over files with a literal pattern that does not occur: %+v", out)
+			t.Errorf("sed over files with a literal pattern that does not occur: %s", js(out))
 		}
 		ss.call(contract.OpFsSed, with(map[string]any{"files": []string{"/sdk/s/one.txt"}, "pattern": "BOOM", "replacement": "$x", "regex": false, "ignore_case": true, "first_only": true}), &out)
 		if out.TotalReplacements != 1 {
@@ -280,13 +280,13 @@ func (s *suite) testFs(t *testing.T) {
 			ss.call(contract.OpFsChmod, with(map[string]any{"path": "/sdk/ro", "mode": "0555"}), nil)
 			denied = "/sdk/ro/file"
 		}
-		_, err := ss.raw(contract.OpFsWrite, with(map[string]any{"path": denied, "content": "x"}))
+		raw, err := ss.raw(contract.OpFsWrite, with(map[string]any{"path": denied, "content": "x"}))
 		if err == nil && s.target.DenyPath == nil {
 			t.Skip("writing into a 0555 directory succeeded: the adapter acts as root; set Target.DenyPath to test S215")
 		}
 		var se *contract.Error
 		if !errors.As(err, &se) || se.Code != contract.S215 {
-			t.Fatalf("writing %s: want S215, got %v", denied, err)
+			t.Fatalf("writing %s: want S215, got %s", denied, observed(raw, err))
 		}
 		checkWireError(t, se)
 	})

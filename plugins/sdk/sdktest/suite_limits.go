@@ -55,7 +55,7 @@ func (s *suite) testLimits(t *testing.T) {
 		waitFor(t, "the first exec to be in flight", s.target.CallTimeout, func() bool { return execsInFlight(ss, id) == 1 })
 		// The first exec may end on its own before this call on a very
 		// slow machine; only then is a success acceptable.
-		_, err := ss.raw(contract.OpExec, map[string]any{"sandbox_id": id, "cmd": "true"})
+		raw, err := ss.raw(contract.OpExec, map[string]any{"sandbox_id": id, "cmd": "true"})
 		var se *contract.Error
 		switch {
 		case errors.As(err, &se) && se.Code == contract.S003:
@@ -63,7 +63,7 @@ func (s *suite) testLimits(t *testing.T) {
 		case err == nil && execsInFlight(ss, id) == 0:
 			t.Log("the first exec finished before the second started; S003 not observed")
 		default:
-			t.Errorf("a second exec at the cap: want S003, got %v", err)
+			t.Errorf("a second exec at the cap: want S003, got %s", observed(raw, err))
 		}
 		if err := <-done; err != nil {
 			t.Errorf("the first exec: %v", err)
@@ -86,7 +86,7 @@ func (s *suite) testReaper(t *testing.T) {
 		id := s.create(ss, map[string]any{"idle_timeout_secs": 2})
 		out := ss.exec(id, map[string]any{"argv": []string{"sleep", "5"}})
 		if !out.Success {
-			t.Errorf("a 5 s exec in a sandbox with a 2 s idle timeout: %+v", out)
+			t.Errorf("a 5 s exec in a sandbox with a 2 s idle timeout: want success, got the reply %s", js(out))
 		}
 	})
 	t.Run("an idle sandbox is reaped and then S004", func(t *testing.T) {

@@ -3,6 +3,7 @@ package sdktest
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -142,19 +143,19 @@ func (s *suite) testExec(t *testing.T) {
 		ss.call(contract.OpFsWrite, map[string]any{"sandbox_id": id, "path": "/sdktest-wd/marker.txt", "content": "in the workdir", "parents": true}, nil)
 		out := ss.exec(id, map[string]any{"argv": []string{"cat", "marker.txt"}, "workdir": "/sdktest-wd"})
 		if out.Stdout != "in the workdir" {
-			t.Errorf("cat marker.txt in workdir: %+v", out)
+			t.Errorf("cat marker.txt in workdir: %s", js(out))
 		}
 	})
 	t.Run("non-zero exit is a reply", func(t *testing.T) {
 		out := s.session(t).sh(id, "echo out; echo err >&2; exit 3", nil)
 		if out.ExitCode == nil || *out.ExitCode != 3 || out.Success || out.Stdout != "out\n" || out.Stderr != "err\n" {
-			t.Errorf("got %+v", out)
+			t.Errorf("want exit_code 3, success false, stdout \"out\\n\", stderr \"err\\n\"; got the reply %s", js(out))
 		}
 	})
 	t.Run("missing binary is exit 127", func(t *testing.T) {
 		out := s.session(t).exec(id, map[string]any{"argv": []string{"sdktest-no-such-binary"}})
 		if out.ExitCode == nil || *out.ExitCode != 127 || out.Success {
-			t.Errorf("got %+v", out)
+			t.Errorf("want exit_code 127 and success false, got the reply %s", js(out))
 		}
 	})
 	t.Run("truncation flags", func(t *testing.T) {
@@ -170,7 +171,7 @@ func (s *suite) testExec(t *testing.T) {
 		}
 		out = ss.sh(id, "printf small", nil)
 		if out.StdoutTruncated || out.StderrTruncated {
-			t.Errorf("small output flagged as truncated: %+v", out)
+			t.Errorf("small output flagged as truncated: %s", js(out))
 		}
 	})
 	t.Run("S200 on timeout", func(t *testing.T) {
@@ -225,7 +226,7 @@ func (s *suite) testList(t *testing.T) {
 		t.Fatalf("sandbox %s missing from %s", id, raw)
 	}
 	if found.Name != "sdktest-list" || found.Image != s.target.Image || found.Stopped || found.ExecInProgress || found.ExecInFlight != 0 || found.ExecSlotsFree == 0 {
-		t.Errorf("entry %+v", *found)
+		t.Errorf("list entry %s, want name sdktest-list, image %s, live, no exec in flight and a free slot", js(*found), s.target.Image)
 	}
 
 	ss.call(contract.OpStop, map[string]any{"sandbox_id": id}, nil)
@@ -233,7 +234,7 @@ func (s *suite) testList(t *testing.T) {
 	ss.call(contract.OpList, nil, &after)
 	for _, e := range after.Sandboxes {
 		if e.SandboxID == id && !e.Stopped {
-			t.Errorf("a stopped sandbox is listed as live: %+v", e)
+			t.Errorf("a stopped sandbox is listed as live: %s", js(e))
 		}
 	}
 }
@@ -260,24 +261,35 @@ func (s *suite) testStop(t *testing.T) {
 		var out contract.StopResponse
 		ss.call(contract.OpStop, map[string]any{"sandbox_id": id, "wait": true}, &out)
 		if !out.Stopped {
-			t.Errorf("stop with wait: %+v", out)
+			t.Errorf("stop with wait: want stopped true, got the reply %s", js(out))
 		}
 		ss.fail(contract.OpExec, map[string]any{"sandbox_id": id, "cmd": "true"}, contract.S004)
 	})
 	t.Run("stop ends a running exec", func(t *testing.T) {
 		ss := s.session(t)
 		id := s.create(ss, nil)
-		done := make(chan error, 1)
+		type result struct {
+			raw json.RawMessage
+			err error
+		}
+		done := make(chan result, 1)
 		go func() {
-			_, err := ss.raw(contract.OpExec, map[string]any{"sandbox_id": id, "argv": []string{"sleep", "120"}})
-			done <- err
+			raw, err := ss.raw(contract.OpExec, map[string]any{"sandbox_id": id, "argv": []string{"sleep", "120"}})
+			done <- result{raw, err}
 		}()
 		waitFor(t, "the exec to be in flight", s.target.CallTimeout, func() bool { return execsInFlight(ss, id) == 1 })
 		ss.call(contract.OpStop, map[string]any{"sandbox_id": id, "wait": true}, nil)
-		// The sleep must end with the sandbox; a hang here is the
-		// failure (bounded by the call timeout).
-		if err := <-done; err == nil {
-			t.Errorf("an exec whose sandbox was stopped reported success")
+		// The sleep must end with the sandbox, as S004 (the sandbox is
+		// stopped), not as a reply: a hang here is the failure too
+		// (bounded by the call timeout). With sandboxkit, a Sandbox.Exec
+		// cut off by Stop returns an error without an S-code and the kit
+		// reports S004.
+		r := <-done
+		var se *contract.Error
+		if !errors.As(r.err, &se) || se.Code != contract.S004 {
+			t.Errorf("an exec whose sandbox was stopped under it: want S004, got %s", observed(r.raw, r.err))
+		} else {
+			checkWireError(t, se)
 		}
 	})
 	t.Run("S002 unknown sandbox", func(t *testing.T) {

@@ -34,7 +34,7 @@ func (s *suite) testRun(t *testing.T) {
 		var out contract.RunResponse
 		s.session(t).call(contract.OpRun, map[string]any{"image": s.target.Image, "lang": "shell", "code": "echo oops >&2; exit 4"}, &out)
 		if out.ExitCode == nil || *out.ExitCode != 4 || out.Success || out.Stderr != "oops\n" {
-			t.Errorf("run replied %+v", out)
+			t.Errorf("want exit_code 4, success false, stderr \"oops\\n\"; got the reply %s", js(out))
 		}
 	})
 	t.Run("keep_sandbox returns a live sandbox", func(t *testing.T) {
@@ -51,14 +51,14 @@ func (s *suite) testRun(t *testing.T) {
 		t.Cleanup(func() { ss.stopQuietly(out.SandboxID) })
 		s.expectFile(t, out.SandboxID, "/sdk-run/abs/file.txt", "absolute")
 		if got := ss.sh(out.SandboxID, "printf alive", nil); got.Stdout != "alive" {
-			t.Errorf("exec in the kept sandbox: %+v", got)
+			t.Errorf("exec in the kept sandbox: %s", js(got))
 		}
 	})
 	t.Run("an unknown lang is an interpreter path", func(t *testing.T) {
 		var out contract.RunResponse
 		s.session(t).call(contract.OpRun, map[string]any{"image": s.target.Image, "lang": "/bin/sh", "code": "printf literal-interpreter"}, &out)
 		if out.Stdout != "literal-interpreter" {
-			t.Errorf("run with lang /bin/sh replied %+v", out)
+			t.Errorf("run with lang /bin/sh: want stdout literal-interpreter, got the reply %s", js(out))
 		}
 	})
 	t.Run("the sandbox is stopped after a run", func(t *testing.T) {
@@ -86,7 +86,7 @@ func (s *suite) testRun(t *testing.T) {
 		if id != "" {
 			t.Cleanup(func() { ss.stopQuietly(id) })
 			if got := ss.sh(id, "printf still-here", nil); got.Stdout != "still-here" {
-				t.Errorf("exec in the kept sandbox: %+v", got)
+				t.Errorf("exec in the kept sandbox: %s", js(got))
 			}
 		}
 	})
