@@ -46,8 +46,10 @@ demo: build ## Set up and run the main job end to end.
 fmt: ## Format the code.
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
 
-vet: ## go vet and a gofmt check.
+vet: ## go vet (this host, darwin, linux/arm64) and a gofmt check.
 	$(GO) vet ./...
+	GOOS=darwin $(GO) vet ./...
+	GOOS=linux GOARCH=arm64 $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 fuzz: ## Run every fuzz target for a short while.

@@ -16,14 +16,6 @@ import (
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 )
 
-// QEMU user-network defaults.
-const (
-	DefaultInterface = "eth0"
-	DefaultAddress   = "10.0.2.15/24"
-	DefaultGateway   = "10.0.2.2"
-	DefaultDNS       = "10.0.2.3"
-)
-
 // Network configures interfaces with rtnetlink.
 type Network struct {
 	// Root is where /etc/resolv.conf is written ("/" in the VM).
