@@ -151,6 +151,11 @@ type Configuration struct {
 type Sandbox struct {
 	Adapter   string
 	Namespace string
+	// Config is sandbox.config, the adapter's configuration, as compact
+	// JSON (an object); "" when the key is absent or null (the engine then
+	// starts the adapter with {}). A string keeps Sandbox comparable, so a
+	// reload sees a changed configuration as a changed binding.
+	Config string
 }
 
 // ParseOptions say how to read one document.
@@ -522,11 +527,38 @@ func (p *parser) sandbox(n *yaml.Node) (*Sandbox, error) {
 				return nil, p.fail(CodeInvalidNamespace, v, "sandbox.namespace %q is not a valid namespace: use only a-z, 0-9, _ and - (no upper case, no blank); leave it out for default", ns)
 			}
 			s.Namespace = ns
+		case "config":
+			if yamlnode.IsNull(v) {
+				continue
+			}
+			c, err := p.adapterConfig(v)
+			if err != nil {
+				return nil, err
+			}
+			s.Config = c
 		default:
-			return nil, p.fail(CodeInvalidConfig, k, "unknown key %q in sandbox; it has only adapter and namespace", k.Value)
+			return nil, p.fail(CodeInvalidConfig, k, "unknown key %q in sandbox; it has only adapter, namespace and config", k.Value)
 		}
 	}
 	return s, nil
+}
+
+// adapterConfig reads sandbox.config: a mapping, handed to the adapter as
+// JSON. Its keys are the adapter's to judge (the adapter refuses what it
+// does not know when it starts), so only the shape is checked here.
+func (p *parser) adapterConfig(v *yaml.Node) (string, error) {
+	if v.Kind != yaml.MappingNode {
+		return "", p.fail(CodeInvalidConfig, v, "sandbox.config must be a mapping (the adapter's configuration, e.g. config: {image_allowlist: [python]}), not a %s", yamlnode.KindName(v))
+	}
+	var tree any
+	if err := v.Decode(&tree); err != nil {
+		return "", p.fail(CodeInvalidConfig, v, "sandbox.config: %v", err)
+	}
+	raw, err := json.Marshal(tree)
+	if err != nil {
+		return "", p.fail(CodeInvalidConfig, v, "sandbox.config cannot be handed to the adapter as JSON (%v); use string keys and plain values", err)
+	}
+	return string(raw), nil
 }
 
 // finish decodes each worker's config and fills in defaults.

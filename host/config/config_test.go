@@ -68,6 +68,11 @@ func TestParseErrors(t *testing.T) {
 		{name: "sandbox_bad_adapter", src: "sandbox:\n  adapter: Sandbox::libkrun\n", code: CodeInvalidConfig},
 		{name: "sandbox_adapter_list", src: "sandbox:\n  adapter: [a]\n", code: CodeInvalidConfig},
 		{name: "sandbox_unknown_key", src: "sandbox:\n  adapter: sandbox-libkrun\n  image_allowlist: [python]\n", code: CodeInvalidConfig},
+		{name: "sandbox_config_list", src: "sandbox:\n  config: [python]\n", code: CodeInvalidConfig},
+		{name: "sandbox_config_scalar", src: "sandbox:\n  config: python\n", code: CodeInvalidConfig},
+		{name: "sandbox_config_int_key", src: "sandbox:\n  config: {1: a}\n", code: CodeInvalidConfig},
+		{name: "sandbox_config_dup_key", src: "sandbox:\n  config: {a: 1, a: 2}\n", code: CodeInvalidConfig},
+		{name: "sandbox_config_unset", src: "sandbox:\n  config: {a: ${NOPE}}\n", code: CodeUnsetVariable},
 		{name: "listener_unknown_key", src: "workers:\n  - name: iii-worker-manager#rbac\n    config: { port: 49135, middleware: auth::middleware }\n", code: CodeInvalidConfig},
 		{name: "listener_rbac_unknown_key", src: "workers:\n  - name: iii-worker-manager\n    config: { rbac: { auth_function: a::b } }\n", code: CodeInvalidConfig},
 		{name: "listener_rbac_bad_filter", src: "workers:\n  - name: iii-worker-manager\n    config: { rbac: { expose_functions: ['svc::*'] } }\n", code: CodeInvalidConfig},
@@ -168,6 +173,13 @@ func TestParseSandboxDefaults(t *testing.T) {
 		{name: "namespace only", src: "sandbox: { namespace: dev }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "dev"}},
 		{name: "adapter only", src: "sandbox: { adapter: other_adapter }\n", want: &Sandbox{Adapter: "other_adapter", Namespace: "default"}},
 		{name: "default from env", src: "sandbox: { namespace: '${NS:team-a}' }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "team-a"}},
+		{name: "config null", src: "sandbox: { config: }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default"}},
+		{name: "config empty", src: "sandbox: { config: {} }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default", Config: "{}"}},
+		{
+			name: "config",
+			src:  "sandbox:\n  adapter: sandbox-hostdir\n  config:\n    image_allowlist: [python, node]\n    default_memory_mb: ${MEM:256}\n    root: '${ROOT:/srv}'\n",
+			want: &Sandbox{Adapter: "sandbox-hostdir", Namespace: "default", Config: `{"default_memory_mb":256,"image_allowlist":["python","node"],"root":"/srv"}`},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
