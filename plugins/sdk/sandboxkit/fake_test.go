@@ -119,6 +119,7 @@ func (s *fakeSandbox) stops() int {
 //	timeout        TimedOut
 //	flood          2 MiB of stdout the provider forgot to cap
 //	block          waits for ctx or the sandbox's end
+//	block-s300     the same, ending with an S300 error (a VM's lost agent)
 //	fail           a plain error
 func (s *fakeSandbox) Exec(ctx context.Context, spec ExecSpec) (ExecResult, error) {
 	s.mu.Lock()
@@ -137,11 +138,14 @@ func (s *fakeSandbox) Exec(ctx context.Context, spec ExecSpec) (ExecResult, erro
 		return ExecResult{TimedOut: true}, nil
 	case "flood":
 		return ExecResult{Stdout: bytes.Repeat([]byte("x"), 2<<20), Stderr: []byte("e"), ExitCode: &zero}, nil
-	case "block":
+	case "block", "block-s300":
 		select {
 		case <-ctx.Done():
 			return ExecResult{}, ctx.Err()
 		case <-s.done:
+			if spec.Argv[0] == "block-s300" {
+				return ExecResult{}, contract.NewError(contract.S300, "guest agent: connection closed")
+			}
 			return ExecResult{}, errors.New("sandbox gone")
 		}
 	case "fail":

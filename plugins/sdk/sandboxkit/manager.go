@@ -431,9 +431,11 @@ func stoppedError(e *entry) *contract.Error {
 	return contract.NewError(contract.S004, "sandbox %s is stopped (%s)", e.id, e.stopReason)
 }
 
-// opError reports a failed operation: S004 when the sandbox was stopped
-// while it ran, the caller's context error as is, and otherwise the
-// provider's error with fallback as its code if it has none.
+// opError reports a failed operation: the caller's context error as is;
+// S004 when the sandbox was stopped while it ran, whatever the provider
+// made of that (a killed process, or an S300 for the connection to its VM
+// that closed); otherwise the provider's error with fallback as its code
+// if it has none.
 func (m *Manager) opError(ctx context.Context, e *entry, err error, fallback contract.Code) error {
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return err
@@ -441,8 +443,7 @@ func (m *Manager) opError(ctx context.Context, e *entry, err error, fallback con
 	m.mu.Lock()
 	stopped := e.stopped
 	m.mu.Unlock()
-	var se *contract.Error
-	if stopped && !errors.As(err, &se) {
+	if stopped {
 		return stoppedError(e)
 	}
 	return contract.AsError(err, fallback)

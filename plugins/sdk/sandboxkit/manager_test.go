@@ -280,20 +280,22 @@ func TestExec(t *testing.T) {
 		wg.Wait()
 		waitInFlight(t, m, id, 0)
 	})
-	t.Run("S004 when the sandbox stops under a running exec", func(t *testing.T) {
-		id := create(t, m, &contract.CreateRequest{})
-		errc := make(chan error, 1)
-		go func() {
-			_, err := m.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"block"}})
-			errc <- err
-		}()
-		waitInFlight(t, m, id, 1)
-		_, err := m.Stop(ctx, &contract.StopRequest{SandboxID: id})
-		assert.NilError(t, err)
-		assert.Equal(t, code(t, <-errc), contract.S004)
-		_, err = m.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"echo"}})
-		assert.Equal(t, code(t, err), contract.S004)
-	})
+	for _, bin := range []string{"block", "block-s300"} {
+		t.Run("S004 when the sandbox stops under a running exec: "+bin, func(t *testing.T) {
+			id := create(t, m, &contract.CreateRequest{})
+			errc := make(chan error, 1)
+			go func() {
+				_, err := m.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{bin}})
+				errc <- err
+			}()
+			waitInFlight(t, m, id, 1)
+			_, err := m.Stop(ctx, &contract.StopRequest{SandboxID: id})
+			assert.NilError(t, err)
+			assert.Equal(t, code(t, <-errc), contract.S004)
+			_, err = m.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"echo"}})
+			assert.Equal(t, code(t, err), contract.S004)
+		})
+	}
 }
 
 func TestExecZeroMeansOne(t *testing.T) {

@@ -282,7 +282,7 @@ func (s *suite) testStop(t *testing.T) {
 		// The sleep must end with the sandbox, as S004 (the sandbox is
 		// stopped), not as a reply: a hang here is the failure too
 		// (bounded by the call timeout). With sandboxkit, a Sandbox.Exec
-		// cut off by Stop returns an error without an S-code and the kit
+		// cut off by Stop returns an error, any error, and the kit
 		// reports S004.
 		r := <-done
 		var se *contract.Error

@@ -26,8 +26,8 @@ const (
 	tmpDir  = "/tmp"
 )
 
-// errStopped ends an exec cut off by Stop. It has no S-code: the kit sees
-// that the sandbox was stopped and answers the caller with S004.
+// errStopped ends an exec cut off by Stop. The kit sees that the sandbox
+// was stopped while the exec ran and answers the caller with S004.
 var errStopped = errors.New("the sandbox was stopped while the exec ran")
 
 type sandbox struct {
