@@ -6,6 +6,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
+	"github.com/iii-sandbox/iii/compose/daemon"
 	"github.com/iii-sandbox/iii/host/server"
 	"github.com/iii-sandbox/iii/internal/version"
 )
@@ -64,15 +65,19 @@ func runEngine(cmd *cobra.Command, e env, configPath string) error {
 		level = hclog.Info
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "iii", Output: e.stderr, Level: level})
+	// An engine `iii compose --up` started has a lifeline to it; Compose
+	// then starts the adapter it binds, with its layered configuration.
+	byCompose := e.getenv(daemon.EnvEngineLifeline) != ""
 	ctx, release := engineLifeline(cmd.Context(), e, logger)
 	defer release()
 	err := server.Run(ctx, server.Options{
-		ConfigPath:  configPath,
-		Interactive: e.interactive,
-		Stdin:       e.stdin,
-		Stderr:      e.stderr,
-		Logger:      logger,
-		Version:     version.Version,
+		ConfigPath:       configPath,
+		Interactive:      e.interactive,
+		Stdin:            e.stdin,
+		Stderr:           e.stderr,
+		Logger:           logger,
+		Version:          version.Version,
+		AdapterByCompose: byCompose,
 	})
 	if err != nil {
 		return &exitError{code: exitFailure, msg: err.Error()}

@@ -77,12 +77,17 @@ func sandboxCode(err error) string {
 // from config_override keeps its current value; a bad value fails closed
 // (S301) until a valid one and compose::restart; restarting the adapter
 // ends every sandbox; down stops it.
+//
+// The engine's config.yaml binds the adapter with a configuration, so the
+// engine runs it before Compose attaches; compose::up takes it over (no
+// ADAPTER_ALREADY_STARTED) with its layered configuration, whose middle
+// layer is what config.yaml gave.
 func TestAdapterContainer(t *testing.T) {
 	bins := hostdirBin(t)
 	t.Setenv("III_PLUGIN_PATH", bins)
-	eng := startEngine(t, "sandbox:\n  adapter: sandbox-hostdir\n  namespace: sbx\n")
-	c := caller(t, eng.url)
 	state := t.TempDir()
+	eng := startEngine(t, "sandbox:\n  adapter: sandbox-hostdir\n  namespace: sbx\n  config: { image_allowlist: [shell], state_dir: "+state+" }\n")
+	c := caller(t, eng.url)
 	compose := func(override string) string {
 		return "namespace: sbx\ncontainers:\n  sandbox-hostdir:\n    worker: package://sandbox-hostdir\n    version: '1.0.0'\n    config_override:\n" + override
 	}
@@ -102,16 +107,36 @@ func TestAdapterContainer(t *testing.T) {
 		assert.NilError(t, json.Unmarshal(raw, &out))
 		return out.Stdout, nil
 	}
-	// Before the project is up the bound adapter does not run: S301.
-	_, err := run()
-	assert.Equal(t, sandboxCode(err), "S301", "%v", err)
+	var list struct {
+		Adapters []adapterStatus `json:"adapters"`
+	}
+	startedBy := func() string {
+		var l struct {
+			Adapters []struct {
+				StartedBy string `json:"started_by"`
+			} `json:"adapters"`
+		}
+		assert.NilError(t, call(t, c, "default", "engine::adapters::list", nil, &l))
+		assert.Assert(t, is.Len(l.Adapters, 1))
+		return l.Adapters[0].StartedBy
+	}
+	// Before the project is up, the engine runs the bound adapter itself,
+	// with config.yaml's configuration.
+	out, err := run()
+	assert.NilError(t, err)
+	assert.Equal(t, out, "hi\n")
+	assert.Equal(t, startedBy(), "config.yaml")
 
 	var up opResult
 	assert.NilError(t, call(t, c, "sbx", "compose::up", nil, &up))
 	assert.Equal(t, up.Status, "ok", "%+v", up)
-	out, err := run()
+	out, err = run()
 	assert.NilError(t, err)
 	assert.Equal(t, out, "hi\n")
+	assert.Equal(t, startedBy(), "call", "Compose took the adapter over")
+	raw, err := c.Call(context.Background(), "sandbox::catalog::list", map[string]any{})
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(raw), `"mysh"`), "the project's config_override is in force")
 
 	entry := func() map[string]any {
 		var got struct {
@@ -158,7 +183,7 @@ func TestAdapterContainer(t *testing.T) {
 	assert.Equal(t, out, "hi\n")
 
 	// compose::restart worker=<adapter> ends every sandbox.
-	raw, err := c.Call(context.Background(), "sandbox::create", map[string]any{"image": "shell"})
+	raw, err = c.Call(context.Background(), "sandbox::create", map[string]any{"image": "shell"})
 	assert.NilError(t, err)
 	var created struct {
 		SandboxID string `json:"sandbox_id"`
@@ -181,9 +206,6 @@ func TestAdapterContainer(t *testing.T) {
 	assert.Check(t, down.Containers[0].Changed)
 	_, err = run()
 	assert.Equal(t, sandboxCode(err), "S301", "%v", err)
-	var list struct {
-		Adapters []adapterStatus `json:"adapters"`
-	}
 	assert.NilError(t, call(t, c, "default", "engine::adapters::list", nil, &list))
 	assert.Equal(t, list.Adapters[0].State, "stopped")
 }

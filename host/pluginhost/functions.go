@@ -163,7 +163,8 @@ const schemaStatusObject = `{"type":"object","required":["adapter","namespace","
 	`"state":{"type":"string","enum":["starting","running","failed","stopped","incompatible"]},` +
 	`"pid":{"type":"integer"},"path":{"type":"string"},` +
 	`"contract":{"type":"object","required":["major","minor"],"properties":{"major":{"type":"integer"},"minor":{"type":"integer"}}},` +
-	`"adapter_version":{"type":"string"},"last_error":{"type":"string"},"restarts":{"type":"integer","minimum":0}}}`
+	`"adapter_version":{"type":"string"},"last_error":{"type":"string"},"restarts":{"type":"integer","minimum":0},` +
+	`"started_by":{"type":"string","enum":["config.yaml","call"],"description":"config.yaml: the engine started the adapter its sandbox: section binds, and stops it when the binding changes; call: engine::adapters::start (Compose, a user)."}}}`
 
 const schemaStatus = schemaStatusObject
 

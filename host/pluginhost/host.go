@@ -182,7 +182,17 @@ type StartRequest struct {
 	Path string
 	// Config is the adapter's configuration, a JSON object; nil means {}.
 	Config json.RawMessage
+	// Origin is who starts it (Status.StartedBy): OriginConfig for the
+	// engine's own start of the adapter config.yaml binds; "" means
+	// OriginCall.
+	Origin string
 }
+
+// Who started an adapter (Status.StartedBy).
+const (
+	OriginConfig = "config.yaml"
+	OriginCall   = "call"
+)
 
 var (
 	adapterNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
@@ -246,10 +256,17 @@ func (h *Host) Start(ctx context.Context, req StartRequest) (Status, error) {
 	}
 	if m != nil {
 		// An adapter that is not running (stopped, failed, incompatible)
-		// may be started again, with a new path or configuration.
-		if st := m.snapshot().State; st == StateRunning || st == StateStarting {
-			return m.snapshot(), errBody(CodeAlreadyStarted, "sandbox adapter %q already runs in namespace %q (state %s); use %s to restart it",
+		// may be started again, with a new path or configuration. So may
+		// one the engine started for config.yaml's sandbox: section: an
+		// explicit start (Compose's, with its layered configuration) takes
+		// it over.
+		cur := m.snapshot()
+		if st := cur.State; (st == StateRunning || st == StateStarting) && (cur.StartedBy != OriginConfig || req.Origin == OriginConfig) {
+			return cur, errBody(CodeAlreadyStarted, "sandbox adapter %q already runs in namespace %q (state %s); use %s to restart it",
 				k.adapter, k.ns, st, FnRestart)
+		}
+		if cur.StartedBy == OriginConfig && cur.State != StateStopped {
+			m.log.Info("an explicit start takes over the sandbox adapter config.yaml binds", "state", string(cur.State))
 		}
 		if err := m.halt(ctx); err != nil {
 			return m.snapshot(), err
@@ -265,8 +282,12 @@ func (h *Host) Start(ctx context.Context, req StartRequest) (Status, error) {
 		h.entries[k] = m
 		h.mu.Unlock()
 	}
+	origin := req.Origin
+	if origin == "" {
+		origin = OriginCall
+	}
 	m.mu.Lock()
-	m.pathArg, m.config = req.Path, config
+	m.pathArg, m.config, m.status.StartedBy = req.Path, config, origin
 	m.mu.Unlock()
 	h.announceConfig(k, config)
 	return h.begin(ctx, m, path)
@@ -325,6 +346,31 @@ func (h *Host) Stop(ctx context.Context, adapter, namespace string) (Status, err
 	return m.snapshot(), nil
 }
 
+// StopIfStartedBy stops an adapter only while the entry's last start came
+// from origin (Status.StartedBy) and it is not already stopped: the engine
+// stops the adapter config.yaml bound without touching one that Compose or
+// a user has started since. stopped reports whether it stopped it.
+func (h *Host) StopIfStartedBy(ctx context.Context, adapter, namespace, origin string) (stopped bool, err error) {
+	k, err := checkNames(adapter, namespace)
+	if err != nil {
+		return false, err
+	}
+	if err := h.acquire(ctx); err != nil {
+		return false, err
+	}
+	defer h.release()
+	h.mu.Lock()
+	m := h.entries[k]
+	h.mu.Unlock()
+	if m == nil {
+		return false, nil
+	}
+	if st := m.snapshot(); st.StartedBy != origin || st.State == StateStopped {
+		return false, nil
+	}
+	return true, m.halt(ctx)
+}
+
 // Restart stops an adapter (when it runs) and starts it again, with
 // config when it is non-nil, else with its last configuration. The binary
 // is looked up again, so an upgraded package is picked up.
@@ -357,7 +403,9 @@ func (h *Host) Restart(ctx context.Context, adapter, namespace string, config js
 	}
 	m.mu.Lock()
 	if cfg != nil {
-		m.config = cfg
+		// A new configuration is the caller's, no longer config.yaml's:
+		// the engine leaves it alone when the binding changes.
+		m.config, m.status.StartedBy = cfg, OriginCall
 	}
 	current := m.config
 	pathArg := m.pathArg
@@ -369,6 +417,12 @@ func (h *Host) Restart(ctx context.Context, adapter, namespace string, config js
 		return m.snapshot(), errBody(CodeNotFound, "%v", err)
 	}
 	return h.begin(ctx, m, path)
+}
+
+// Find looks the adapter's binary up the way Start does without a path
+// (Options.Finder); the error is a *NotFoundError listing where it looked.
+func (h *Host) Find(adapter string) (string, error) {
+	return h.opts.Finder.Find(adapter, "")
 }
 
 // List returns every adapter the host has started, sorted by namespace

@@ -58,6 +58,10 @@ type Status struct {
 	AdapterVersion string                    `json:"adapter_version,omitempty"`
 	LastError      string                    `json:"last_error,omitempty"`
 	Restarts       int                       `json:"restarts"`
+	// StartedBy says who started it: OriginConfig for the adapter bound in
+	// config.yaml, which the engine starts and stops itself, else
+	// OriginCall (engine::adapters::start, Compose, the Go API).
+	StartedBy string `json:"started_by,omitempty"`
 }
 
 type key struct{ adapter, ns string }
@@ -126,8 +130,11 @@ func (m *managed) downError(le *launchError) *contract.Error {
 	if le.kind == failIncompatible && le.serr != nil {
 		return le.serr
 	}
-	fix := fmt.Sprintf("fix it and restart the adapter: `iii call engine::adapters::restart adapter=%s namespace=%s` (pass config to replace its configuration), or `iii call compose::restart` when Compose runs it",
+	fix := fmt.Sprintf("fix it and restart the adapter: `iii call engine::adapters::restart --json '{\"adapter\":\"%s\",\"namespace\":\"%s\",\"config\":{...}}'` (config replaces its configuration; leave it out to keep it), or `iii call compose::restart` when Compose runs it",
 		m.key.adapter, m.key.ns)
+	if m.snapshot().StartedBy == OriginConfig {
+		fix = "fix sandbox.config (or sandbox.adapter) in the engine's config.yaml: the engine starts the adapter again when the file changes"
+	}
 	return contract.NewError(contract.S301, "sandbox adapter %q is bound in namespace %q but is not running: %s; %s", m.key.adapter, m.key.ns, le.reason, fix)
 }
 

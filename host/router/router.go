@@ -57,6 +57,10 @@ type Options struct {
 	// EngineURL is this engine's worker address, for the S301 hint
 	// (`iii compose --up ... --engine <url>`); "" leaves it out.
 	EngineURL func() string
+	// NotInstalled, when set, says where the engine looked for the bound
+	// adapter's binary and found none ("" when it found one or did not
+	// look): the S301 hint then leads with installing it.
+	NotInstalled func(adapter, namespace string) string
 }
 
 // Router is the iii-sandbox router. Create it with New; Close detaches it.
@@ -214,7 +218,11 @@ func (r *Router) forward(op string) engine.Handler {
 }
 
 // notRunning is S301 for a bound adapter whose functions are not
-// registered in its namespace, with the ways to start it.
+// registered in its namespace, with commands that start it as they are
+// written: a config.yaml sandbox: block with a configuration (the engine
+// then starts the adapter itself), an engine::adapters::start call with
+// one, and Compose. Without a configuration an adapter denies every image
+// (S100), so each command carries one.
 func (r *Router) notRunning(b Binding) *contract.Error {
 	engineFlag := ""
 	if r.opts.EngineURL != nil {
@@ -222,14 +230,33 @@ func (r *Router) notRunning(b Binding) *contract.Error {
 			engineFlag = " --engine " + u
 		}
 	}
+	start := fmt.Sprintf(`iii call engine::adapters::start --json '{"adapter":"%s","namespace":"%s","config":%s}'`, b.Adapter, b.Namespace, exampleConfigJSON)
+	block := fmt.Sprintf("sandbox: {adapter: %s, namespace: %s, config: %s}", b.Adapter, b.Namespace, exampleConfigYAML)
+	compose := fmt.Sprintf("or with Compose: a worker-compose.yaml declaring containers: {%s: {worker: package://%s, config_override: %s}}, then `iii compose --up --namespace %s%s`",
+		b.Adapter, b.Adapter, exampleConfigYAML, b.Namespace, engineFlag)
+	if r.opts.NotInstalled != nil {
+		if where := r.opts.NotInstalled(b.Adapter, b.Namespace); where != "" {
+			return contract.NewError(contract.S301,
+				"sandbox adapter %q is bound in namespace %q but is not installed: %s. "+
+					"Install it (put the %s binary in ~/.iii/plugins/), then start it: `%s` "+
+					"(the engine starts it itself, with that configuration, when it starts or config.yaml's %s changes); %s",
+				b.Adapter, b.Namespace, where, b.Adapter, start, block, compose)
+		}
+	}
 	return contract.NewError(contract.S301,
 		"sandbox adapter %q is bound in namespace %q but is not running there (no %s). "+
-			"If a Compose project runs in namespace %q, add the adapter with `iii call compose::add worker=iii-sandbox`; "+
-			"otherwise write a worker-compose.yaml that declares it (containers: {%s: {worker: package://%s}}) and run `iii compose --up --namespace %s%s`. "+
-			"An installed adapter binary can also be run by the engine itself: `iii call engine::adapters::start adapter=%s namespace=%s`",
-		b.Adapter, b.Namespace, contract.AdapterFunctionID(b.Adapter, "*"), b.Namespace,
-		b.Adapter, b.Adapter, b.Namespace, engineFlag, b.Adapter, b.Namespace)
+			"Start it with its configuration: `%s`, or give config.yaml `%s` and the engine starts it itself; "+
+			"if a Compose project runs in namespace %q, add it with `iii call compose::add worker=iii-sandbox`; %s",
+		b.Adapter, b.Namespace, contract.AdapterFunctionID(b.Adapter, "*"), start, block, b.Namespace, compose)
 }
+
+// The configuration the S301 hints print: the images an adapter admits
+// (every adapter built with the SDK reads image_allowlist; without it an
+// adapter denies every image, S100).
+const (
+	exampleConfigJSON = `{"image_allowlist":["python","node"]}`
+	exampleConfigYAML = `{image_allowlist: [python, node]}`
+)
 
 // checkContract refuses (S302) an adapter, served by a WebSocket worker,
 // whose adapter::info reports another contract major. The answer is kept

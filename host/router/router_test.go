@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/host/config"
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/host/pluginhost"
 	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
@@ -65,9 +67,28 @@ func TestBoundNotRunningIsS301(t *testing.T) {
 	assert.Equal(t, se.Code, contract.S301)
 	assert.Equal(t, se.Retryable, true)
 	for _, want := range []string{`namespace "dev"`, `"sandbox-libkrun"`, "iii call compose::add worker=iii-sandbox",
-		"iii compose --up --namespace dev --engine " + te.URL, "engine::adapters::start adapter=sandbox-libkrun namespace=dev"} {
+		"iii compose --up --namespace dev --engine " + te.URL, "iii call engine::adapters::start --json '"} {
 		assert.Check(t, is.Contains(se.Message, want))
 	}
+	// The hints work as copied: the --json payload is a start request with
+	// a configuration, and the config.yaml block parses to the binding.
+	_, rest, ok := strings.Cut(se.Message, "iii call engine::adapters::start --json '")
+	assert.Assert(t, ok)
+	payload, _, ok := strings.Cut(rest, "'")
+	assert.Assert(t, ok)
+	var start struct {
+		Adapter, Namespace string
+		Config             map[string]any
+	}
+	assert.NilError(t, json.Unmarshal([]byte(payload), &start), payload)
+	assert.Check(t, start.Adapter == "sandbox-libkrun" && start.Namespace == "dev" && len(start.Config["image_allowlist"].([]any)) > 0, payload)
+	_, rest, ok = strings.Cut(se.Message, "give config.yaml `")
+	assert.Assert(t, ok)
+	block, _, ok := strings.Cut(rest, "`")
+	assert.Assert(t, ok)
+	cfg, err := config.Parse([]byte(block+"\n"), config.ParseOptions{})
+	assert.NilError(t, err, block)
+	assert.DeepEqual(t, *cfg.Sandbox, config.Sandbox{Adapter: "sandbox-libkrun", Namespace: "dev", Config: `{"image_allowlist":["python","node"]}`})
 
 	// Running in another namespace does not count.
 	te.startAdapter(t, "sandbox-hostdir", "default", nil)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/host/pluginhost"
 	"github.com/iii-sandbox/iii/internal/testkit/procscan"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -123,59 +124,137 @@ func TestSandboxRouterFollowsConfig(t *testing.T) {
 	assert.Equal(t, len(procscan.Naming(bins+"/")), 0, "no adapter process outlives the engine")
 }
 
-// A bare engine never starts the adapter its sandbox: section binds, even
-// when the binary is installed where the plugin host looks: until someone
-// starts it there (Compose, or engine::adapters::start), sandbox::* calls
-// fail with S301 naming the namespace, as the 0.26 upgrade guide says. The
+// A bare engine starts the adapter its sandbox: section binds, found by
+// name where the plugin host looks, with sandbox.config: sandbox::run works
+// with no other call. A reload that changes the binding restarts it; an
+// explicit engine::adapters::start (Compose's) takes it over, and the
+// engine then leaves it alone; an adapter that is not installed is no
+// error, its calls answer S301 with how to install and start it. The
 // adapter stops with the engine.
-func TestBoundAdapterIsNotStartedByTheEngine(t *testing.T) {
+func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
 	bins := t.TempDir()
 	build := exec.Command("go", "build", "-o", filepath.Join(bins, "sandbox-hostdir"), "github.com/iii-sandbox/iii/plugins/sdk/examples/hostdir/cmd/sandbox-hostdir")
 	build.Stderr = os.Stderr
 	assert.NilError(t, build.Run())
-	t.Setenv("III_PLUGIN_PATH", bins)
-	t.Setenv("III_STATE_DIR", t.TempDir()) // hostdir's sandboxes, with no state_dir configured
+	home := t.TempDir()
+	finder := pluginhost.Finder{
+		Getenv: func(k string) string {
+			if k == pluginhost.EnvPluginPath {
+				return bins
+			}
+			return ""
+		},
+		HomeDir:    func() (string, error) { return home, nil },
+		Executable: func() (string, error) { return filepath.Join(home, "iii"), nil },
+	}
 
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	assert.NilError(t, err)
 	port := l.Addr().(*net.TCPAddr).Port
 	assert.NilError(t, l.Close())
-	content := fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: %d }\nsandbox:\n  adapter: sandbox-hostdir\n", port)
-	assert.NilError(t, os.WriteFile(path, []byte(content), 0o644))
+	state := t.TempDir()
+	file := func(sandbox string) string {
+		return fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: %d }\n%s", port, sandbox)
+	}
+	write := func(content string) {
+		assert.NilError(t, os.WriteFile(path+".tmp", []byte(content), 0o644))
+		assert.NilError(t, os.Rename(path+".tmp", path))
+	}
+	bound := func(adapter, images string) string {
+		return fmt.Sprintf("sandbox:\n  adapter: %s\n  config:\n    image_allowlist: [%s]\n    state_dir: %s\n", adapter, images, state)
+	}
+	write(file(bound("sandbox-hostdir", "python")))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := Start(ctx, Options{ConfigPath: path, Logger: hclog.NewNullLogger(), Version: "0.26.0"})
+	s, err := Start(ctx, Options{ConfigPath: path, Logger: hclog.NewNullLogger(), Version: "0.26.0", Finder: finder})
 	assert.NilError(t, err)
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ctx) }()
+	invoke := func(fn, payload string) (json.RawMessage, error) {
+		return s.Engine().Invoke(ctx, "", fn, json.RawMessage(payload))
+	}
+	type status struct {
+		Adapter   string `json:"adapter"`
+		State     string `json:"state"`
+		PID       int    `json:"pid"`
+		StartedBy string `json:"started_by"`
+	}
+	list := func() []status {
+		out, err := invoke("engine::adapters::list", `{}`)
+		assert.NilError(t, err)
+		var l struct {
+			Adapters []status `json:"adapters"`
+		}
+		assert.NilError(t, json.Unmarshal(out, &l))
+		return l.Adapters
+	}
+	// The engine applies a reload once it has read the file: wait for it.
+	applied := func(want string) {
+		t.Helper()
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if c := s.Sandbox(); c != nil && c.Config == want {
+				return poll.Success()
+			}
+			return poll.Continue("config.yaml not applied yet")
+		}, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
+	}
 
-	// Nothing starts it: the call fails S301 and names the namespace.
-	time.Sleep(500 * time.Millisecond)
-	_, err = s.Engine().Invoke(ctx, "", "sandbox::catalog::list", json.RawMessage(`{}`))
-	var eb *protocol.ErrorBody
-	assert.Assert(t, errors.As(err, &eb))
-	assert.Equal(t, eb.Code, "S301")
-	assert.Check(t, is.Contains(eb.Message, "default"))
-	_, started := s.PluginHost().Lookup("sandbox-hostdir", "default")
-	assert.Check(t, !started, "the engine started the adapter by itself")
-
-	// Started explicitly, it serves the router.
-	_, err = s.Engine().Invoke(ctx, "", "engine::adapters::start", json.RawMessage(`{"adapter":"sandbox-hostdir","namespace":"default","config":{"image_allowlist":["python"]}}`))
+	// No other call: the engine runs it.
+	out, err := invoke("sandbox::run", `{"image":"python","lang":"python","code":"print(2+2)"}`)
 	assert.NilError(t, err)
-	out, err := s.Engine().Invoke(ctx, "", "sandbox::catalog::list", json.RawMessage(`{}`))
-	assert.NilError(t, err)
-	assert.Check(t, is.Contains(string(out), `"python"`))
+	assert.Check(t, is.Contains(string(out), `"stdout":"4\n"`))
+	first := list()
+	assert.Assert(t, is.Len(first, 1))
+	assert.Check(t, is.Equal(first[0].State, "running"))
+	assert.Check(t, is.Equal(first[0].StartedBy, "config.yaml"))
 
 	// Its configuration is the in-memory entry <namespace>-<adapter>:
 	// readable, never stored with configuration::set.
-	out, err = s.Engine().Invoke(ctx, "", "configuration::get", json.RawMessage(`{"id":"default-sandbox-hostdir","raw":true}`))
+	out, err = invoke("configuration::get", `{"id":"default-sandbox-hostdir","raw":true}`)
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(string(out), `"image_allowlist":["python"]`))
-	_, err = s.Engine().Invoke(ctx, "", "configuration::set", json.RawMessage(`{"id":"default-sandbox-hostdir","value":{}}`))
+	_, err = invoke("configuration::set", `{"id":"default-sandbox-hostdir","value":{}}`)
+	var eb *protocol.ErrorBody
 	assert.Assert(t, errors.As(err, &eb))
 	assert.Equal(t, eb.Code, "NOT_REGISTERED")
+
+	// A changed config restarts it with the new one; still one adapter.
+	write(file(bound("sandbox-hostdir", "python, node")))
+	applied(fmt.Sprintf(`{"image_allowlist":["python","node"],"state_dir":%q}`, state))
+	second := list()
+	assert.Assert(t, is.Len(second, 1))
+	assert.Check(t, second[0].State == "running" && second[0].PID != first[0].PID, "%+v", second[0])
+	out, err = invoke("configuration::get", `{"id":"default-sandbox-hostdir","raw":true}`)
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(out), `"image_allowlist":["python","node"]`))
+
+	// An explicit start (what Compose does) takes it over, with no
+	// ADAPTER_ALREADY_STARTED; the engine leaves it alone from then on.
+	out, err = invoke("engine::adapters::start", fmt.Sprintf(`{"adapter":"sandbox-hostdir","config":{"image_allowlist":["node"],"state_dir":%q}}`, state))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(out), `"started_by":"call"`))
+	taken := list()
+	assert.Assert(t, is.Len(taken, 1))
+	write(file(bound("sandbox-hostdir", "python")))
+	applied(fmt.Sprintf(`{"image_allowlist":["python"],"state_dir":%q}`, state))
+	assert.DeepEqual(t, list(), taken)
+
+	// Not installed: no error, S301 saying how to install and start it.
+	write(file(bound("sandbox-missing", "python")))
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if c := s.Sandbox(); c != nil && c.Adapter == "sandbox-missing" {
+			return poll.Success()
+		}
+		return poll.Continue("config.yaml not applied yet")
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
+	_, err = invoke("sandbox::catalog::list", `{}`)
+	assert.Assert(t, errors.As(err, &eb))
+	assert.Equal(t, eb.Code, "S301")
+	assert.Check(t, is.Contains(eb.Message, "is not installed"))
+	assert.Check(t, is.Contains(eb.Message, filepath.Join(bins, "sandbox-missing")), "it says where it looked")
+	assert.Check(t, is.Contains(eb.Message, `iii call engine::adapters::start --json '{\"adapter\":\"sandbox-missing\",\"namespace\":\"default\",\"config\":{`))
 
 	cancel()
 	assert.NilError(t, <-served)

@@ -45,6 +45,15 @@ type Options struct {
 	Stderr      io.Writer // the reason the engine stopped, for humans
 	Logger      hclog.Logger
 	Version     string
+	// Finder is where the adapter the sandbox: section binds is looked
+	// for (the plugin host's search order); the zero value searches the
+	// real environment.
+	Finder pluginhost.Finder
+	// AdapterByCompose is set for the engine `iii compose --up` starts
+	// from an engine: section: Compose starts the adapter it binds, from
+	// the locked package and with its layered configuration, so the
+	// engine does not start it first.
+	AdapterByCompose bool
 }
 
 const (
@@ -95,6 +104,15 @@ type Server struct {
 
 	sandbox atomic.Pointer[config.Sandbox]
 
+	// adapterMu orders the engine's starts and stops of the bound
+	// adapter (at start and on reloads).
+	adapterMu sync.Mutex
+	// loaded is the binding whose adapter the engine started (nil: none);
+	// missing is why the bound adapter could not be started ("" when it
+	// was, or nothing is bound).
+	loaded  *config.Sandbox
+	missing atomic.Pointer[string]
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -144,7 +162,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	// Both attach before any listener accepts a worker, so their names
 	// and sandbox::* are the engine's from the first moment.
-	if s.ph, err = pluginhost.New(s.eng, pluginhost.Options{Logger: s.log.Named("engine"), OnConfig: s.storeAdapterConfig, Token: s.engineToken}); err != nil {
+	if s.ph, err = pluginhost.New(s.eng, pluginhost.Options{Logger: s.log.Named("engine"), Finder: opts.Finder, OnConfig: s.storeAdapterConfig, Token: s.engineToken}); err != nil {
 		s.shutdown()
 		return nil, err
 	}
@@ -153,10 +171,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		ConfigBinding: s.sandboxBinding,
 		Hosted:        s.ph.Hosted,
 		EngineURL:     s.engineURL,
+		NotInstalled:  s.notInstalled,
 	}); err != nil {
 		s.shutdown()
 		return nil, err
 	}
+	// The bound adapter runs before any listener accepts a caller, so the
+	// first sandbox::* call finds it.
+	s.syncAdapter(ctx, cfg.Sandbox)
 	wm := workermanager.New(s.eng, s.log.Named("iii-worker-manager"))
 	s.wm.Store(wm)
 	if err := wm.Apply(ctx, cfg.Listeners); err != nil {
@@ -365,6 +387,8 @@ func (s *Server) reload(ctx context.Context, data []byte, readErr error, state s
 		}
 	}
 	if !sameSandbox(prev.Sandbox, next.Sandbox) {
+		// The new adapter is up before the router points at it.
+		s.syncAdapter(ctx, next.Sandbox)
 		s.setSandbox(next.Sandbox)
 		if next.Sandbox == nil {
 			s.log.Info("sandbox binding removed; sandbox::* calls fail with S303")

@@ -1,0 +1,83 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/iii-sandbox/iii/host/config"
+	"github.com/iii-sandbox/iii/host/pluginhost"
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// syncAdapter makes the adapter the engine runs for config.yaml's
+// sandbox: section match next: the adapter it started for an earlier
+// binding that differs (adapter, namespace or config) is stopped, unless
+// Compose or a caller has taken it over since; the adapter next binds is
+// looked up by name (the plugin host's search order) and started with
+// next's config. An unchanged binding is left untouched. Nothing here
+// fails the engine: an adapter that is not installed leaves sandbox::*
+// answering S301 with how to install it, and one that does not start
+// stays listed as failed, so calls get S301 with its reason.
+func (s *Server) syncAdapter(ctx context.Context, next *config.Sandbox) {
+	s.adapterMu.Lock()
+	defer s.adapterMu.Unlock()
+	if prev := s.loaded; prev != nil && (next == nil || *prev != *next) {
+		stopped, err := s.ph.StopIfStartedBy(ctx, prev.Adapter, prev.Namespace, pluginhost.OriginConfig)
+		switch {
+		case err != nil:
+			s.log.Warn("stop the sandbox adapter of the previous binding", "adapter", prev.Adapter, "namespace", prev.Namespace, "error", err)
+		case stopped:
+			s.log.Info("stopped the sandbox adapter of the previous binding", "adapter", prev.Adapter, "namespace", prev.Namespace)
+		}
+		s.loaded = nil
+	}
+	s.missing.Store(nil)
+	if next == nil || s.opts.AdapterByCompose {
+		return
+	}
+	if s.loaded != nil {
+		return // unchanged
+	}
+	if _, err := s.ph.Find(next.Adapter); err != nil {
+		msg := err.Error()
+		s.missing.Store(&msg)
+		s.log.Info("the sandbox adapter config.yaml binds is not installed; sandbox::* calls answer S301 until it runs", "adapter", next.Adapter, "reason", msg)
+		return
+	}
+	var cfg json.RawMessage
+	if next.Config != "" {
+		cfg = json.RawMessage(next.Config)
+	}
+	st, err := s.ph.Start(ctx, pluginhost.StartRequest{Adapter: next.Adapter, Namespace: next.Namespace, Config: cfg, Origin: pluginhost.OriginConfig})
+	var eb *protocol.ErrorBody
+	switch {
+	case err == nil:
+		s.loaded = copySandbox(next)
+		s.log.Info("started the sandbox adapter config.yaml binds", "adapter", next.Adapter, "namespace", next.Namespace, "path", st.Path, "pid", st.PID)
+	case errors.As(err, &eb) && eb.Code == pluginhost.CodeAlreadyStarted:
+		// Compose or a caller runs it already, with its own configuration.
+		s.log.Info("the sandbox adapter config.yaml binds is already running; left as it is", "adapter", next.Adapter, "namespace", next.Namespace, "started_by", st.StartedBy)
+	default:
+		// It stays listed (failed or incompatible), so callers get the
+		// reason; a later change of the binding retries it.
+		s.loaded = copySandbox(next)
+		s.log.Error("the sandbox adapter config.yaml binds did not start", "adapter", next.Adapter, "namespace", next.Namespace, "error", err)
+	}
+}
+
+func copySandbox(b *config.Sandbox) *config.Sandbox {
+	c := *b
+	return &c
+}
+
+// notInstalled is the router's view of a bound adapter the engine found
+// no binary for: where it looked ("" when it was found, or not looked for).
+func (s *Server) notInstalled(adapter, namespace string) string {
+	m := s.missing.Load()
+	b := s.sandbox.Load()
+	if m == nil || b == nil || b.Adapter != adapter || b.Namespace != namespace {
+		return ""
+	}
+	return *m
+}
