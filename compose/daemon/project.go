@@ -397,9 +397,8 @@ func (p *project) startOne(ctx context.Context, f *composefile.File, key string)
 				err = p.startAdapter(ctx, f, c, pi)
 			case pi.entry.Resolved.Type == registry.KindBundle && decl.Runtime != "host":
 				err = p.startVM(ctx, f, c, pi)
-			case pi.entry.Resolved.Type == registry.KindBundle:
-				err = bundleUnsupported(key, pi)
 			default:
+				// Binaries, and bundles with runtime: host.
 				err = p.startHost(ctx, f, c, pi)
 			}
 		}
@@ -419,15 +418,6 @@ func (p *project) startOne(ctx context.Context, f *composefile.File, key string)
 // exitedLocked reports whether a running container's process has gone.
 func (p *project) exitedLocked(c *container) bool {
 	return c.proc != nil && c.proc.Exited()
-}
-
-// bundleUnsupported is the error for a bundle with runtime: host: it is
-// resolved, locked and installed, but running a bundle on the host is not
-// part of this build (without runtime: host it runs in a VM).
-func bundleUnsupported(key string, pi *pkgInfo) error {
-	return compose.New(compose.CodeSpawnFailed, fmt.Sprintf(
-		"container %q: %s %s is a bundle (installed in %s) with runtime: host, and this build of Compose runs bundles only in VMs; remove runtime: host",
-		key, pi.entry.Resolved.Name, pi.entry.Resolved.Version, pi.inst.Dir))
 }
 
 // packageOf is what a package container runs: what the last preparation

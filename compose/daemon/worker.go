@@ -9,6 +9,7 @@ import (
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/proc"
+	"github.com/iii-sandbox/iii/compose/registry"
 	"github.com/iii-sandbox/iii/compose/state"
 )
 
@@ -40,8 +41,18 @@ func (p *project) startHost(ctx context.Context, f *composefile.File, c *contain
 	}
 	var command string
 	var argv []string
+	var hb *hostBundle
 	dir := decl.WorkingDir
-	if pi != nil {
+	if pi != nil && pi.entry.Resolved.Type == registry.KindBundle {
+		// runtime: host: its start command, in its private workspace.
+		if hb, err = p.prepareHostBundle(key, decl.Scripts.Run, pi); err != nil {
+			return err
+		}
+		if dir != "" {
+			p.d.log.Warn("working_dir is ignored for a bundle: it runs in its own workspace", "container", key, "working_dir", dir)
+		}
+		command, dir = hb.command, hb.dir
+	} else if pi != nil {
 		// A package runs its executable straight from the verified cache
 		// entry, in the project directory: the cache entry itself must
 		// stay as installed (it is checked before every reuse).
@@ -87,6 +98,11 @@ func (p *project) startHost(ctx context.Context, f *composefile.File, c *contain
 	}
 	if err := preRun(ctx, c, dir, env, f.StopTimeout, log); err != nil {
 		return err
+	}
+	if hb != nil {
+		if err := hb.finish(ctx, c, env, log); err != nil {
+			return err
+		}
 	}
 	_ = log.Write(proc.Stderr, []byte(fmt.Sprintf("[compose] starting %s: %s", key, command)))
 	pr, err := proc.Start(proc.Spec{Command: command, Argv: argv, Dir: dir, Env: env, Log: log})
