@@ -346,11 +346,12 @@ func (h *Host) Stop(ctx context.Context, adapter, namespace string) (Status, err
 	return m.snapshot(), nil
 }
 
-// StopIfStartedBy stops an adapter only while the entry's last start came
-// from origin (Status.StartedBy) and it is not already stopped: the engine
-// stops the adapter config.yaml bound without touching one that Compose or
-// a user has started since. stopped reports whether it stopped it.
-func (h *Host) StopIfStartedBy(ctx context.Context, adapter, namespace, origin string) (stopped bool, err error) {
+// RemoveIfStartedBy stops an adapter and drops it from the list, only
+// while the entry's last start came from origin (Status.StartedBy): the
+// engine removes the adapter config.yaml bound when the binding changes,
+// without touching one that Compose or a user has started since. removed
+// reports whether it did.
+func (h *Host) RemoveIfStartedBy(ctx context.Context, adapter, namespace, origin string) (removed bool, err error) {
 	k, err := checkNames(adapter, namespace)
 	if err != nil {
 		return false, err
@@ -362,13 +363,18 @@ func (h *Host) StopIfStartedBy(ctx context.Context, adapter, namespace, origin s
 	h.mu.Lock()
 	m := h.entries[k]
 	h.mu.Unlock()
-	if m == nil {
+	if m == nil || m.snapshot().StartedBy != origin {
 		return false, nil
 	}
-	if st := m.snapshot(); st.StartedBy != origin || st.State == StateStopped {
-		return false, nil
+	if err := m.halt(ctx); err != nil {
+		return false, err
 	}
-	return true, m.halt(ctx)
+	h.mu.Lock()
+	if h.entries[k] == m {
+		delete(h.entries, k)
+	}
+	h.mu.Unlock()
+	return true, nil
 }
 
 // Restart stops an adapter (when it runs) and starts it again, with

@@ -12,7 +12,8 @@ import (
 
 // syncAdapter makes the adapter the engine runs for config.yaml's
 // sandbox: section match next: the adapter it started for an earlier
-// binding that differs (adapter, namespace or config) is stopped, unless
+// binding that differs (adapter, namespace or config) is stopped and
+// dropped from engine::adapters::list, unless
 // Compose or a caller has taken it over since; the adapter next binds is
 // looked up by name (the plugin host's search order) and started with
 // next's config. An unchanged binding is left untouched. Nothing here
@@ -23,11 +24,11 @@ func (s *Server) syncAdapter(ctx context.Context, next *config.Sandbox) {
 	s.adapterMu.Lock()
 	defer s.adapterMu.Unlock()
 	if prev := s.loaded; prev != nil && (next == nil || *prev != *next) {
-		stopped, err := s.ph.StopIfStartedBy(ctx, prev.Adapter, prev.Namespace, pluginhost.OriginConfig)
+		removed, err := s.ph.RemoveIfStartedBy(ctx, prev.Adapter, prev.Namespace, pluginhost.OriginConfig)
 		switch {
 		case err != nil:
 			s.log.Warn("stop the sandbox adapter of the previous binding", "adapter", prev.Adapter, "namespace", prev.Namespace, "error", err)
-		case stopped:
+		case removed:
 			s.log.Info("stopped the sandbox adapter of the previous binding", "adapter", prev.Adapter, "namespace", prev.Namespace)
 		}
 		s.loaded = nil

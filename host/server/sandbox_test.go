@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,6 +230,23 @@ func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
 	out, err = invoke("configuration::get", `{"id":"default-sandbox-hostdir","raw":true}`)
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(string(out), `"image_allowlist":["python","node"]`))
+
+	// Another namespace: the old adapter stops and leaves the list.
+	write(file(strings.Replace(bound("sandbox-hostdir", "python"), "sandbox:\n", "sandbox:\n  namespace: other\n", 1)))
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if c := s.Sandbox(); c != nil && c.Namespace == "other" {
+			return poll.Success()
+		}
+		return poll.Continue("config.yaml not applied yet")
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
+	moved := list()
+	assert.Assert(t, is.Len(moved, 1), "%+v", moved)
+	assert.Check(t, moved[0].State == "running" && moved[0].PID != second[0].PID, "%+v", moved[0])
+	_, err = invoke("sandbox::catalog::list", `{}`)
+	assert.NilError(t, err)
+	write(file(bound("sandbox-hostdir", "python, node")))
+	applied(fmt.Sprintf(`{"image_allowlist":["python","node"],"state_dir":%q}`, state))
+	assert.Assert(t, is.Len(list(), 1))
 
 	// An explicit start (what Compose does) takes it over, with no
 	// ADAPTER_ALREADY_STARTED; the engine leaves it alone from then on.
