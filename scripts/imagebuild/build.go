@@ -34,7 +34,7 @@ import (
 
 // builderVersion changes whenever the way an image is assembled changes,
 // so the stamps of older builds stop matching.
-const builderVersion = "imagebuild/1"
+const builderVersion = "imagebuild/2"
 
 type builder struct {
 	layout string
@@ -136,6 +136,9 @@ func (b *builder) build(ctx context.Context, r Recipe) (result, error) {
 	}
 	if b.check {
 		if err := smokeTest(ctx, rootfs, r); err != nil {
+			return result{}, err
+		}
+		if err := clearCheckLeftovers(rootfs); err != nil {
 			return result{}, err
 		}
 		b.logf("%s: chroot check passed: %s", r.Name, strings.Join(r.Check, " "))
@@ -413,6 +416,9 @@ func finishRoot(root string, r Recipe) error {
 		if _, err := os.Lstat(p); err == nil {
 			continue
 		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
 		if err := os.Symlink(target, p); err != nil {
 			return err
 		}
@@ -468,6 +474,24 @@ func smokeTest(ctx context.Context, root string, r Recipe) error {
 	}
 	if string(out) != r.Want {
 		return fmt.Errorf("chroot check %v printed %q, want %q", r.Check, out, r.Want)
+	}
+	return nil
+}
+
+// clearCheckLeftovers empties /root and /tmp, where the check's programs
+// leave caches and logs (matplotlib's font list, npm's timestamped debug
+// log): the layer must not depend on whether the check ran.
+func clearCheckLeftovers(root string) error {
+	for _, dir := range []string{"root", "tmp"} {
+		entries, err := os.ReadDir(filepath.Join(root, dir))
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := os.RemoveAll(filepath.Join(root, dir, e.Name())); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -81,11 +81,28 @@ func TestRootAndLayer(t *testing.T) {
 	target, err := os.Readlink(filepath.Join(root, "usr/bin/python"))
 	assert.NilError(t, err)
 	assert.Equal(t, target, "python3")
+	target, err = os.Readlink(filepath.Join(root, "usr/lib", multiarch(), "libblas.so.3"))
+	assert.NilError(t, err)
+	assert.Equal(t, target, "blas/libblas.so.3")
 	_, err = os.Stat(filepath.Join(root, "usr/share/doc/x/README"))
 	assert.Assert(t, os.IsNotExist(err))
 	_, err = os.Stat(filepath.Join(root, "usr/share/doc/x/copyright"))
 	assert.NilError(t, err)
 	fi, err := os.Stat(filepath.Join(root, "tmp"))
+	assert.NilError(t, err)
+	assert.Equal(t, fi.Mode()&os.ModeSticky, os.ModeSticky)
+
+	// What a check leaves in /root and /tmp does not reach the layer.
+	assert.NilError(t, os.MkdirAll(filepath.Join(root, "root/.cache/matplotlib"), 0o755))
+	assert.NilError(t, os.WriteFile(filepath.Join(root, "root/.cache/matplotlib/fontlist.json"), []byte("{}"), 0o644))
+	assert.NilError(t, os.WriteFile(filepath.Join(root, "tmp/x"), nil, 0o644))
+	assert.NilError(t, clearCheckLeftovers(root))
+	for _, dir := range []string{"root", "tmp"} {
+		entries, err := os.ReadDir(filepath.Join(root, dir))
+		assert.NilError(t, err)
+		assert.Equal(t, len(entries), 0, dir)
+	}
+	fi, err = os.Stat(filepath.Join(root, "tmp"))
 	assert.NilError(t, err)
 	assert.Equal(t, fi.Mode()&os.ModeSticky, os.ModeSticky)
 

@@ -1,5 +1,7 @@
 package main
 
+import "runtime"
+
 // Recipe describes one preset image.
 type Recipe struct {
 	Name string
@@ -7,7 +9,8 @@ type Recipe struct {
 	Ref string
 	// Packages are the roots of the closure apt resolves.
 	Packages []string
-	// Links are extra symlinks (path -> target) users expect.
+	// Links are extra symlinks (path -> target) users expect, and the
+	// links maintainer scripts would have made (update-alternatives).
 	Links map[string]string
 	Env   []string
 	Cmd   []string
@@ -24,27 +27,57 @@ func basePackages() []string {
 
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// multiarch is Debian's library directory name for this architecture.
+func multiarch() string {
+	if runtime.GOARCH == "arm64" {
+		return "aarch64-linux-gnu"
+	}
+	return "x86_64-linux-gnu"
+}
+
+// pythonCheck imports what the preset promises, then prints 4.
+const pythonCheck = "import json, sqlite3, asyncio, decimal, dataclasses, urllib.request, unittest, venv, pip, numpy, pandas, matplotlib.pyplot; print(2+2)"
+
 func recipes() []Recipe {
+	lib := "usr/lib/" + multiarch() + "/"
 	return []Recipe{
 		{
-			Name:     "python",
-			Ref:      "docker.io/iiidev/python:latest",
-			Packages: append(basePackages(), "python3-minimal"),
-			// `python` is what people type (the CLI guide's own example).
-			Links: map[string]string{"usr/bin/python": "python3"},
-			Env:   []string{defaultPath, "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"},
+			Name: "python",
+			Ref:  "docker.io/iiidev/python:latest",
+			// The whole standard library, pip and venv, and the usual data
+			// stack of a code interpreter.
+			Packages: append(basePackages(), "python3", "python3-pip", "python3-venv",
+				"python3-numpy", "python3-pandas", "python3-matplotlib"),
+			Links: map[string]string{
+				// `python` is what people type (the CLI guide's own example).
+				"usr/bin/python": "python3",
+				"usr/bin/which":  "which.debianutils",
+				// numpy and scipy link libblas.so.3 and liblapack.so.3, links
+				// update-alternatives makes. They point at the reference BLAS
+				// and LAPACK, not OpenBLAS (also in the closure): OpenBLAS
+				// picks its kernels from CPUID, and under QEMU TCG the one it
+				// picks dies with SIGILL in numpy.dot.
+				lib + "libblas.so.3":   "blas/libblas.so.3",
+				lib + "liblapack.so.3": "lapack/liblapack.so.3",
+				// gcc and g++ come with the closure (python3-pythran); pip
+				// builds C extensions with cc.
+				"usr/bin/cc":  "gcc",
+				"usr/bin/c++": "g++",
+			},
+			// MPLBACKEND=Agg: matplotlib draws without a display.
+			Env:   []string{defaultPath, "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "MPLBACKEND=Agg"},
 			Cmd:   []string{"python3"},
-			Check: []string{"/usr/bin/env", "python3", "-c", "print(2+2)"},
+			Check: []string{"/usr/bin/env", "python3", "-c", pythonCheck},
 			Want:  "4\n",
 		},
 		{
 			Name:     "node",
 			Ref:      "docker.io/iiidev/node:latest",
-			Packages: append(basePackages(), "nodejs"),
-			Links:    map[string]string{"usr/bin/nodejs": "node"},
+			Packages: append(basePackages(), "nodejs", "npm"),
+			Links:    map[string]string{"usr/bin/nodejs": "node", "usr/bin/which": "which.debianutils"},
 			Env:      []string{defaultPath, "LANG=C.UTF-8"},
 			Cmd:      []string{"node"},
-			Check:    []string{"/usr/bin/env", "node", "-e", "console.log(2+2)"},
+			Check:    []string{"/bin/sh", "-c", "node -e 'console.log(2+2)' && npm --version >/dev/null"},
 			Want:     "4\n",
 		},
 	}
