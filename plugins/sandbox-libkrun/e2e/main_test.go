@@ -27,6 +27,8 @@ type env struct {
 	// image is turned into a block image and the accelerator probe runs
 	// once per test binary.
 	cacheDir string
+	// layout is the local OCI layout scripts/build-images.sh fills.
+	layout string
 	// skip, when set, is why VM tests cannot run here.
 	skip string
 }
@@ -59,8 +61,11 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// pythonRef is the preset the tests boot.
-const pythonRef = "docker.io/iiidev/python:latest"
+// pythonRef is the preset the tests boot; nodeRef the other one.
+const (
+	pythonRef = "docker.io/iiidev/python:latest"
+	nodeRef   = "docker.io/iiidev/node:latest"
+)
 
 func setup(dir string) (env, error) {
 	var e env
@@ -91,6 +96,7 @@ func setup(dir string) (env, error) {
 	}
 	e.bin = bin
 	e.cacheDir = filepath.Join(dir, "cache")
+	e.layout = layout
 	// The store reads <cache>/oci; the real layout is only read.
 	if err := dirs.ImageCache(e.cacheDir, layout); err != nil {
 		return e, err
