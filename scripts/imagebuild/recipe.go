@@ -12,8 +12,11 @@ type Recipe struct {
 	// Links are extra symlinks (path -> target) users expect, and the
 	// links maintainer scripts would have made (update-alternatives).
 	Links map[string]string
-	Env   []string
-	Cmd   []string
+	// Bytecode lists the directories whose Python modules are compiled
+	// ahead of time, as Debian's maintainer scripts (py3compile) would.
+	Bytecode []string
+	Env      []string
+	Cmd      []string
 	// Check runs in a chroot of the root; its output must equal Want.
 	Check []string
 	Want  string
@@ -64,6 +67,9 @@ func recipes() []Recipe {
 				"usr/bin/cc":  "gcc",
 				"usr/bin/c++": "g++",
 			},
+			// Without .pyc files every import compiles from source, which
+			// takes seconds per package under QEMU TCG.
+			Bytecode: []string{"usr/lib/python3.11", "usr/lib/python3/dist-packages"},
 			// MPLBACKEND=Agg: matplotlib draws without a display.
 			Env:   []string{defaultPath, "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "MPLBACKEND=Agg"},
 			Cmd:   []string{"python3"},
