@@ -5,7 +5,8 @@
 # image store finds them with no registry access.
 #
 # Idempotent: a second run with unchanged inputs (recipes, apt package
-# lists, cached .debs) changes nothing and takes about a second.
+# lists, cached .debs) changes nothing and takes about a second. A failed
+# package download (stale lists) runs apt-get update and builds once more.
 #
 # Usage: scripts/build-images.sh [-images python,node] [-layout DIR]
 #        [-cache DIR] [-check=false] [-force] [-q]
@@ -20,10 +21,7 @@ for tool in apt-get dpkg-deb go; do
   fi
 done
 
-# The closure is resolved from this host's package lists; fetch them once
-# if this machine never ran apt-get update.
-if ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then
-  echo "build-images: no apt package lists; running apt-get update"
+apt_update() {
   if [ "$(id -u)" -eq 0 ]; then
     apt-get update -q
   elif command -v sudo >/dev/null 2>&1; then
@@ -32,7 +30,28 @@ if ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then
     echo "build-images: run 'apt-get update' as root first" >&2
     exit 1
   fi
+}
+
+# The closure is resolved from this host's package lists; fetch them once
+# if this machine never ran apt-get update.
+if ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then
+  echo "build-images: no apt package lists; running apt-get update"
+  apt_update
 fi
 
 cd "$root"
-exec go run ./scripts/imagebuild "$@"
+# Lists older than the mirror name versions it no longer serves: when a
+# download fails, refresh the lists once and build again.
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+set +e
+go run ./scripts/imagebuild "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" -ne 0 ] && grep -q "apt-get download:" "$log"; then
+  echo "build-images: a package download failed; running apt-get update and retrying"
+  apt_update
+  go run ./scripts/imagebuild "$@"
+  exit
+fi
+exit "$rc"
