@@ -34,7 +34,7 @@ import (
 
 // builderVersion changes whenever the way an image is assembled changes,
 // so the stamps of older builds stop matching.
-const builderVersion = "imagebuild/2"
+const builderVersion = "imagebuild/4"
 
 type builder struct {
 	layout string
@@ -500,29 +500,34 @@ func compileBytecode(ctx context.Context, root string, dirs []string) error {
 	if err != nil {
 		return fmt.Errorf("compile bytecode: %w", err)
 	}
-	lib := "/usr/lib/" + multiarch()
-	args := []string{"--library-path", root + "/lib/" + multiarch() + ":" + root + lib, python,
-		"-m", "compileall", "-q", "-j0", "--invalidation-mode", "checked-hash",
-		"-s", root, "-p", "/", "-x", "/tests?/"}
+	libs := root + "/lib/" + multiarch() + ":" + root + "/usr/lib/" + multiarch()
+	// One run per directory, each with -d: the .pyc files then name their
+	// sources by their paths in the image, wherever the root is built.
 	for _, d := range dirs {
-		args = append(args, filepath.Join(root, d))
-	}
-	cmd := exec.CommandContext(ctx, filepath.Join(root, loader), args...)
-	cmd.Env = []string{"PYTHONHOME=" + filepath.Join(root, "usr"), "PYTHONNOUSERSITE=1", "LC_ALL=C.UTF-8", "PYTHONHASHSEED=0"}
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
-		// compileall exits 1 when some module did not compile.
-		return fmt.Errorf("compile bytecode: %v: %s", err, lastLines(out, 10))
+		dir := filepath.Join(root, d)
+		cmd := exec.CommandContext(ctx, filepath.Join(root, loader), "--library-path", libs, python,
+			"-m", "compileall", "-q", "-f", "-j0", "--invalidation-mode", "checked-hash",
+			"-d", "/"+d, "-x", "^"+regexp.QuoteMeta(dir)+"/(.*/)?tests?/", dir)
+		// PYTHONDONTWRITEBYTECODE: the modules the compiler itself imports
+		// would otherwise get .pyc files naming their build paths.
+		cmd.Env = []string{"PYTHONHOME=" + filepath.Join(root, "usr"), "PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1",
+			"LC_ALL=C.UTF-8", "PYTHONHASHSEED=0"}
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
+			// compileall exits 1 when some module did not compile.
+			return fmt.Errorf("compile bytecode in /%s: %v: %s", d, err, lastLines(out, 10))
+		}
 	}
 	return nil
 }
 
-// clearCheckLeftovers empties /root and /tmp, where the check's programs
-// leave caches and logs (matplotlib's font list, npm's timestamped debug
-// log): the layer must not depend on whether the check ran.
+// clearCheckLeftovers empties /root, /tmp and /dev, where the check's
+// programs leave caches and logs (matplotlib's font list, npm's timestamped
+// debug log) and a shell redirection leaves a plain /dev/null: the layer
+// must not depend on whether the check ran.
 func clearCheckLeftovers(root string) error {
-	for _, dir := range []string{"root", "tmp"} {
+	for _, dir := range []string{"root", "tmp", "dev"} {
 		entries, err := os.ReadDir(filepath.Join(root, dir))
 		if err != nil {
 			return err

@@ -83,7 +83,7 @@ func recipes() []Recipe {
 			Links:    map[string]string{"usr/bin/nodejs": "node", "usr/bin/which": "which.debianutils"},
 			Env:      []string{defaultPath, "LANG=C.UTF-8"},
 			Cmd:      []string{"node"},
-			Check:    []string{"/bin/sh", "-c", "node -e 'console.log(2+2)' && npm --version >/dev/null"},
+			Check:    []string{"/bin/sh", "-c", "npm --version >&2 && node -e 'console.log(2+2)'"},
 			Want:     "4\n",
 		},
 	}
