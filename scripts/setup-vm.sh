@@ -22,8 +22,8 @@ case "$(uname -s)" in
 esac
 
 case "$(uname -m)" in
-  x86_64) pkgs=(qemu-system-x86 linux-image-cloud-amd64 busybox-static erofs-utils passt) ;;
-  aarch64 | arm64) pkgs=(qemu-system-arm linux-image-arm64 busybox-static erofs-utils passt) ;;
+  x86_64) pkgs=(qemu-system-x86 linux-image-cloud-amd64 busybox-static erofs-utils) ;;
+  aarch64 | arm64) pkgs=(qemu-system-arm linux-image-arm64 busybox-static erofs-utils) ;;
   *)
     echo "setup-vm: unsupported architecture $(uname -m): sandbox VMs run on x86_64 and arm64" >&2
     exit 1
