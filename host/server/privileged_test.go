@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -100,12 +99,7 @@ func callAs(t *testing.T, addr, token, ns, fn, payload string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var opts *websocket.DialOptions
-	if token != "" {
-		opts = &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}}
-	}
-	conn, _, err := websocket.Dial(ctx, "ws://"+addr+"/", opts)
-	assert.NilError(t, err)
+	conn := dialSocket(ctx, t, addr, token)
 	defer conn.CloseNow()
 	frame, err := protocol.Encode(&protocol.InvokeFunction{InvocationID: "c1", FunctionID: fn, Namespace: &ns, Data: json.RawMessage(payload)})
 	assert.NilError(t, err)

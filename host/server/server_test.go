@@ -131,16 +131,24 @@ func dialAdmin(t *testing.T, r *running) *wsWorker {
 	return dialToken(t, r.s.Addrs()["iii-worker-manager"], r.s.engineToken())
 }
 
-func dialToken(t *testing.T, addr, token string) *wsWorker {
+// dialSocket opens a raw worker socket to addr, presenting token when it
+// is not empty.
+func dialSocket(ctx context.Context, t *testing.T, addr, token string) *websocket.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	var opts *websocket.DialOptions
 	if token != "" {
 		opts = &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}}
 	}
 	conn, _, err := websocket.Dial(ctx, "ws://"+addr+"/", opts)
 	assert.NilError(t, err)
+	return conn
+}
+
+func dialToken(t *testing.T, addr, token string) *wsWorker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn := dialSocket(ctx, t, addr, token)
 	w := &wsWorker{conn: conn, frames: make(chan protocol.Message, 64)}
 	readerDone := make(chan struct{})
 	go func() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -47,12 +46,7 @@ func socketCode(t *testing.T, addr, token, fn, payload string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var opts *websocket.DialOptions
-	if token != "" {
-		opts = &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}}
-	}
-	conn, _, err := websocket.Dial(ctx, "ws://"+addr+"/", opts)
-	assert.NilError(t, err)
+	conn := dialSocket(ctx, t, addr, token)
 	defer conn.CloseNow()
 	_, data, err := conn.Read(ctx)
 	assert.NilError(t, err)

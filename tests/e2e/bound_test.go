@@ -189,22 +189,7 @@ func TestBareEngineLoadsBoundAdapter(t *testing.T) {
 	compose.Dir, compose.Env, compose.Stdout, compose.Stderr = project, env, &composeOut, &composeOut
 	assert.NilError(t, compose.Start())
 	go func() { composeExited <- compose.Wait() }()
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		select {
-		case err := <-composeExited:
-			composeExited <- err
-			return poll.Error(fmt.Errorf("iii compose --up exited: %v", err))
-		default:
-		}
-		st, err := composeStatus(url)
-		if err != nil {
-			return poll.Continue("compose::status: %v", err)
-		}
-		if st != "ready" {
-			return poll.Continue("sandbox-libkrun is %q", st)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(composeWait), poll.WithDelay(250*time.Millisecond))
+	waitAdapterReady(t, url, composeExited)
 	a := waitFor("sandbox-libkrun", "call")
 	assert.Check(t, strings.HasPrefix(a.Path, filepath.Join(composeState, "packages")+"/"), "the adapter runs from %s", a.Path)
 	run()

@@ -97,22 +97,7 @@ containers:
 	})
 
 	url := fmt.Sprintf("ws://127.0.0.1:%d", port)
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		select {
-		case err := <-exited:
-			exited <- err
-			return poll.Error(fmt.Errorf("iii compose --up exited: %v", err))
-		default:
-		}
-		st, err := composeStatus(url)
-		if err != nil {
-			return poll.Continue("compose::status: %v", err)
-		}
-		if st != "ready" {
-			return poll.Continue("sandbox-libkrun is %q", st)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(composeWait), poll.WithDelay(250*time.Millisecond))
+	waitAdapterReady(t, url, exited)
 
 	// The adapter runs from Compose's package cache, as the lock says.
 	lock, err := os.ReadFile(filepath.Join(project, "worker-compose.lock"))
@@ -219,4 +204,27 @@ func findEngineLog(composeState string) string {
 func tailLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// waitAdapterReady waits until the sandbox-libkrun container of the Compose
+// project served at url is ready, failing at once if `iii compose --up`
+// (whose Wait result exited receives) ends first.
+func waitAdapterReady(t *testing.T, url string, exited chan error) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		select {
+		case err := <-exited:
+			exited <- err
+			return poll.Error(fmt.Errorf("iii compose --up exited: %v", err))
+		default:
+		}
+		st, err := composeStatus(url)
+		if err != nil {
+			return poll.Continue("compose::status: %v", err)
+		}
+		if st != "ready" {
+			return poll.Continue("sandbox-libkrun is %q", st)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(composeWait), poll.WithDelay(250*time.Millisecond))
 }
