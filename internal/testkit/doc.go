@@ -18,7 +18,11 @@
 //   - benchstat: medians, percentiles and the load average for benchmark
 //     reports;
 //   - netns: a test host in a network namespace (Linux, root), the one
-//     address besides loopback that tests send packets to.
+//     address besides loopback that tests send packets to;
+//   - tcpserve: the accept loop of a test's small TCP servers (echo,
+//     scripted upstreams), closed and waited for at clean-up;
+//   - flood: a hostile worker's floods against a real engine process, for
+//     tests/flood and scripts/bench/flood.
 //
 // Nothing here is product code: no package outside tests, scripts/bench and
 // plugins/sdk/sdktest imports these.

@@ -21,10 +21,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/iii-sandbox/iii/internal/testkit/tcpserve"
 )
 
 // Host is the namespace's end: its address, and listeners opened inside it.
@@ -163,47 +164,5 @@ func (h *Host) Listen(t testing.TB, network string, port int) (tcp net.Listener,
 func (h *Host) Echo(t testing.TB) (addr netip.AddrPort, accepted func() int) {
 	t.Helper()
 	ln, _ := h.Listen(t, "tcp", 0)
-	var mu sync.Mutex
-	n := 0
-	var conns []net.Conn
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			n++
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					m, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					if _, err := c.Write(buf[:m]); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return netip.MustParseAddrPort(ln.Addr().String()), func() int { mu.Lock(); defer mu.Unlock(); return n }
+	return netip.MustParseAddrPort(ln.Addr().String()), tcpserve.Serve(t, ln, tcpserve.Echo)
 }

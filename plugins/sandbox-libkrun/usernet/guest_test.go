@@ -23,6 +23,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/iii-sandbox/iii/internal/testkit/tcpserve"
 )
 
 func TestMain(m *testing.M) {
@@ -217,40 +219,7 @@ func tcpEcho(t *testing.T) (addr string, accepted func() int) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	assert.NilError(t, err)
-	var mu sync.Mutex
-	n := 0
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			n++
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				buf := make([]byte, 32<<10)
-				for {
-					m, err := c.Read(buf)
-					if err != nil {
-						_ = c.(*net.TCPConn).CloseWrite()
-						return
-					}
-					if _, err := c.Write(buf[:m]); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	return ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return n }
+	return ln.Addr().String(), tcpserve.Serve(t, ln, tcpserve.Echo)
 }
 
 // udpEcho is a loopback UDP echo server.

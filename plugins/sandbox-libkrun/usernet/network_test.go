@@ -17,6 +17,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/internal/testkit/tcpserve"
 )
 
 // A destination the policy allows (TEST-NET-2); the test dialer maps it
@@ -163,35 +165,20 @@ func startUpstream(t *testing.T, respond func(c net.Conn, r *bufio.Reader) strin
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	assert.NilError(t, err)
 	u := &upstream{addr: ln.Addr().String()}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				r := bufio.NewReader(c)
-				head, err := readHead(r)
-				if err != nil {
-					return
-				}
-				u.mu.Lock()
-				u.heads = append(u.heads, string(head))
-				u.mu.Unlock()
-				rest := respond(c, r)
-				u.mu.Lock()
-				u.after = append(u.after, rest)
-				u.mu.Unlock()
-			}()
+	tcpserve.Serve(t, ln, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		head, err := readHead(r)
+		if err != nil {
+			return
 		}
-	}()
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+		u.mu.Lock()
+		u.heads = append(u.heads, string(head))
+		u.mu.Unlock()
+		rest := respond(c, r)
+		u.mu.Lock()
+		u.after = append(u.after, rest)
+		u.mu.Unlock()
+	})
 	return u
 }
 
