@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
@@ -35,14 +36,22 @@ const (
 	// Worker VMs (worker::*, docs/vm-workers.md).
 	KeyHostRoots    = "host_roots"
 	KeyWorkerDiskMB = "worker_disk_mb"
+	// KeyWarmPool keeps booted VMs ready per image ({image: count}, see
+	// pool.go and docs/sandbox-libkrun.md, "Warm pool").
+	KeyWarmPool = "warm_pool"
 )
+
+// maxWarmPoolPerImage bounds one image's warm pool: every pooled VM holds
+// its memory for as long as the adapter runs, so more is a mistake, not a
+// setting.
+const maxWarmPoolPerImage = 16
 
 // ConfigKeys lists the adapter's own keys, for sandboxkit.Options.
 func ConfigKeys() []string {
 	return []string{
 		KeyHypervisor, KeyAccel, KeyKernel, KeyQEMUBinary, KeyLibkrunPath, KeyAgentPath,
 		KeyStateDir, KeyCacheDir, KeyRegistryMirrors, KeyBootTimeoutMS,
-		KeyHostRoots, KeyWorkerDiskMB, KeyNetworkAllowCIDRs,
+		KeyHostRoots, KeyWorkerDiskMB, KeyNetworkAllowCIDRs, KeyWarmPool,
 	}
 }
 
@@ -94,6 +103,10 @@ type Config struct {
 	// in canonical form; loopback, link-local, unspecified and the host's
 	// own addresses are never reachable.
 	NetworkAllowCIDRs []string
+	// WarmPool is how many booted VMs to keep ready per image name (only
+	// counts above zero are kept). The names are checked against the
+	// catalog and the allowlist when the provider is configured.
+	WarmPool map[string]int
 }
 
 // ConfigError is a rejected key.
@@ -124,6 +137,7 @@ func ParseConfig(keys map[string]json.RawMessage, home, goos string) (*Config, e
 		RegistryMirrors: map[string]string{},
 		BootTimeout:     DefaultBootTimeout,
 		WorkerDiskMB:    DefaultWorkerDiskMB,
+		WarmPool:        map[string]int{},
 	}
 	names := make([]string, 0, len(keys))
 	for k := range keys {
@@ -159,6 +173,8 @@ func ParseConfig(keys map[string]json.RawMessage, home, goos string) (*Config, e
 			cfg.HostRoots, err = parseHostRoots(key, v, home)
 		case KeyNetworkAllowCIDRs:
 			cfg.NetworkAllowCIDRs, err = parseAllowCIDRs(key, v)
+		case KeyWarmPool:
+			cfg.WarmPool, err = parseWarmPool(key, v)
 		case KeyWorkerDiskMB:
 			cfg.WorkerDiskMB, err = parseUint(key, v, minWorkerDiskMB, maxWorkerDiskMB)
 		case KeyBootTimeoutMS:
@@ -296,6 +312,52 @@ func parseAllowCIDRs(key string, v json.RawMessage) ([]string, error) {
 		out[i] = p.String()
 	}
 	return out, nil
+}
+
+// parseWarmPool reads {image name: count}, each count from 0 to
+// maxWarmPoolPerImage; zero counts are dropped.
+func parseWarmPool(key string, v json.RawMessage) (map[string]int, error) {
+	if len(v) == 0 || v[0] != '{' {
+		return nil, cfgErr(key, "must be a map of image name to VM count such as {\"python\": 1}, got %s", kind(v))
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(v, &raw); err != nil {
+		return nil, cfgErr(key, "must be a map of image name to VM count: %v", err)
+	}
+	out := make(map[string]int, len(raw))
+	for name, c := range raw {
+		sub := key + "." + name
+		if name == "" {
+			return nil, cfgErr(key, "an image name is empty")
+		}
+		n, err := parseUint(sub, bytes.TrimSpace(c), 0, maxWarmPoolPerImage)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			out[name] = int(n)
+		}
+	}
+	return out, nil
+}
+
+// checkWarmPool refuses warm pool images the catalog does not have or
+// the allowlist does not permit.
+func checkWarmPool(pool map[string]int, catalog []contract.CatalogImage, allowed func(string) bool) error {
+	names := make([]string, 0, len(pool))
+	for n := range pool {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if !slices.ContainsFunc(catalog, func(c contract.CatalogImage) bool { return c.Name == n }) {
+			return cfgErr(KeyWarmPool+"."+n, "%q is not a catalog image", truncate(n, 40))
+		}
+		if !allowed(n) {
+			return cfgErr(KeyWarmPool+"."+n, "image %q is not on the image_allowlist", truncate(n, 40))
+		}
+	}
+	return nil
 }
 
 // parseMirrors reads {registry host: base URL}; the image store checks the

@@ -8,6 +8,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/contract"
 )
 
 func keysOf(t *testing.T, js string) map[string]json.RawMessage {
@@ -23,6 +25,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	assert.DeepEqual(t, cfg, &Config{
 		Hypervisor: Auto, Accel: Auto, StateDir: "/home/u/.iii/sandbox", CacheDir: "/home/u/.iii/cache",
 		RegistryMirrors: map[string]string{}, BootTimeout: DefaultBootTimeout, WorkerDiskMB: DefaultWorkerDiskMB,
+		WarmPool: map[string]int{},
 	})
 }
 
@@ -40,7 +43,8 @@ func TestParseConfig(t *testing.T) {
 			check: func(t *testing.T, c *Config) {
 				assert.DeepEqual(t, c, &Config{Hypervisor: "qemu", Accel: "tcg", Kernel: "/boot/vmlinuz-x", QEMUBinary: "/home/u/bin/qemu",
 					LibkrunPath: "/opt/libkrun.so.1", AgentPath: "/opt/agent", StateDir: "/s", CacheDir: "/c",
-					RegistryMirrors: map[string]string{"docker.io": "http://127.0.0.1:5000"}, BootTimeout: 1500 * time.Millisecond, WorkerDiskMB: DefaultWorkerDiskMB})
+					RegistryMirrors: map[string]string{"docker.io": "http://127.0.0.1:5000"}, BootTimeout: 1500 * time.Millisecond, WorkerDiskMB: DefaultWorkerDiskMB,
+					WarmPool: map[string]int{}})
 			}},
 		{name: "nulls are defaults", in: `{"hypervisor":null,"state_dir":null}`, check: func(t *testing.T, c *Config) {
 			assert.Equal(t, c.Hypervisor, Auto)
@@ -48,6 +52,12 @@ func TestParseConfig(t *testing.T) {
 		}},
 		{name: "paths are cleaned", in: `{"state_dir":"/a//b/../c/"}`, check: func(t *testing.T, c *Config) { assert.Equal(t, c.StateDir, "/a/c") }},
 		{name: "hvf on macOS", in: `{"accel":"hvf"}`, goos: "darwin", check: func(t *testing.T, c *Config) { assert.Equal(t, c.Accel, "hvf") }},
+		{name: "warm pool", in: `{"warm_pool":{"python":2,"node":0}}`, check: func(t *testing.T, c *Config) {
+			assert.DeepEqual(t, c.WarmPool, map[string]int{"python": 2})
+		}},
+		{name: "warm pool negative", in: `{"warm_pool":{"python":-1}}`, err: `key "warm_pool.python": must be a whole number from 0 to 16`},
+		{name: "warm pool absurd", in: `{"warm_pool":{"python":1000}}`, err: `key "warm_pool.python": must be a whole number from 0 to 16`},
+		{name: "warm pool not a map", in: `{"warm_pool":["python"]}`, err: `key "warm_pool": must be a map`},
 		{name: "unknown hypervisor", in: `{"hypervisor":"firecracker"}`, err: `key "hypervisor": "firecracker" is not one of auto, libkrun, qemu`},
 		{name: "hypervisor not a string", in: `{"hypervisor":1}`, err: `key "hypervisor": must be a string, got a number`},
 		{name: "unknown accel", in: `{"accel":"whpx"}`, err: `key "accel"`},
@@ -146,4 +156,12 @@ func TestMergeEnv(t *testing.T) {
 		[]string{"LANG=C.UTF-8", "X=1", "HOME=/w"},
 	), []string{"HOME=/w", "PATH=/bin", "LANG=C.UTF-8", "X=1"})
 	assert.Check(t, is.Len(MergeEnv(), 0))
+}
+
+func TestCheckWarmPool(t *testing.T) {
+	catalog := []contract.CatalogImage{{Name: "python"}, {Name: "node"}}
+	allowed := func(n string) bool { return n == "python" }
+	assert.NilError(t, checkWarmPool(map[string]int{"python": 1}, catalog, allowed))
+	assert.ErrorContains(t, checkWarmPool(map[string]int{"ruby": 1}, catalog, allowed), `key "warm_pool.ruby": "ruby" is not a catalog image`)
+	assert.ErrorContains(t, checkWarmPool(map[string]int{"node": 1}, catalog, allowed), `key "warm_pool.node": image "node" is not on the image_allowlist`)
 }

@@ -64,6 +64,10 @@ type Boot struct {
 	// NetForwards are the gateway ports that lead to the host: a worker
 	// VM's way to the engine. Sandboxes have none.
 	NetForwards []backend.NetForward
+	// Pooled is the warm pool id the VM was booted under (its state
+	// directory's name and host name) when a create claimed it from the
+	// warm pool; empty for a VM booted for its sandbox.
+	Pooled string
 
 	undo []func()
 }

@@ -74,9 +74,26 @@ type Provider struct {
 	closed    bool
 	// workers are the worker VMs (worker::*), set by Configure.
 	workers *workerSet
+	// kit and catalog are the kit's configuration (ConfigureKit), for
+	// the warm pool; pool is nil without warm_pool.
+	kit     *sandboxkit.Config
+	catalog []contract.CatalogImage
+	pool    *warmPool
 }
 
-var _ sandboxkit.Provider = (*Provider)(nil)
+var (
+	_ sandboxkit.Provider      = (*Provider)(nil)
+	_ sandboxkit.KitConfigurer = (*Provider)(nil)
+)
+
+// ConfigureKit implements sandboxkit.KitConfigurer: the warm pool checks
+// its images against the catalog and the allowlist and boots them in the
+// default shape.
+func (p *Provider) ConfigureKit(cfg *sandboxkit.Config, catalog []contract.CatalogImage) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.kit, p.catalog = cfg, catalog
+}
 
 // NewProvider returns a Provider; it does nothing until Configure.
 func NewProvider(opts Options) (*Provider, error) {
@@ -138,6 +155,21 @@ func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessag
 		_ = store.Close()
 		return &ConfigError{Key: KeyStateDir, Reason: err.Error()}
 	}
+	var pool *warmPool
+	if len(cfg.WarmPool) > 0 {
+		p.mu.Lock()
+		kit, catalog := p.kit, p.catalog
+		p.mu.Unlock()
+		err := cfgErr(KeyWarmPool, "needs the kit's configuration (the catalog and the allowlist)")
+		if kit != nil {
+			err = checkWarmPool(cfg.WarmPool, catalog, kit.Allowed)
+		}
+		if err != nil {
+			_ = store.Close()
+			return err
+		}
+		pool = newWarmPool(p, cfg.WarmPool, kit, catalog)
+	}
 	leftovers := runner.CleanLeftovers(ctx, cfg.StateDir, p.log)
 	workers := newWorkerSet(ctx, p, cfg)
 
@@ -147,8 +179,11 @@ func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessag
 		_ = store.Close()
 		return errors.New("the provider is already configured or shut down")
 	}
-	p.cfg, p.store, p.leftovers, p.workers = cfg, store, leftovers, workers
+	p.cfg, p.store, p.leftovers, p.workers, p.pool = cfg, store, leftovers, workers, pool
 	p.startSelectionLocked()
+	if pool != nil {
+		go pool.run(p.bg)
+	}
 	return nil
 }
 
@@ -231,6 +266,11 @@ func (p *Provider) Info(context.Context) map[string]any {
 	m["live_vms"] = len(p.sandboxes)
 	m["host_roots"] = append([]string{}, p.workers.roots...)
 	m["network_allow_cidrs"] = append([]string{}, p.cfg.NetworkAllowCIDRs...)
+	if p.pool != nil {
+		m["warm_pool"] = p.pool.info()
+	} else {
+		m["warm_pool"] = map[string]any{}
+	}
 	if len(p.leftovers) > 0 {
 		m["leftovers_cleaned"] = len(p.leftovers)
 	}
@@ -259,13 +299,17 @@ func (p *Provider) Boot(ctx context.Context, spec sandboxkit.BootSpec) (sandboxk
 		p.mu.Unlock()
 		return nil, contract.NewError(contract.S300, "the sandbox adapter is not configured or is shutting down")
 	}
+	pool := p.pool
 	p.mu.Unlock()
-	b := &Boot{Provider: p, Spec: spec}
-	if err := p.steps.Run(ctx, b); err != nil {
-		return nil, err
+	b := pool.claimFor(spec)
+	if b == nil {
+		b = &Boot{Provider: p, Spec: spec}
+		if err := p.steps.Run(ctx, b); err != nil {
+			return nil, err
+		}
 	}
 	sb := newSandbox(p, b)
-	args := []any{"sandbox_id", spec.ID, "image", spec.Image.Name}
+	args := []any{"sandbox_id", spec.ID, "image", spec.Image.Name, "pooled", b.Pooled}
 	for _, st := range b.Timings {
 		args = append(args, st.Step+"_ms", st.Duration.Milliseconds())
 	}
@@ -316,14 +360,22 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	}
 	run := p.selRun
 	workers := p.workers
+	pool := p.pool
 	p.mu.Unlock()
-	errs := make([]error, len(live)+1)
+	errs := make([]error, len(live)+2)
 	var wg sync.WaitGroup
 	if workers != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			errs[len(live)] = workers.shutdown(ctx)
+		}()
+	}
+	if pool != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[len(live)+1] = pool.shutdown(ctx)
 		}()
 	}
 	for i, sb := range live {

@@ -154,6 +154,9 @@ func (m *Manager) Configure(ctx context.Context, configJSON []byte) error {
 	}
 	m.mu.Unlock()
 
+	if kc, ok := m.provider.(KitConfigurer); ok {
+		kc.ConfigureKit(cfg, buildCatalog(presets, cfg.CustomImages))
+	}
 	if err := m.provider.Configure(ctx, providerKeys); err != nil {
 		return fmt.Errorf("invalid sandbox adapter configuration: %w", err)
 	}

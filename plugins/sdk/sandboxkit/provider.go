@@ -34,6 +34,15 @@ type Provider interface {
 	Boot(ctx context.Context, spec BootSpec) (Sandbox, error)
 }
 
+// KitConfigurer is an optional Provider extension, for a provider whose
+// own keys refer to the kit's configuration (a warm pool names catalog
+// images and boots them in the default shape): the Manager calls
+// ConfigureKit with the parsed configuration and the catalog just before
+// Configure. Neither may be modified.
+type KitConfigurer interface {
+	ConfigureKit(cfg *Config, catalog []contract.CatalogImage)
+}
+
 // BootSpec is one sandbox to start, with every default resolved.
 type BootSpec struct {
 	// ID is the sandbox's id, a UUID v4 the kit chose.

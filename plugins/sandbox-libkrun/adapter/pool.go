@@ -1,0 +1,215 @@
+package adapter
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
+)
+
+// poolRetryDelay is how long the pool waits after a failed boot before it
+// boots again (a missing image or a broken back end fails every time).
+const poolRetryDelay = 5 * time.Second
+
+// warmPool keeps booted, agent-ready VMs per image in the default shape
+// (default cpus and memory, no network). A pooled VM is not a sandbox
+// until a create claims it: the kit neither lists nor counts it. One VM
+// boots at a time, in the background.
+type warmPool struct {
+	p *Provider
+	// targets and images are fixed at start: the count and the catalog
+	// entry per pooled image name.
+	targets map[string]int
+	images  map[string]contract.CatalogImage
+	names   []string
+	spec    sandboxkit.BootSpec // the shape, without ID and Image
+
+	mu    sync.Mutex
+	ready map[string][]*Boot
+	// kick wakes the filler after a claim.
+	kick chan struct{}
+	done chan struct{}
+}
+
+func newWarmPool(p *Provider, targets map[string]int, kit *sandboxkit.Config, catalog []contract.CatalogImage) *warmPool {
+	w := &warmPool{
+		p: p, targets: targets, images: map[string]contract.CatalogImage{},
+		spec: sandboxkit.BootSpec{
+			AutoInstall: kit.AutoInstall, CPUs: kit.DefaultCPUs, MemoryMB: kit.DefaultMemoryMB, ReaperTick: kit.ReaperTick,
+		},
+		ready: map[string][]*Boot{},
+		kick:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+	}
+	for name := range targets {
+		w.names = append(w.names, name)
+		for _, c := range catalog {
+			if c.Name == name {
+				w.images[name] = c
+			}
+		}
+	}
+	sort.Strings(w.names)
+	return w
+}
+
+// matches reports whether a create of spec may be served from the pool:
+// the same image in the default shape. Env, the name and the idle timeout
+// are applied at claim (they live on the host side).
+func (w *warmPool) matches(spec sandboxkit.BootSpec) bool {
+	_, ok := w.targets[spec.Image.Name]
+	return ok && !spec.Network && spec.CPUs == w.spec.CPUs && spec.MemoryMB == w.spec.MemoryMB &&
+		spec.Image.OCIRef == w.images[spec.Image.Name].OCIRef
+}
+
+// claimFor is claim on a nil pool too (no warm_pool): it returns a Boot
+// the request's spec is applied to, marked Pooled, or nil.
+func (w *warmPool) claimFor(spec sandboxkit.BootSpec) *Boot {
+	if w == nil {
+		return nil
+	}
+	b := w.claim(spec)
+	if b == nil {
+		return nil
+	}
+	poolID := b.Spec.ID
+	b.Spec = spec
+	b.Pooled = poolID
+	// The pool's boot took its time earlier; this create took none of it.
+	b.Timings = nil
+	// What configure-guest set from the pool's spec, again from the
+	// request's: the exec environment.
+	b.Env = MergeEnv([]string{"HOME=/root"}, b.Image.Config.Env, spec.Env)
+	w.p.log.Info("warm pool VM claimed", "sandbox_id", spec.ID, "pool_id", poolID, "image", spec.Image.Name)
+	return b
+}
+
+// claim takes one ready VM of spec's image, or nil. A VM is in one list
+// and removed under the lock, so it is never handed out twice. VMs whose
+// runner died while waiting are cleaned up and skipped.
+func (w *warmPool) claim(spec sandboxkit.BootSpec) *Boot {
+	if !w.matches(spec) {
+		return nil
+	}
+	defer w.wake()
+	for {
+		w.mu.Lock()
+		list := w.ready[spec.Image.Name]
+		if len(list) == 0 {
+			w.mu.Unlock()
+			return nil
+		}
+		b := list[0]
+		w.ready[spec.Image.Name] = list[1:]
+		w.mu.Unlock()
+		select {
+		case <-b.Runner.Done():
+			w.p.log.Warn("a pooled VM died while waiting; dropping it", "pool_id", b.Spec.ID)
+			go func() { _ = newSandbox(w.p, b).Stop(context.Background(), true) }()
+			continue
+		default:
+		}
+		return b
+	}
+}
+
+func (w *warmPool) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// info is adapter::info's warm_pool: {image: {ready, target}}.
+func (w *warmPool) info() map[string]any {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]any{}
+	for _, n := range w.names {
+		out[n] = map[string]any{"ready": len(w.ready[n]), "target": w.targets[n]}
+	}
+	return out
+}
+
+// next is the image most short of its target, or "".
+func (w *warmPool) next() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	best, short := "", 0
+	for _, n := range w.names {
+		if d := w.targets[n] - len(w.ready[n]); d > short {
+			best, short = n, d
+		}
+	}
+	return best
+}
+
+// run fills the pool until ctx ends, one boot at a time.
+func (w *warmPool) run(ctx context.Context) {
+	defer close(w.done)
+	for ctx.Err() == nil {
+		name := w.next()
+		if name == "" {
+			select {
+			case <-w.kick:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		spec := w.spec
+		spec.ID = uuid.New().String()
+		spec.Image = w.images[name]
+		b := &Boot{Provider: w.p, Spec: spec}
+		t0 := time.Now()
+		if err := w.p.steps.Run(ctx, b); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.p.log.Warn("warm pool boot failed; retrying later", "image", name, "error", err.Error())
+			t := time.NewTimer(poolRetryDelay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			continue
+		}
+		w.p.log.Info("warm pool VM ready", "image", name, "pool_id", spec.ID, "ms", time.Since(t0).Milliseconds())
+		w.mu.Lock()
+		w.ready[name] = append(w.ready[name], b)
+		w.mu.Unlock()
+	}
+}
+
+// shutdown waits for the filler (its context is the provider's, already
+// canceled: a boot under way is rolled back) and stops every ready VM.
+func (w *warmPool) shutdown(ctx context.Context) error {
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.mu.Lock()
+	var left []*Boot
+	for _, n := range w.names {
+		left = append(left, w.ready[n]...)
+		w.ready[n] = nil
+	}
+	w.mu.Unlock()
+	errs := make(chan error, len(left))
+	for _, b := range left {
+		go func() { errs <- newSandbox(w.p, b).Stop(ctx, true) }()
+	}
+	var first error
+	for range left {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
