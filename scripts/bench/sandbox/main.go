@@ -4,6 +4,9 @@
 //   - P4: sandbox::create to ready, through the real adapter plugin (a
 //     go-plugin subprocess, a runner, QEMU), beside a raw QEMU boot of the
 //     same kernel, initramfs and root image to the guest agent's hello.
+//   - P5: sandbox::create served from the warm pool (warm_pool: {python:
+//     1}; each create waits until the pool has refilled, so no boot runs
+//     beside it), beside P4's cold create of the same run.
 //   - P6: exec `true` round trip (p50, p99) on a live sandbox through the
 //     adapter, beside the guest's own fork+exec+wait of the same program
 //     (as the agent measures it), and sandbox::run print(2+2) (p50).
@@ -144,6 +147,15 @@ func run() error {
 	fmt.Println("P4 cold sandbox::create to ready (median of", o.boots, "runs)")
 	row("sandbox::create (plugin, runner, QEMU, agent hello)", cm, "raw QEMU boot to agent hello", rm, 1.2)
 
+	// P5.
+	hits, err := poolCreates(ctx, bin, cache, filepath.Join(work, "p"), o)
+	if err != nil {
+		return err
+	}
+	fmt.Println("P5 sandbox::create from the warm pool (median of", o.boots, "runs)")
+	row("pool-hit sandbox::create (claim, no boot)", benchstat.Percentile(hits, 50), "P4 cold sandbox::create", cm, 0)
+	fmt.Printf("  cold / pool-hit: %.0fx faster\n", cm.Seconds()/benchstat.Percentile(hits, 50).Seconds())
+
 	// P6.
 	id, err := create(ctx, a)
 	if err != nil {
@@ -205,6 +217,71 @@ func run() error {
 	return err
 }
 
+// poolCreates runs a second adapter with warm_pool {python: 1} and times
+// o.boots creates of the default shape, each once the pool is full again.
+func poolCreates(ctx context.Context, bin, cache, state string, o options) ([]time.Duration, error) {
+	a, stop, err := startAdapter(bin, map[string]any{
+		"image_allowlist": []string{"python"}, "state_dir": state, "cache_dir": cache, "accel": o.accel,
+		"default_memory_mb": o.memoryMB, "max_concurrent_sandboxes": 4, "warm_pool": map[string]any{"python": 1},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	var out []time.Duration
+	for range o.boots {
+		if err := waitPool(ctx, a); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		id, err := create(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(t))
+		info, err := a.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ready(info) != 0 {
+			return nil, fmt.Errorf("the pool still has a ready VM after a create: it was not claimed")
+		}
+		if _, err := a.Stop(ctx, &contract.StopRequest{SandboxID: id, Wait: true}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ready is adapter::info's warm_pool.python.ready.
+func ready(info *contract.AdapterInfo) int {
+	wp, _ := info.Facts["warm_pool"].(map[string]any)
+	e, _ := wp["python"].(map[string]any)
+	switch n := e["ready"].(type) {
+	case int:
+		return n
+	case float64:
+		return int(n)
+	}
+	return -1
+}
+
+// waitPool waits until the pool holds its VM.
+func waitPool(ctx context.Context, a contract.Adapter) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		info, err := a.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if ready(info) == 1 {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("the warm pool did not fill in 5 minutes")
+}
+
 func row(what string, v time.Duration, floorWhat string, floor time.Duration, goal float64) {
 	ratio := v.Seconds() / floor.Seconds()
 	g := ""
@@ -215,7 +292,11 @@ func row(what string, v time.Duration, floorWhat string, floor time.Duration, go
 		}
 		g = fmt.Sprintf("  (goal <= %.1fx: %s)", goal, verdict)
 	}
-	fmt.Printf("  %-52s %10s | floor: %-30s %10s | ratio %.2fx%s\n", what, fmtD(v), floorWhat, fmtD(floor), ratio, g)
+	prec := 2
+	if ratio < 0.01 {
+		prec = 4
+	}
+	fmt.Printf("  %-52s %10s | floor: %-30s %10s | ratio %.*fx%s\n", what, fmtD(v), floorWhat, fmtD(floor), prec, ratio, g)
 }
 
 func fmtD(d time.Duration) string {
