@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"crypto/rand"
 	"sort"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
 )
 
@@ -69,7 +71,7 @@ func (w *warmPool) matches(spec sandboxkit.BootSpec) bool {
 
 // claimFor is claim on a nil pool too (no warm_pool): it returns a Boot
 // the request's spec is applied to, marked Pooled, or nil.
-func (w *warmPool) claimFor(spec sandboxkit.BootSpec) *Boot {
+func (w *warmPool) claimFor(ctx context.Context, spec sandboxkit.BootSpec) *Boot {
 	if w == nil {
 		return nil
 	}
@@ -78,6 +80,13 @@ func (w *warmPool) claimFor(spec sandboxkit.BootSpec) *Boot {
 		return nil
 	}
 	poolID := b.Spec.ID
+	reseeded, err := w.freshen(ctx, b)
+	if err != nil {
+		// The VM is fine but not fresh: stop it and boot cold.
+		w.p.log.Warn("reseeding a pooled VM failed; booting cold instead", "pool_id", poolID, "error", err.Error())
+		go func() { _ = newSandbox(w.p, b).Stop(context.Background(), true) }()
+		return nil
+	}
 	b.Spec = spec
 	b.Pooled = poolID
 	// The pool's boot took its time earlier; this create took none of it.
@@ -85,8 +94,28 @@ func (w *warmPool) claimFor(spec sandboxkit.BootSpec) *Boot {
 	// What configure-guest set from the pool's spec, again from the
 	// request's: the exec environment.
 	b.Env = MergeEnv([]string{"HOME=/root"}, b.Image.Config.Env, spec.Env)
-	w.p.log.Info("warm pool VM claimed", "sandbox_id", spec.ID, "pool_id", poolID, "image", spec.Image.Name)
+	w.p.log.Info("warm pool VM claimed", "sandbox_id", spec.ID, "pool_id", poolID, "image", spec.Image.Name, "reseeded", reseeded)
 	return b
+}
+
+// reseedBytes is how much randomness a claimed VM's RNG gets.
+const reseedBytes = 64
+
+// freshen makes a pooled VM's guest diverge from every other one booted
+// from the same image: fresh random bytes into its RNG and the host's
+// clock (an agent without the reseed capability is left as it is).
+func (w *warmPool) freshen(ctx context.Context, b *Boot) (bool, error) {
+	if !b.Agent.Has(agentproto.CapReseed) {
+		return false, nil
+	}
+	seed := make([]byte, reseedBytes)
+	if _, err := rand.Read(seed); err != nil {
+		return false, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := b.Agent.Reseed(rctx, seed, w.p.now())
+	return err == nil, err
 }
 
 // claim takes one ready VM of spec's image, or nil. A VM is in one list

@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"context"
 	"testing"
 
 	"gotest.tools/v3/assert"
@@ -32,7 +33,7 @@ func TestWarmPoolShape(t *testing.T) {
 	// Nothing ready: no claim, and a nil pool claims nothing either.
 	assert.Check(t, w.claim(spec) == nil)
 	var none *warmPool
-	assert.Check(t, none.claimFor(spec) == nil)
+	assert.Check(t, none.claimFor(context.Background(), spec) == nil)
 	assert.DeepEqual(t, w.info(), map[string]any{
 		"node":   map[string]any{"ready": 0, "target": 2},
 		"python": map[string]any{"ready": 0, "target": 1},

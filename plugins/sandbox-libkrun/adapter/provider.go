@@ -301,7 +301,7 @@ func (p *Provider) Boot(ctx context.Context, spec sandboxkit.BootSpec) (sandboxk
 	}
 	pool := p.pool
 	p.mu.Unlock()
-	b := pool.claimFor(spec)
+	b := pool.claimFor(ctx, spec)
 	if b == nil {
 		b = &Boot{Provider: p, Spec: spec}
 		if err := p.steps.Run(ctx, b); err != nil {

@@ -139,6 +139,7 @@ type agentEnv struct {
 	root     string
 	poweroff chan struct{}
 	net      *fakeNet
+	reseeds  chan agentproto.ReseedRequest
 }
 
 // startAgent runs a real guest server over a testPort with its root in a
@@ -146,7 +147,7 @@ type agentEnv struct {
 func startAgent(t *testing.T) *agentEnv {
 	t.Helper()
 	env := &agentEnv{port: newTestPort(), root: t.TempDir(), poweroff: make(chan struct{}, 1),
-		net: &fakeNet{got: make(chan agentproto.NetRequest, 1)}}
+		net: &fakeNet{got: make(chan agentproto.NetRequest, 1)}, reseeds: make(chan agentproto.ReseedRequest, 1)}
 	exec := &guest.Executor{Waiter: guest.PIDWaiter{}, DrainGrace: 100 * time.Millisecond}
 	srv := &guest.Server{
 		Port:      env.port,
@@ -157,7 +158,12 @@ func startAgent(t *testing.T) *agentEnv {
 		Net:       env.net,
 		NetStats:  &guest.NetCounters{Proc: "/proc", Sys: "/sys"},
 		PowerOff:  func() error { env.poweroff <- struct{}{}; return nil },
-		Hello:     agentproto.Hello{Version: "test", Arch: "amd64", Root: "initramfs"},
+		// The real guest.Reseed would set this host's clock.
+		Reseed: func(_ context.Context, req *agentproto.ReseedRequest) (*agentproto.ReseedResult, error) {
+			env.reseeds <- *req
+			return &agentproto.ReseedResult{SeedBytes: len(req.Seed), ClockSet: req.UnixNano > 0}, nil
+		},
+		Hello: agentproto.Hello{Version: "test", Arch: "amd64", Root: "initramfs"},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -190,6 +196,24 @@ func TestHandshake(t *testing.T) {
 	assert.Equal(t, h.ProtocolMajor, agentproto.ProtocolMajor)
 	assert.Equal(t, h.Version, "test")
 	assert.DeepEqual(t, h.Capabilities, agentproto.AllCapabilities())
+}
+
+// TestReseed: the seed and the clock reach the agent; a seed the protocol
+// refuses never leaves the host.
+func TestReseed(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 5)
+	res, err := c.Reseed(ctx, []byte("0123456789abcdef"), now)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, *res, agentproto.ReseedResult{SeedBytes: 16, ClockSet: true})
+	got := <-env.reseeds
+	assert.Equal(t, string(got.Seed), "0123456789abcdef")
+	assert.Equal(t, got.UnixNano, now.UnixNano())
+
+	_, err = c.Reseed(ctx, nil, time.Time{})
+	assert.ErrorContains(t, err, "seed must hold 1 to 512 bytes")
 }
 
 func TestExecOverTheProtocol(t *testing.T) {

@@ -431,6 +431,28 @@ func (c *Client) NetStats(ctx context.Context, ifname string) (*agentproto.NetSt
 	return &res, decodeResult(m, &res)
 }
 
+// Reseed mixes seed into the guest's RNG and, when now is not zero, sets
+// the guest's clock to it (protocol 1.3, capability reseed).
+func (c *Client) Reseed(ctx context.Context, seed []byte, now time.Time) (*agentproto.ReseedResult, error) {
+	if err := c.need(agentproto.CapReseed, false); err != nil {
+		return nil, err
+	}
+	req := &agentproto.ReseedRequest{Seed: seed}
+	if !now.IsZero() {
+		req.UnixNano = now.UnixNano()
+	}
+	st, err := c.open(req, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	m, err := st.wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var res agentproto.ReseedResult
+	return &res, decodeResult(m, &res)
+}
+
 // Has reports whether the guest agent announced capability c.
 func (c *Client) Has(capability string) bool { return c.hello.Has(capability) }
 

@@ -413,6 +413,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		`{"type":"proc_stop","name":"worker","grace_ms":10000}`,
 		`{"type":"workspace","dir":"/workspace","prune":true,"keep":["node_modules"]}`,
 		`{"type":"net_stats","interface":"eth0"}`,
+		`{"type":"reseed","seed":"AAEC","unix_nano":1800000000000000000}`,
 		`{"type":"net_stats","interface":"../x"}`,
 		`{"type":"result","op":"net_stats","body":{"tcp_in_segs":3,"tcp_pure_acks":1,"interface":"eth0","if_rx_packets":4}}`,
 		`{"role":"agent","protocol_major":1,"protocol_minor":0}`,
@@ -477,6 +478,28 @@ func TestReadFrameBufferedLeavesMagic(t *testing.T) {
 	assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
 	_, err = ReadFrameBuffered(bufio.NewReader(bytes.NewReader(nil)))
 	assert.ErrorIs(t, err, io.EOF)
+}
+
+func TestReseedRequest(t *testing.T) {
+	for _, tc := range []struct {
+		in  string
+		err string
+	}{
+		{`{"type":"reseed","seed":"AAEC"}`, ""},
+		{`{"type":"reseed","seed":"AAEC","unix_nano":1800000000000000000}`, ""},
+		{`{"type":"reseed"}`, "seed must hold 1 to 512 bytes, got 0"},
+		{`{"type":"reseed","seed":"` + strings.Repeat("A", 4*171) + `"}`, "seed must hold 1 to 512 bytes, got 513"},
+		{`{"type":"reseed","seed":"AAEC","unix_nano":-1}`, "before 1970"},
+	} {
+		m, err := DecodeMessage([]byte(tc.in))
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, tc.in)
+			continue
+		}
+		assert.NilError(t, err, tc.in)
+		_, ok := m.(*ReseedRequest)
+		assert.Check(t, ok, tc.in)
+	}
 }
 
 func TestNetStatsRequest(t *testing.T) {

@@ -34,6 +34,8 @@ const (
 	CapWorkspace = "workspace" // workspace
 	// Protocol 1.2.
 	CapNetStats = "net.stats" // net_stats
+	// Protocol 1.3.
+	CapReseed = "reseed" // reseed
 )
 
 // AllCapabilities lists every capability this version of the protocol
@@ -42,7 +44,7 @@ func AllCapabilities() []string {
 	return []string{
 		CapExec, CapFSLs, CapFSStat, CapFSMkdir, CapFSWrite, CapFSRead, CapFSRm,
 		CapFSChmod, CapFSMv, CapFSGrep, CapFSSed, CapNet, CapShutdown,
-		CapSpawn, CapWorkspace, CapNetStats,
+		CapSpawn, CapWorkspace, CapNetStats, CapReseed,
 	}
 }
 

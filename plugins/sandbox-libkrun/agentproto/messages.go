@@ -22,6 +22,8 @@ const (
 	TypeWorkspace = "workspace" // a tar stream unpacked into a directory
 	// Protocol 1.2: the reaper's view of network payload.
 	TypeNetStats = "net_stats" // the guest's traffic counters
+	// Protocol 1.3: a warm-pool VM made fresh when a sandbox claims it.
+	TypeReseed = "reseed" // random bytes for the guest's RNG, the host's clock
 	// Guest → host.
 	TypeStarted = "started" // exec: the process runs
 	TypeExit    = "exit"    // exec: terminal
@@ -191,6 +193,23 @@ type NetStatsRequest struct {
 	Interface string `json:"interface,omitempty"` // default "eth0"
 }
 
+// MaxReseedBytes bounds a reseed's seed.
+const MaxReseedBytes = 512
+
+// ReseedRequest mixes Seed (random bytes from the host) into the guest
+// kernel's RNG and, when UnixNano is set, sets the guest's clock to it.
+// A VM booted ahead of its use (a warm pool) gets one when it is claimed.
+type ReseedRequest struct {
+	Seed     []byte `json:"seed"`
+	UnixNano int64  `json:"unix_nano,omitempty"`
+}
+
+// ReseedResult is a reseed's Result body.
+type ReseedResult struct {
+	SeedBytes int  `json:"seed_bytes"`
+	ClockSet  bool `json:"clock_set"`
+}
+
 // ShutdownRequest powers the VM off once the guest has replied.
 type ShutdownRequest struct{}
 
@@ -298,6 +317,7 @@ func (*SpawnRequest) MessageType() string     { return TypeSpawn }
 func (*ProcStopRequest) MessageType() string  { return TypeProcStop }
 func (*WorkspaceRequest) MessageType() string { return TypeWorkspace }
 func (*NetStatsRequest) MessageType() string  { return TypeNetStats }
+func (*ReseedRequest) MessageType() string    { return TypeReseed }
 func (*Cancel) MessageType() string           { return TypeCancel }
 func (*Started) MessageType() string          { return TypeStarted }
 func (*ExitStatus) MessageType() string       { return TypeExit }
@@ -358,6 +378,8 @@ func DecodeMessage(p []byte) (Message, error) {
 		m = &WorkspaceRequest{}
 	case TypeNetStats:
 		m = &NetStatsRequest{}
+	case TypeReseed:
+		m = &ReseedRequest{}
 	case TypeCancel:
 		m = &Cancel{}
 	case TypeStarted:
@@ -419,6 +441,13 @@ func validate(m Message) error {
 			if k == "" || k == "." || k == ".." || strings.ContainsAny(k, "/\x00") {
 				return fmt.Errorf("keep entry %q is not a plain name", k)
 			}
+		}
+	case *ReseedRequest:
+		if len(m.Seed) == 0 || len(m.Seed) > MaxReseedBytes {
+			return fmt.Errorf("seed must hold 1 to %d bytes, got %d", MaxReseedBytes, len(m.Seed))
+		}
+		if m.UnixNano < 0 {
+			return fmt.Errorf("unix_nano %d is before 1970", m.UnixNano)
 		}
 	case *NetStatsRequest:
 		if m.Interface != "" && !validIfName(m.Interface) {

@@ -74,6 +74,15 @@ func TestWarmPool(t *testing.T) {
 	// A matching create claims it, with the request's env and name.
 	a := p.create(t, map[string]any{"env": []string{"E2E=pooled"}, "name": "first"})
 	assert.Assert(t, claimed(t, p, a), "the create did not claim the pooled VM")
+	// The claim fed the guest's RNG and set its clock.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		for _, l := range strings.Split(p.logs.String(), "\n") {
+			if strings.Contains(l, `"warm pool VM claimed"`) && strings.Contains(l, a) && strings.Contains(l, `"reseeded":true`) {
+				return poll.Success()
+			}
+		}
+		return poll.Continue("no reseeded claim logged for %s", a)
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(20*time.Millisecond))
 	assert.Equal(t, p.sh(t, a, "echo $E2E"), "pooled\n")
 	p.call(t, contract.OpList, nil, &list)
 	assert.Assert(t, is.Len(list.Sandboxes, 1))

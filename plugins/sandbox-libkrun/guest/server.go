@@ -71,6 +71,8 @@ type Server struct {
 	Net NetConfigurer
 	// NetStats serves net_stats; nil leaves the capability out.
 	NetStats NetStatsReader
+	// Reseed serves reseed; nil leaves the capability out.
+	Reseed func(ctx context.Context, req *agentproto.ReseedRequest) (*agentproto.ReseedResult, error)
 	// PowerOff runs after the reply to a shutdown request is written; nil
 	// leaves the capability out.
 	PowerOff func() error
@@ -110,7 +112,7 @@ func (s *Server) capabilities() []string {
 	for _, c := range agentproto.AllCapabilities() {
 		if (c == agentproto.CapNet && s.Net == nil) || (c == agentproto.CapShutdown && s.PowerOff == nil) ||
 			(c == agentproto.CapSpawn && s.Procs == nil) || (c == agentproto.CapWorkspace && s.Workspace == nil) ||
-			(c == agentproto.CapNetStats && s.NetStats == nil) {
+			(c == agentproto.CapNetStats && s.NetStats == nil) || (c == agentproto.CapReseed && s.Reseed == nil) {
 			continue
 		}
 		caps = append(caps, c)
@@ -496,6 +498,9 @@ func (s *session) control(id uint32, msg []byte) {
 	case *agentproto.NetRequest:
 		st := s.open(id, false, 0)
 		s.spawn(st, func() { s.net(st, m) })
+	case *agentproto.ReseedRequest:
+		st := s.open(id, false, 0)
+		s.spawn(st, func() { s.reseed(st, m) })
 	case *agentproto.NetStatsRequest:
 		st := s.open(id, false, 0)
 		s.spawn(st, func() { s.netStats(st, m) })
@@ -788,6 +793,19 @@ func (s *session) netStats(st *stream, req *agentproto.NetStatsRequest) {
 		return
 	}
 	s.reply(st.id, agentproto.TypeNetStats, res)
+}
+
+func (s *session) reseed(st *stream, req *agentproto.ReseedRequest) {
+	if s.srv.Reseed == nil {
+		s.replyError(st.id, agentproto.CodeUnsupported, "reseed is not served by this agent")
+		return
+	}
+	res, err := s.srv.Reseed(st.ctx, req)
+	if err != nil {
+		s.replyErr(st.id, err)
+		return
+	}
+	s.reply(st.id, agentproto.TypeReseed, res)
 }
 
 func (s *session) shutdown(st *stream) {

@@ -70,6 +70,7 @@ func run(log hclog.Logger) error {
 		Workspace: guest.Workspace{},
 		Net:       &guest.Network{Root: "/"},
 		NetStats:  &guest.NetCounters{Proc: "/proc", Sys: "/sys"},
+		Reseed:    guest.Reseed,
 		PowerOff:  guest.PowerOff,
 		Hello: agentproto.Hello{
 			Version: version.Version,
