@@ -289,6 +289,12 @@ func (p *Provider) probeViaRunner(ctx context.Context, s *selection, timeout tim
 	return nil
 }
 
+// deadlinePassed reports whether ctx has a deadline that is now past.
+func deadlinePassed(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
 // errRunnerExited ends a dial whose VM is gone.
 var errRunnerExited = errors.New("the VM runner exited")
 
@@ -329,7 +335,9 @@ func dialAgentWindows(ctx context.Context, proc vmProcess, socket string, log hc
 	for {
 		actx, acancel := context.WithTimeout(dctx, window)
 		c, err := agentclient.Dial(actx, socket, agentclient.Options{Log: log})
-		timedOut := actx.Err() != nil
+		// A dial can fail with its own i/o timeout a moment before the
+		// context's timer marks it done: the deadline decides.
+		timedOut := actx.Err() != nil || deadlinePassed(actx)
 		acancel()
 		if err == nil {
 			return c, nil
@@ -337,7 +345,7 @@ func dialAgentWindows(ctx context.Context, proc vmProcess, socket string, log hc
 		switch {
 		case errors.Is(context.Cause(dctx), errRunnerExited):
 			return nil, fmt.Errorf("the VM exited before its guest agent answered (runner: %v)", proc.ExitErr())
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		case errors.Is(ctx.Err(), context.DeadlineExceeded) || deadlinePassed(ctx):
 			return nil, errors.New("no hello from the guest agent in time")
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
