@@ -69,9 +69,7 @@ func Launch(ctx context.Context, cfg Config) (*VM, error) {
 	cmd.Stdin = nil
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr
-	if cfg.Network {
-		cmd.ExtraFiles = []*os.File{cfg.NetSocket} // fd netFD
-	}
+	cmd.ExtraFiles = cfg.extraFiles()
 	// A process group of its own: signals meant for the caller's group
 	// do not reach it, and Kill can take down anything it spawned.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -93,6 +91,13 @@ func Launch(ctx context.Context, cfg Config) (*VM, error) {
 	defer tick.Stop()
 	for {
 		if _, err := os.Stat(vm.SocketPath); err == nil {
+			if cfg.Incoming == nil {
+				return vm, nil
+			}
+			if err := vm.restore(ctx, cfg); err != nil {
+				_ = vm.Kill()
+				return nil, err
+			}
 			return vm, nil
 		}
 		select {

@@ -112,6 +112,20 @@ type Config struct {
 	// (Linux), so a crashed runner cannot leave a VM behind.
 	DieWithParent bool
 
+	// MemoryFile backs guest RAM with a file (snapshot templates). With
+	// MemoryShared the guest's writes reach the file: a template being
+	// recorded. Without, the file is mapped copy-on-write: clones share
+	// its pages in the host's page cache until they write to them.
+	MemoryFile   string
+	MemoryShared bool
+	// Control serves QMP on StateDir/qmp.sock, through which a template is
+	// recorded (SaveTemplate) and restored.
+	Control bool
+	// Incoming restores the VM from a template instead of booting: the
+	// saved device state is read from this file and guest RAM comes from
+	// MemoryFile (not shared). Needs Control.
+	Incoming *os.File
+
 	// extraArgs are appended to the command line (the benchmark that
 	// compares QEMU's own user network with usernet).
 	extraArgs []string
@@ -127,6 +141,27 @@ const (
 // netFD is NetSocket's descriptor number in QEMU: the first of
 // exec.Cmd.ExtraFiles.
 const netFD = 3
+
+// extraFiles are the descriptors QEMU inherits, from fd 3 on: the NIC's
+// socket, then a restore's state stream.
+func (c *Config) extraFiles() []*os.File {
+	var files []*os.File
+	if c.Network {
+		files = append(files, c.NetSocket)
+	}
+	if c.Incoming != nil {
+		files = append(files, c.Incoming)
+	}
+	return files
+}
+
+// incomingFD is Incoming's descriptor number in QEMU.
+func (c *Config) incomingFD() int {
+	if c.Network {
+		return netFD + 1
+	}
+	return netFD
+}
 
 // File names in StateDir.
 const (
@@ -221,7 +256,16 @@ func (c *Config) validate() error {
 	if c.UpperDisk != "" && c.RootDisk == "" {
 		return bad("an upper disk needs a root disk")
 	}
-	for _, p := range []string{c.Kernel, c.Initrd, c.RootDisk, c.UpperDisk, c.StateDir} {
+	if c.MemoryShared && c.MemoryFile == "" {
+		return bad("shared memory needs a memory file")
+	}
+	if c.Incoming != nil && (c.MemoryFile == "" || c.MemoryShared || !c.Control) {
+		return bad("a restore needs a private memory file and the control socket")
+	}
+	if n := len(filepath.Join(c.StateDir, QMPName)); c.Control && n > 107 {
+		return bad("state dir %s is too long for the control socket path (%d bytes, limit 107)", c.StateDir, n)
+	}
+	for _, p := range []string{c.Kernel, c.Initrd, c.RootDisk, c.UpperDisk, c.StateDir, c.MemoryFile} {
 		if strings.Contains(p, ",") {
 			return bad("path %q holds a comma, which QEMU options cannot carry", p)
 		}
@@ -255,6 +299,9 @@ func (c *Config) Args() ([]string, error) {
 	default:
 		_, err := BinaryName(c.arch())
 		return nil, err
+	}
+	if c.MemoryFile != "" {
+		machine += ",memory-backend=mem"
 	}
 	args := []string{"-M", machine}
 	if c.Accel == AccelTCG {
@@ -338,6 +385,22 @@ func (c *Config) Args() ([]string, error) {
 			"-netdev", "socket,id=net0,fd="+strconv.Itoa(netFD),
 			"-device", "virtio-net-device,netdev=net0",
 		)
+	}
+	if c.MemoryFile != "" {
+		share := "off"
+		if c.MemoryShared {
+			share = "on"
+		}
+		args = append(args, "-object", fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=%s,share=%s", mem, c.MemoryFile, share))
+	}
+	if c.Control {
+		args = append(args, "-qmp", "unix:"+filepath.Join(c.StateDir, QMPName)+",server=on,wait=off")
+	}
+	if c.Incoming != nil {
+		// The stream's file descriptor is handed over by QMP once
+		// x-ignore-shared is on (Launch), which the command line cannot
+		// set in this QEMU.
+		args = append(args, "-incoming", "defer")
 	}
 	return append(args, c.extraArgs...), nil
 }
