@@ -77,6 +77,8 @@ func builtinTable() []builtin {
 			RequestSchema: schemaCredentialsIssueIn}, (*Engine).fnCredentialsIssue},
 		{FunctionDef{ID: FnCredentialsRevoke, Privileged: true, Description: "Revoke a credential and close the connections made with it.",
 			RequestSchema: schemaCredentialsRevokeIn}, (*Engine).fnCredentialsRevoke},
+		{FunctionDef{ID: FnRuntimeStats, Privileged: true, Description: "The engine process's goroutines, open file descriptors and resident memory: {goroutines, open_fds, rss_bytes}.",
+			RequestSchema: schemaRuntimeStatsIn, ResponseSchema: schemaRuntimeStatsOut}, (*Engine).fnRuntimeStats},
 	}
 }
 

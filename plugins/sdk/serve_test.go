@@ -106,6 +106,8 @@ func TestServe(t *testing.T) {
 		assert.Equal(t, info.AdapterVersion, "0.0.1-test")
 		assert.Equal(t, info.Contract, contract.Current())
 		assert.Check(t, info.Facts["pid"] != nil)
+		rt, _ := info.Facts[sdk.RuntimeFactKey].(map[string]any)
+		assert.Check(t, rt["goroutines"] != nil && rt["open_fds"] != nil && rt["rss_bytes"] != nil, "runtime block: %v", info.Facts)
 		assert.NilError(t, a.Configure(ctx, []byte(`{"image_allowlist":["python"]}`)))
 		_, err = a.List(ctx, &contract.ListRequest{})
 		assert.NilError(t, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/procstats"
 )
 
 // servedAdapter is what Serve hands go-plugin: the author's adapter, plus
@@ -20,7 +21,8 @@ import (
 //   - A rejected Configure is logged with its reason and stops the
 //     process with ExitConfigRejected once the reply has gone out.
 //   - Info fills in the name, version and contract version the adapter
-//     left empty, from ServeConfig and package contract.
+//     left empty, from ServeConfig and package contract, and adds the
+//     process's runtime block (RuntimeFactKey).
 type servedAdapter struct {
 	inner contract.Adapter
 	cfg   ServeConfig
@@ -62,6 +64,7 @@ func (a *servedAdapter) Info(ctx context.Context) (out *contract.AdapterInfo, er
 	if c.Contract == (contract.ContractVersion{}) {
 		c.Contract = contract.Current()
 	}
+	c.Facts = withRuntime(c.Facts, procstats.Read())
 	return &c, nil
 }
 
