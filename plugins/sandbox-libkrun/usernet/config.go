@@ -33,6 +33,9 @@ const (
 	maxPendingDials = 64
 	// dialTimeout bounds one host dial.
 	dialTimeout = 30 * time.Second
+	// handshakeRecheck is how often a closing network looks again for a
+	// handshake registered after it aborted the others.
+	handshakeRecheck = 20 * time.Millisecond
 	// udpIdle ends a UDP flow with no datagram either way for this long.
 	udpIdle = 60 * time.Second
 	// dnsIdle ends a DNS flow (UDP or TCP) idle for this long.

@@ -89,6 +89,16 @@ func (n *Network) handleTCP(r *tcp.ForwarderRequest) {
 			return
 		}
 	}
+	// CreateEndpoint waits for the guest's final ACK, which never comes
+	// once the network has ended: Serve aborts the handshakes it finds,
+	// and this check keeps most from starting after that.
+	if n.ctx.Err() != nil {
+		if host != nil {
+			_ = host.Close()
+		}
+		r.Complete(true)
+		return
+	}
 	var wq waiter.Queue
 	ep, terr := r.CreateEndpoint(&wq)
 	r.Complete(false)

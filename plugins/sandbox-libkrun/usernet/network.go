@@ -169,7 +169,7 @@ func (n *Network) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
 	// No frame comes in any more, so no new flow: end the running ones
 	// (their relays watch ctx) and wait for them, then the stack.
 	n.flows.Close()
-	_ = n.flows.Wait(context.Background())
+	n.endFlows(s)
 	s.Close()
 	link.Close()
 	s.Wait()
@@ -179,12 +179,49 @@ func (n *Network) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
 	n.log.Debug("network ended", "cause", err, "frames_in", st.FramesIn, "frames_out", st.FramesOut,
 		"tcp_flows", st.TCPFlows, "tcp_refused", st.TCPRefused, "udp_flows", st.UDPFlows, "udp_refused", st.UDPRefused)
 	switch {
-	// The VM closed its end, between frames or (killed) inside one.
+	// The VM closed its end, between frames or (killed) inside one; a
+	// close with frames still in flight either way reaches us as a reset
+	// (its end had unread frames) or a broken pipe (our write came after).
 	case parent.Err() != nil, errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, net.ErrClosed), errors.Is(err, os.ErrClosed):
+		errors.Is(err, net.ErrClosed), errors.Is(err, os.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return nil
 	}
 	return err
+}
+
+// endFlows waits for every flow's goroutine once ctx has ended. A relay
+// ends with ctx, but a flow still in its handshake (CreateEndpoint) waits
+// for the guest's final ACK, and no frame comes in any more: the stack
+// would give up only after its SYN-ACK retries, a minute or more. So the
+// handshakes are aborted; and since a handler may register its handshake
+// just after a pass, again until no flow runs.
+func (n *Network) endFlows(s *stack.Stack) {
+	for {
+		abortHandshakes(s)
+		ctx, cancel := context.WithTimeout(context.Background(), handshakeRecheck)
+		err := n.flows.Wait(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+}
+
+// abortHandshakes aborts the stack's TCP endpoints still in a passive
+// handshake, which wakes the handler waiting in CreateEndpoint with an
+// error. Established endpoints are left to their relays.
+func abortHandshakes(s *stack.Stack) {
+	for _, e := range s.RegisteredEndpoints() {
+		ep, ok := e.(*tcp.Endpoint)
+		if !ok {
+			continue
+		}
+		switch ep.EndpointState() {
+		case tcp.StateConnecting, tcp.StateSynRecv:
+			ep.Abort()
+		}
+	}
 }
 
 func (n *Network) newStack() (*stack.Stack, *channel.Endpoint, error) {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,15 +106,6 @@ func TestTCPFailedDialIsReset(t *testing.T) {
 }
 
 func TestTCPFlowCap(t *testing.T) {
-	// Known bug, found at the end of session 4: in about one run in
-	// fifteen under load, after a flow was refused at the cap, Serve does
-	// not return within 30 s of the guest closing its end (a flow's
-	// handler outlives the network). Skipped by default until it is fixed,
-	// so that it does not fail unrelated submissions; while skipped nothing
-	// else tests the TCP flow cap.
-	if os.Getenv("USERNET_FLOWCAP") == "" {
-		t.Skip("known shutdown hang after a refused flow (session 4 note); set USERNET_FLOWCAP=1 to run")
-	}
 	echo, _ := tcpEcho(t)
 	g := startGuest(t, Config{MaxTCPFlows: 2}, map[string]string{"tcp " + allowedDst + ":80": echo})
 	var open []net.Conn

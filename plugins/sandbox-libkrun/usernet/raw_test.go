@@ -157,3 +157,52 @@ func TestRawRefusals(t *testing.T) {
 	st := tn.net.Stats()
 	assert.Check(t, st.FramesDropped >= 4, "spoofed sources: %+v", st)
 }
+
+// TestServeEndsMidHandshake: a guest that goes away between its SYN and
+// its final ACK (a killed VM, or the ACK lost as it stops) must not hold
+// Serve for the stack's SYN-ACK retries, a minute or more: the flow's
+// handler, waiting in the handshake, ends with the network.
+func TestServeEndsMidHandshake(t *testing.T) {
+	echo, _ := tcpEcho(t)
+	tn := startNet(t, Config{}, map[string]string{"tcp " + allowedDst + ":80": echo})
+	frames := make(chan []byte, 64)
+	go func() {
+		defer close(frames)
+		fr := NewFrameReader(tn.guest)
+		for {
+			f, err := fr.Next()
+			if err != nil {
+				return
+			}
+			frames <- append([]byte(nil), f...)
+		}
+	}()
+	src := netip.AddrPortFrom(GuestAddr, 40000)
+	assert.NilError(t, WriteFrame(tn.guest, rawSegment(protoTCP, src, netip.MustParseAddrPort(allowedDst+":80"), nil)))
+	deadline := time.After(20 * time.Second)
+	for synAck := false; !synAck; {
+		select {
+		case f, ok := <-frames:
+			assert.Assert(t, ok, "the network closed the stream")
+			switch binary.BigEndian.Uint16(f[12:14]) {
+			case etherARP:
+				if binary.BigEndian.Uint16(f[20:22]) == 1 {
+					assert.NilError(t, WriteFrame(tn.guest, arpReplyTo(f)))
+				}
+			case etherIPv4:
+				ip := f[14:]
+				synAck = ip[9] == protoTCP && ip[20+13]&0x12 == 0x12
+			}
+		case <-deadline:
+			t.Fatal("no SYN-ACK")
+		}
+	}
+	// The handler now waits for an ACK that never comes.
+	start := time.Now()
+	assert.NilError(t, tn.wait())
+	for range frames {
+	}
+	assert.Check(t, time.Since(start) < 10*time.Second, "Serve took %v", time.Since(start))
+	assert.Equal(t, tn.net.Stats().TCPFlows, uint64(0))
+	assert.DeepEqual(t, tn.dials.list(), []string{"tcp " + allowedDst + ":80"})
+}
