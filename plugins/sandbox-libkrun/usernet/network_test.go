@@ -356,11 +356,23 @@ func parseDNS(t *testing.T, b []byte) dnsmessage.Message {
 // 192.0.2.77, over UDP and TCP on the same port.
 func fakeResolver(t *testing.T) (netip.AddrPort, func() int) {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	var (
+		pc  net.PacketConn
+		ln  net.Listener
+		err error
+	)
+	// The kernel picks a free UDP port; the same TCP port may be taken
+	// by another process's socket, so try a few.
+	for range 20 {
+		pc, err = net.ListenPacket("udp", "127.0.0.1:0")
+		assert.NilError(t, err)
+		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			break
+		}
+		_ = pc.Close()
+	}
 	assert.NilError(t, err)
 	port := pc.LocalAddr().(*net.UDPAddr).Port
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	assert.NilError(t, err)
 	var mu sync.Mutex
 	n := 0
 	answer := func(q []byte) []byte {
