@@ -39,7 +39,15 @@ const (
 	// KeyWarmPool keeps booted VMs ready per image ({image: count}, see
 	// pool.go and docs/sandbox-libkrun.md, "Warm pool").
 	KeyWarmPool = "warm_pool"
+	// KeySnapshotTemplates and KeySnapshotTemplatesMaxMB: boot each
+	// image and shape once, save it, and restore later creates from it
+	// (templates.go, docs/sandbox-libkrun.md, "Snapshot templates").
+	KeySnapshotTemplates      = "snapshot_templates"
+	KeySnapshotTemplatesMaxMB = "snapshot_templates_max_mb"
 )
+
+// DefaultSnapshotTemplatesMaxMB bounds the templates' disk use by default.
+const DefaultSnapshotTemplatesMaxMB = 4096
 
 // maxWarmPoolPerImage bounds one image's warm pool: every pooled VM holds
 // its memory for as long as the adapter runs, so more is a mistake, not a
@@ -52,6 +60,7 @@ func ConfigKeys() []string {
 		KeyHypervisor, KeyAccel, KeyKernel, KeyQEMUBinary, KeyLibkrunPath, KeyAgentPath,
 		KeyStateDir, KeyCacheDir, KeyRegistryMirrors, KeyBootTimeoutMS,
 		KeyHostRoots, KeyWorkerDiskMB, KeyNetworkAllowCIDRs, KeyWarmPool,
+		KeySnapshotTemplates, KeySnapshotTemplatesMaxMB,
 	}
 }
 
@@ -107,6 +116,11 @@ type Config struct {
 	// counts above zero are kept). The names are checked against the
 	// catalog and the allowlist when the provider is configured.
 	WarmPool map[string]int
+	// SnapshotTemplates turns snapshot templates on (QEMU back end);
+	// SnapshotTemplatesMaxMB bounds the disk they take under
+	// state_dir/templates (least recently used go first).
+	SnapshotTemplates      bool
+	SnapshotTemplatesMaxMB uint64
 }
 
 // ConfigError is a rejected key.
@@ -138,6 +152,9 @@ func ParseConfig(keys map[string]json.RawMessage, home, goos string) (*Config, e
 		BootTimeout:     DefaultBootTimeout,
 		WorkerDiskMB:    DefaultWorkerDiskMB,
 		WarmPool:        map[string]int{},
+
+		SnapshotTemplates:      true,
+		SnapshotTemplatesMaxMB: DefaultSnapshotTemplatesMaxMB,
 	}
 	names := make([]string, 0, len(keys))
 	for k := range keys {
@@ -175,6 +192,12 @@ func ParseConfig(keys map[string]json.RawMessage, home, goos string) (*Config, e
 			cfg.NetworkAllowCIDRs, err = parseAllowCIDRs(key, v)
 		case KeyWarmPool:
 			cfg.WarmPool, err = parseWarmPool(key, v)
+		case KeySnapshotTemplates:
+			if uerr := json.Unmarshal(v, &cfg.SnapshotTemplates); uerr != nil {
+				err = cfgErr(key, "want true or false")
+			}
+		case KeySnapshotTemplatesMaxMB:
+			cfg.SnapshotTemplatesMaxMB, err = parseUint(key, v, 0, 1<<20)
 		case KeyWorkerDiskMB:
 			cfg.WorkerDiskMB, err = parseUint(key, v, minWorkerDiskMB, maxWorkerDiskMB)
 		case KeyBootTimeoutMS:

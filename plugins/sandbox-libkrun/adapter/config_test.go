@@ -25,7 +25,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	assert.DeepEqual(t, cfg, &Config{
 		Hypervisor: Auto, Accel: Auto, StateDir: "/home/u/.iii/sandbox", CacheDir: "/home/u/.iii/cache",
 		RegistryMirrors: map[string]string{}, BootTimeout: DefaultBootTimeout, WorkerDiskMB: DefaultWorkerDiskMB,
-		WarmPool: map[string]int{},
+		WarmPool: map[string]int{}, SnapshotTemplates: true, SnapshotTemplatesMaxMB: DefaultSnapshotTemplatesMaxMB,
 	})
 }
 
@@ -39,12 +39,13 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{name: "every key", in: `{"hypervisor":"qemu","accel":"tcg","kernel":"/boot/vmlinuz-x","qemu_binary":"~/bin/qemu",
 			"libkrun_path":"/opt/libkrun.so.1","agent_path":"/opt/agent","state_dir":"/s","cache_dir":"/c",
-			"registry_mirrors":{"docker.io":"http://127.0.0.1:5000"},"boot_timeout_ms":1500}`,
+			"registry_mirrors":{"docker.io":"http://127.0.0.1:5000"},"boot_timeout_ms":1500,
+			"snapshot_templates":false,"snapshot_templates_max_mb":100}`,
 			check: func(t *testing.T, c *Config) {
 				assert.DeepEqual(t, c, &Config{Hypervisor: "qemu", Accel: "tcg", Kernel: "/boot/vmlinuz-x", QEMUBinary: "/home/u/bin/qemu",
 					LibkrunPath: "/opt/libkrun.so.1", AgentPath: "/opt/agent", StateDir: "/s", CacheDir: "/c",
 					RegistryMirrors: map[string]string{"docker.io": "http://127.0.0.1:5000"}, BootTimeout: 1500 * time.Millisecond, WorkerDiskMB: DefaultWorkerDiskMB,
-					WarmPool: map[string]int{}})
+					WarmPool: map[string]int{}, SnapshotTemplatesMaxMB: 100})
 			}},
 		{name: "nulls are defaults", in: `{"hypervisor":null,"state_dir":null}`, check: func(t *testing.T, c *Config) {
 			assert.Equal(t, c.Hypervisor, Auto)
@@ -55,6 +56,8 @@ func TestParseConfig(t *testing.T) {
 		{name: "warm pool", in: `{"warm_pool":{"python":2,"node":0}}`, check: func(t *testing.T, c *Config) {
 			assert.DeepEqual(t, c.WarmPool, map[string]int{"python": 2})
 		}},
+		{name: "snapshot templates not a bool", in: `{"snapshot_templates":"yes"}`, err: `key "snapshot_templates": want true or false`},
+		{name: "snapshot templates size absurd", in: `{"snapshot_templates_max_mb":-5}`, err: `key "snapshot_templates_max_mb"`},
 		{name: "warm pool negative", in: `{"warm_pool":{"python":-1}}`, err: `key "warm_pool.python": must be a whole number from 0 to 16`},
 		{name: "warm pool absurd", in: `{"warm_pool":{"python":1000}}`, err: `key "warm_pool.python": must be a whole number from 0 to 16`},
 		{name: "warm pool not a map", in: `{"warm_pool":["python"]}`, err: `key "warm_pool": must be a map`},

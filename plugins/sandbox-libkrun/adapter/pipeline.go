@@ -25,6 +25,7 @@ const (
 	StepSelectBackend   = "select-backend"
 	StepResolveImage    = "resolve-image"
 	StepBuildInitramfs  = "build-initramfs"
+	StepFindTemplate    = "find-template"
 	StepPrepareStateDir = "prepare-state-dir"
 	StepSpawnRunner     = "spawn-runner"
 	StepConnectAgent    = "connect-agent"
@@ -69,6 +70,16 @@ type Boot struct {
 	// warm pool; empty for a VM booted for its sandbox.
 	Pooled string
 
+	// Snapshot templates (templates.go): recordTemplate makes this boot
+	// the recording of one; otherwise find-template sets tplKey when the
+	// boot may use one, and restore to the template it resumes from, or
+	// tplMiss when there is none yet. noTemplate boots cold regardless.
+	recordTemplate *backend.Template
+	restore        *backend.Template
+	tplKey         templateKey
+	tplMiss        bool
+	noTemplate     bool
+
 	undo []func()
 }
 
@@ -105,6 +116,7 @@ func DefaultBootSteps() BootSteps {
 		{StepSelectBackend, stepSelectBackend},
 		{StepResolveImage, stepResolveImage},
 		{StepBuildInitramfs, stepBuildInitramfs},
+		{StepFindTemplate, stepFindTemplate},
 		{StepPrepareStateDir, stepPrepareStateDir},
 		{StepSpawnRunner, stepSpawnRunner},
 		{StepConnectAgent, stepConnectAgent},
@@ -268,12 +280,41 @@ func stepBuildInitramfs(ctx context.Context, b *Boot) error {
 	return nil
 }
 
+// stepFindTemplate picks the snapshot template this boot resumes from,
+// when there is one (templates.go).
+func stepFindTemplate(_ context.Context, b *Boot) error {
+	s := b.Provider.templates
+	if b.recordTemplate != nil || b.noTemplate {
+		return nil
+	}
+	k, ok := s.keyFor(b)
+	if !ok {
+		return nil
+	}
+	b.tplKey = k
+	if t := s.lookup(k); t != nil {
+		b.restore = t
+	} else {
+		b.tplMiss = true
+	}
+	return nil
+}
+
 func stepPrepareStateDir(_ context.Context, b *Boot) error {
 	name, err := sandboxDirName(b.Spec.ID)
 	if err != nil {
 		return err
 	}
-	d, err := runner.CreateDir(b.Provider.cfg.StateDir, name)
+	parent := b.Provider.cfg.StateDir
+	if b.recordTemplate != nil {
+		// Recording VMs are not sandboxes: they live apart, and a
+		// crashed adapter's are swept from there (templates.go).
+		parent = b.Provider.templates.vmsDir()
+		if err := os.MkdirAll(parent, 0o700); err != nil {
+			return err
+		}
+	}
+	d, err := runner.CreateDir(parent, name)
 	if err != nil {
 		return err
 	}
@@ -289,10 +330,7 @@ func stepPrepareStateDir(_ context.Context, b *Boot) error {
 func stepSpawnRunner(ctx context.Context, b *Boot) error {
 	sandboxkit.ReportProgress(ctx, contract.ProgressEvent{Phase: contract.ProgressBooting})
 	sel := b.Selection
-	hostname := b.Hostname
-	if hostname == "" {
-		hostname = "sandbox-" + b.Spec.ID[:min(8, len(b.Spec.ID))]
-	}
+	hostname := b.hostname()
 	b.VM = backend.Spec{
 		ID:           b.Spec.ID,
 		CPUs:         int(b.Spec.CPUs),
@@ -313,6 +351,11 @@ func stepSpawnRunner(ctx context.Context, b *Boot) error {
 	if b.Spec.Network {
 		b.VM.NetAllowCIDRs = b.Provider.cfg.NetworkAllowCIDRs
 		b.VM.NetForwards = b.NetForwards
+	}
+	if b.recordTemplate != nil {
+		b.VM.Template = b.recordTemplate
+	} else if b.restore != nil {
+		b.VM.Template = b.restore
 	}
 	proc, err := runner.Spawn(ctx, runner.SpawnOptions{
 		Executable: b.Provider.exe,
@@ -350,6 +393,20 @@ func stepConnectAgent(ctx context.Context, b *Boot) error {
 }
 
 func stepConfigureGuest(ctx context.Context, b *Boot) error {
+	if b.restore != nil {
+		// Every clone of a template resumes with the same RNG state,
+		// clock and host name: it must not run anything before this.
+		fresh, err := b.Provider.freshen(ctx, b, b.hostname())
+		if err == nil && !fresh {
+			err = errors.New("the guest agent cannot reseed its RNG")
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return contract.NewError(contract.S300, "make the restored sandbox VM fresh: %v", err)
+		}
+	}
 	if b.Spec.Network {
 		if _, err := b.Agent.ConfigureNetwork(ctx, agentproto.NetRequest{}); err != nil {
 			if ctx.Err() != nil {
@@ -366,6 +423,14 @@ func stepConfigureGuest(ctx context.Context, b *Boot) error {
 		b.Workdir = "/"
 	}
 	return nil
+}
+
+// hostname is the guest's host name.
+func (b *Boot) hostname() string {
+	if b.Hostname != "" {
+		return b.Hostname
+	}
+	return sandboxHostname(b.Spec.ID)
 }
 
 // MergeEnv merges "K=V" lists: a later entry replaces an earlier one with

@@ -14,7 +14,7 @@ import (
 
 func TestDefaultBootSteps(t *testing.T) {
 	assert.DeepEqual(t, DefaultBootSteps().Names(), []string{
-		"select-backend", "resolve-image", "build-initramfs", "prepare-state-dir",
+		"select-backend", "resolve-image", "build-initramfs", "find-template", "prepare-state-dir",
 		"spawn-runner", "connect-agent", "configure-guest",
 	})
 }
@@ -26,14 +26,14 @@ func TestBootStepsEdit(t *testing.T) {
 	removed, err := base.Remove(StepBuildInitramfs)
 	assert.NilError(t, err)
 	assert.Check(t, !contains(removed.Names(), StepBuildInitramfs))
-	assert.Equal(t, len(base), 7, "Remove must not change the original")
+	assert.Equal(t, len(base), 8, "Remove must not change the original")
 
 	before, err := base.InsertBefore(StepSpawnRunner, BootStep{"check", noop})
 	assert.NilError(t, err)
-	assert.DeepEqual(t, before.Names()[3:6], []string{"prepare-state-dir", "check", "spawn-runner"})
+	assert.DeepEqual(t, before.Names()[4:7], []string{"prepare-state-dir", "check", "spawn-runner"})
 	after, err := base.InsertAfter(StepConfigureGuest, BootStep{"last", noop})
 	assert.NilError(t, err)
-	assert.Equal(t, after.Names()[7], "last")
+	assert.Equal(t, after.Names()[8], "last")
 	replaced, err := base.Replace(StepConnectAgent, noop)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, replaced.Names(), base.Names())

@@ -2,7 +2,6 @@ package adapter
 
 import (
 	"context"
-	"crypto/rand"
 	"sort"
 	"sync"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/iii-sandbox/iii/contract"
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
 )
 
@@ -80,7 +78,7 @@ func (w *warmPool) claimFor(ctx context.Context, spec sandboxkit.BootSpec) *Boot
 		return nil
 	}
 	poolID := b.Spec.ID
-	reseeded, err := w.freshen(ctx, b)
+	reseeded, err := w.p.freshen(ctx, b, sandboxHostname(spec.ID))
 	if err != nil {
 		// The VM is fine but not fresh: stop it and boot cold.
 		w.p.log.Warn("reseeding a pooled VM failed; booting cold instead", "pool_id", poolID, "error", err.Error())
@@ -96,26 +94,6 @@ func (w *warmPool) claimFor(ctx context.Context, spec sandboxkit.BootSpec) *Boot
 	b.Env = MergeEnv([]string{"HOME=/root"}, b.Image.Config.Env, spec.Env)
 	w.p.log.Info("warm pool VM claimed", "sandbox_id", spec.ID, "pool_id", poolID, "image", spec.Image.Name, "reseeded", reseeded)
 	return b
-}
-
-// reseedBytes is how much randomness a claimed VM's RNG gets.
-const reseedBytes = 64
-
-// freshen makes a pooled VM's guest diverge from every other one booted
-// from the same image: fresh random bytes into its RNG and the host's
-// clock (an agent without the reseed capability is left as it is).
-func (w *warmPool) freshen(ctx context.Context, b *Boot) (bool, error) {
-	if !b.Agent.Has(agentproto.CapReseed) {
-		return false, nil
-	}
-	seed := make([]byte, reseedBytes)
-	if _, err := rand.Read(seed); err != nil {
-		return false, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err := b.Agent.Reseed(rctx, seed, w.p.now())
-	return err == nil, err
 }
 
 // claim takes one ready VM of spec's image, or nil. A VM is in one list
@@ -199,6 +177,9 @@ func (w *warmPool) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			if b.restore != nil {
+				w.p.templates.restoreFailed(b.tplKey, err)
+			}
 			w.p.log.Warn("warm pool boot failed; retrying later", "image", name, "error", err.Error())
 			t := time.NewTimer(poolRetryDelay)
 			select {
@@ -208,7 +189,8 @@ func (w *warmPool) run(ctx context.Context) {
 			t.Stop()
 			continue
 		}
-		w.p.log.Info("warm pool VM ready", "image", name, "pool_id", spec.ID, "ms", time.Since(t0).Milliseconds())
+		w.p.afterBoot(b, time.Since(t0))
+		w.p.log.Info("warm pool VM ready", "image", name, "pool_id", spec.ID, "ms", time.Since(t0).Milliseconds(), "restored", b.restore != nil)
 		w.mu.Lock()
 		w.ready[name] = append(w.ready[name], b)
 		w.mu.Unlock()

@@ -79,6 +79,8 @@ type Provider struct {
 	kit     *sandboxkit.Config
 	catalog []contract.CatalogImage
 	pool    *warmPool
+	// templates is nil without snapshot_templates.
+	templates *templateStore
 }
 
 var (
@@ -171,6 +173,8 @@ func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessag
 		pool = newWarmPool(p, cfg.WarmPool, kit, catalog)
 	}
 	leftovers := runner.CleanLeftovers(ctx, cfg.StateDir, p.log)
+	templates := newTemplateStore(p, cfg)
+	templates.cleanLeftovers(ctx)
 	workers := newWorkerSet(ctx, p, cfg)
 
 	p.mu.Lock()
@@ -180,6 +184,7 @@ func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessag
 		return errors.New("the provider is already configured or shut down")
 	}
 	p.cfg, p.store, p.leftovers, p.workers, p.pool = cfg, store, leftovers, workers, pool
+	p.templates = templates
 	p.startSelectionLocked()
 	if pool != nil {
 		go pool.run(p.bg)
@@ -271,6 +276,7 @@ func (p *Provider) Info(context.Context) map[string]any {
 	} else {
 		m["warm_pool"] = map[string]any{}
 	}
+	m["snapshot_templates"] = p.templates.info()
 	if len(p.leftovers) > 0 {
 		m["leftovers_cleaned"] = len(p.leftovers)
 	}
@@ -303,13 +309,21 @@ func (p *Provider) Boot(ctx context.Context, spec sandboxkit.BootSpec) (sandboxk
 	p.mu.Unlock()
 	b := pool.claimFor(ctx, spec)
 	if b == nil {
+		t0 := time.Now()
 		b = &Boot{Provider: p, Spec: spec}
-		if err := p.steps.Run(ctx, b); err != nil {
+		err := p.steps.Run(ctx, b)
+		if err != nil && b.restore != nil && ctx.Err() == nil {
+			p.templates.restoreFailed(b.tplKey, err)
+			b = &Boot{Provider: p, Spec: spec, noTemplate: true}
+			err = p.steps.Run(ctx, b)
+		}
+		if err != nil {
 			return nil, err
 		}
+		p.afterBoot(b, time.Since(t0))
 	}
 	sb := newSandbox(p, b)
-	args := []any{"sandbox_id", spec.ID, "image", spec.Image.Name, "pooled", b.Pooled}
+	args := []any{"sandbox_id", spec.ID, "image", spec.Image.Name, "pooled", b.Pooled, "restored", b.restore != nil}
 	for _, st := range b.Timings {
 		args = append(args, st.Step+"_ms", st.Duration.Milliseconds())
 	}
@@ -323,6 +337,17 @@ func (p *Provider) Boot(ctx context.Context, spec sandboxkit.BootSpec) (sandboxk
 	p.sandboxes[sb] = struct{}{}
 	p.mu.Unlock()
 	return sb, nil
+}
+
+// afterBoot counts a restore, or starts recording the template a cold boot
+// found missing.
+func (p *Provider) afterBoot(b *Boot, took time.Duration) {
+	switch {
+	case b.restore != nil:
+		p.templates.restoredOne()
+	case b.tplMiss:
+		p.templates.recordLater(b.tplKey, b.Spec, took)
+	}
 }
 
 // forget drops a stopped sandbox.
@@ -361,6 +386,7 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	run := p.selRun
 	workers := p.workers
 	pool := p.pool
+	templates := p.templates
 	p.mu.Unlock()
 	errs := make([]error, len(live)+2)
 	var wg sync.WaitGroup
@@ -386,6 +412,7 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	errs = append(errs, templates.wait(ctx))
 	if run != nil {
 		select {
 		case <-run:

@@ -205,15 +205,18 @@ func TestReseed(t *testing.T) {
 	c := env.connect(t)
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 5)
-	res, err := c.Reseed(ctx, []byte("0123456789abcdef"), now)
+	res, err := c.Reseed(ctx, agentproto.ReseedRequest{Seed: []byte("0123456789abcdef"), UnixNano: now.UnixNano(), Hostname: "sandbox-1234abcd"})
 	assert.NilError(t, err)
 	assert.DeepEqual(t, *res, agentproto.ReseedResult{SeedBytes: 16, ClockSet: true})
 	got := <-env.reseeds
 	assert.Equal(t, string(got.Seed), "0123456789abcdef")
 	assert.Equal(t, got.UnixNano, now.UnixNano())
+	assert.Equal(t, got.Hostname, "sandbox-1234abcd")
 
-	_, err = c.Reseed(ctx, nil, time.Time{})
+	_, err = c.Reseed(ctx, agentproto.ReseedRequest{})
 	assert.ErrorContains(t, err, "seed must hold 1 to 512 bytes")
+	_, err = c.Reseed(ctx, agentproto.ReseedRequest{Seed: []byte("x"), Hostname: "a b;rm"})
+	assert.ErrorContains(t, err, "not a host name")
 }
 
 func TestExecOverTheProtocol(t *testing.T) {

@@ -431,17 +431,14 @@ func (c *Client) NetStats(ctx context.Context, ifname string) (*agentproto.NetSt
 	return &res, decodeResult(m, &res)
 }
 
-// Reseed mixes seed into the guest's RNG and, when now is not zero, sets
-// the guest's clock to it (protocol 1.3, capability reseed).
-func (c *Client) Reseed(ctx context.Context, seed []byte, now time.Time) (*agentproto.ReseedResult, error) {
+// Reseed credits req.Seed to the guest's RNG and sets the guest's clock
+// and host name when the request carries them (protocol 1.3, capability
+// reseed).
+func (c *Client) Reseed(ctx context.Context, req agentproto.ReseedRequest) (*agentproto.ReseedResult, error) {
 	if err := c.need(agentproto.CapReseed, false); err != nil {
 		return nil, err
 	}
-	req := &agentproto.ReseedRequest{Seed: seed}
-	if !now.IsZero() {
-		req.UnixNano = now.UnixNano()
-	}
-	st, err := c.open(req, nil, nil)
+	st, err := c.open(&req, nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -196,18 +196,26 @@ type NetStatsRequest struct {
 // MaxReseedBytes bounds a reseed's seed.
 const MaxReseedBytes = 512
 
-// ReseedRequest mixes Seed (random bytes from the host) into the guest
-// kernel's RNG and, when UnixNano is set, sets the guest's clock to it.
-// A VM booted ahead of its use (a warm pool) gets one when it is claimed.
+// ReseedRequest credits Seed (random bytes from the host) to the guest
+// kernel's RNG and reseeds it at once; when UnixNano is set, it sets the
+// guest's clock to it, and when Hostname is set, the host name. A VM
+// booted ahead of its use (a warm pool) gets one when it is claimed, and a
+// VM restored from a snapshot template, whose RNG state every sibling
+// shares, as soon as it runs.
 type ReseedRequest struct {
 	Seed     []byte `json:"seed"`
 	UnixNano int64  `json:"unix_nano,omitempty"`
+	Hostname string `json:"hostname,omitempty"`
 }
 
 // ReseedResult is a reseed's Result body.
 type ReseedResult struct {
 	SeedBytes int  `json:"seed_bytes"`
 	ClockSet  bool `json:"clock_set"`
+	// Reseeded is true when the kernel's CRNG was reseeded at once
+	// (RNDRESEEDCRNG); false when the seed was only mixed in.
+	Reseeded    bool `json:"reseeded,omitempty"`
+	HostnameSet bool `json:"hostname_set,omitempty"`
 }
 
 // ShutdownRequest powers the VM off once the guest has replied.
@@ -448,6 +456,9 @@ func validate(m Message) error {
 		}
 		if m.UnixNano < 0 {
 			return fmt.Errorf("unix_nano %d is before 1970", m.UnixNano)
+		}
+		if m.Hostname != "" && !hostnameRe.MatchString(m.Hostname) {
+			return fmt.Errorf("hostname %q is not a host name", m.Hostname)
 		}
 	case *NetStatsRequest:
 		if m.Interface != "" && !validIfName(m.Interface) {

@@ -109,7 +109,24 @@ type Spec struct {
 	LibkrunPath string `json:"libkrun_path,omitempty"`
 	// Debug keeps the kernel's and the agent's console output verbose.
 	Debug bool `json:"debug,omitempty"`
+	// Template records or restores a snapshot template (QEMU back end
+	// only; package qemu's template.go explains them).
+	Template *Template `json:"template,omitempty"`
 }
+
+// Template is a snapshot template's files as one VM uses them.
+type Template struct {
+	// MemoryFile is the guest RAM's file.
+	MemoryFile string `json:"memory_file"`
+	// StateFile is the saved device state to restore from. Empty records
+	// a template: the VM boots with its RAM written through to MemoryFile
+	// and serves QMP for the save.
+	StateFile string `json:"state_file,omitempty"`
+}
+
+// Restores reports whether the VM resumes from a template instead of
+// booting.
+func (s *Spec) Restores() bool { return s.Template != nil && s.Template.StateFile != "" }
 
 // NetForward connects the guest's TCP connections to the gateway's
 // GuestPort to HostAddr, a loopback "ip:port" of the host, and to nothing
@@ -154,6 +171,14 @@ func (s *Spec) Validate() error {
 	for _, p := range []string{s.Kernel, s.Initrd, s.KernelConfig, s.RootDisk, s.DataDisk, s.QEMUBinary, s.LibkrunPath} {
 		if p != "" && !filepath.IsAbs(p) {
 			return bad("path %q must be absolute", p)
+		}
+	}
+	if t := s.Template; t != nil {
+		if t.MemoryFile == "" || !filepath.IsAbs(t.MemoryFile) || (t.StateFile != "" && !filepath.IsAbs(t.StateFile)) {
+			return bad("template files must be absolute paths")
+		}
+		if s.DataDisk != "" {
+			return bad("a VM with a data disk has no template")
 		}
 	}
 	if strings.ContainsAny(s.Hostname, " \t\n\"") {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/internal/testkit/adapterproc"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/procscan"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/plugins/sdk/sdktest"
@@ -157,6 +159,33 @@ func procsUnder(dir string) []procscan.Proc {
 	var out []procscan.Proc
 	for _, p := range procscan.Live() {
 		if slices.ContainsFunc(p.Args[1:], func(a string) bool { return strings.Contains(a, dir) }) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// sandboxDirs lists state_dir's entries other than the snapshot templates'
+// directory, which outlives sandboxes and adapters by design.
+func sandboxDirs(t *testing.T, stateDir string) []string {
+	t.Helper()
+	var out []string
+	for _, n := range dirs.Names(t, stateDir) {
+		if n != "templates" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// sandboxProcs is procsUnder without the VMs that record snapshot
+// templates in the background (state_dir/templates/.vms): they belong to
+// the adapter, not to a sandbox.
+func sandboxProcs(stateDir string) []procscan.Proc {
+	var out []procscan.Proc
+	rec := filepath.Join(stateDir, "templates", ".vms")
+	for _, p := range procsUnder(stateDir) {
+		if !slices.ContainsFunc(p.Args[1:], func(a string) bool { return strings.Contains(a, rec) }) {
 			out = append(out, p)
 		}
 	}

@@ -36,8 +36,8 @@ func TestCreateExecStop(t *testing.T) {
 	p.call(t, contract.OpExec, map[string]any{"sandbox_id": id, "argv": []string{"/bin/sh", "-c", "echo $LANG $E2E"}, "env": []string{"E2E=yes"}}, &env)
 	assert.Equal(t, env.Stdout, "C.UTF-8 yes\n")
 	p.stop(t, id)
-	assert.Check(t, is.Len(dirs.Names(t, p.stateDir), 0))
-	assert.Check(t, is.Len(procsUnder(p.stateDir), 0))
+	assert.Check(t, is.Len(sandboxDirs(t, p.stateDir), 0))
+	assert.Check(t, is.Len(sandboxProcs(p.stateDir), 0))
 	p.fail(t, contract.OpExec, map[string]any{"sandbox_id": id, "cmd": "true"}, contract.S004)
 }
 
@@ -171,8 +171,8 @@ func TestCreateStopCycles(t *testing.T) {
 		if i == 0 {
 			fds = openFDs(t, p.pid)
 		}
-		assert.Check(t, is.Len(dirs.Names(t, p.stateDir), 0), "cycle %d", i)
-		assert.Check(t, is.Len(procsUnder(p.stateDir), 0), "cycle %d", i)
+		assert.Check(t, is.Len(sandboxDirs(t, p.stateDir), 0), "cycle %d", i)
+		assert.Check(t, is.Len(sandboxProcs(p.stateDir), 0), "cycle %d", i)
 	}
 	assert.Equal(t, mounts(t), mountsBefore)
 	assert.Assert(t, openFDs(t, p.pid) <= fds, "the adapter holds more descriptors after 20 cycles than after one")

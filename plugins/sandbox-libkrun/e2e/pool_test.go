@@ -115,7 +115,7 @@ func TestWarmPool(t *testing.T) {
 	waitPoolReady(t, p, "python", 1)
 	p.client.Kill()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		left, names := procsUnder(p.stateDir), dirs.Names(t, p.stateDir)
+		left, names := procsUnder(p.stateDir), sandboxDirs(t, p.stateDir)
 		if len(left) > 0 || len(names) > 0 {
 			return poll.Continue("processes %v, directories %v", left, names)
 		}

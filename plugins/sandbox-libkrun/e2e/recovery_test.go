@@ -94,8 +94,8 @@ func TestBootFailureLeavesNothing(t *testing.T) {
 	se := p.fail(t, contract.OpCreate, map[string]any{"image": "python"}, contract.S300)
 	assert.Check(t, is.Contains(se.Message, "did not start"))
 	assert.Check(t, is.Contains(se.Message, "boot_timeout_ms 1"))
-	assert.Check(t, is.Len(dirs.Names(t, p.stateDir), 0))
-	assert.Check(t, is.Len(procsUnder(p.stateDir), 0))
+	assert.Check(t, is.Len(sandboxDirs(t, p.stateDir), 0))
+	assert.Check(t, is.Len(sandboxProcs(p.stateDir), 0))
 	var list contract.ListResponse
 	p.call(t, contract.OpList, nil, &list)
 	assert.Check(t, is.Len(list.Sandboxes, 0))
@@ -115,7 +115,7 @@ func TestLibkrunUnavailable(t *testing.T) {
 	assert.Check(t, is.Contains(se.Message, "install"))
 	info := p.info(t)
 	assert.Equal(t, info["backend_state"], "failed")
-	assert.Check(t, is.Len(dirs.Names(t, p.stateDir), 0))
+	assert.Check(t, is.Len(sandboxDirs(t, p.stateDir), 0))
 }
 
 // TestConfigRejected starts the adapter with configurations that cannot
@@ -238,7 +238,7 @@ func TestShutdownStopsEverything(t *testing.T) {
 	createN(t, p, 2)
 	p.client.Kill()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		left, names := procsUnder(p.stateDir), dirs.Names(t, p.stateDir)
+		left, names := procsUnder(p.stateDir), sandboxDirs(t, p.stateDir)
 		if len(left) > 0 || len(names) > 0 {
 			return poll.Continue("processes %v, directories %v", left, names)
 		}

@@ -34,6 +34,10 @@ func (Libkrun) Name() string { return backend.Libkrun }
 // LibkrunSpec maps a Spec to the libkrun back end's, minus the channel
 // callback Run supplies.
 func LibkrunSpec(spec backend.Spec) (libkrun.Spec, error) {
+	if spec.Template != nil {
+		// libkrun has no API to save or restore a VM.
+		return libkrun.Spec{}, errors.New("libkrun cannot record or restore snapshot templates")
+	}
 	arch := runtime.GOARCH
 	format, err := libkrun.DetectKernelFile(spec.Kernel, arch)
 	if err != nil {

@@ -2,6 +2,8 @@ package runner
 
 import (
 	"context"
+	"fmt"
+	"os"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -44,6 +46,10 @@ func QEMUConfig(spec backend.Spec) qemu.Config {
 	if spec.Hostname != "" {
 		cfg.ExtraAppend = append(cfg.ExtraAppend, agentproto.ParamHostname+"="+spec.Hostname)
 	}
+	if t := spec.Template; t != nil {
+		cfg.MemoryFile, cfg.Control = t.MemoryFile, true
+		cfg.MemoryShared = t.StateFile == ""
+	}
 	return cfg
 }
 
@@ -56,6 +62,14 @@ func (q QEMU) Run(ctx context.Context, spec backend.Spec, started func(backend.S
 		log = hclog.NewNullLogger()
 	}
 	cfg := QEMUConfig(spec)
+	if spec.Restores() {
+		f, err := os.Open(spec.Template.StateFile)
+		if err != nil {
+			return fmt.Errorf("restore from a template: %w", err)
+		}
+		defer f.Close() // QEMU reads its own copy
+		cfg.Incoming = f
+	}
 	waitNet := func() {}
 	if spec.Network {
 		runnerEnd, vmEnd, err := usernet.Pair()
