@@ -230,7 +230,8 @@ func run(o options) (err error) {
 	fmt.Printf("soak: %d sandboxes × %d concurrent execs for %s, warm_pool {python: %d}, %d MiB per VM (at most %d VMs: %.1f GiB of guest RAM if every page were touched)\n",
 		o.sandboxes, o.execs, o.duration, o.pool, mem, o.sandboxes+o.pool, float64((o.sandboxes+o.pool)*mem)/1024)
 
-	// The first pool boots install the image; start once the pool is full.
+	// The first boot installs the image (and records its snapshot
+	// template); the soak starts once the pool is full.
 	t0 := time.Now()
 	if err := s.waitPool(ctx, 20*time.Minute); err != nil {
 		return err
@@ -257,13 +258,12 @@ func run(o options) (err error) {
 		wg.Go(func() { s.worker(ctx, wctx.Done(), w, deadline) })
 	}
 	// A guard for the host: dozens of VMs must not push it out of memory.
-	var lowMem atomic.Int64
+	var lowMem int64 // MemAvailable when the guard stopped the workers
 	guard := time.NewTicker(2 * time.Second)
 	defer guard.Stop()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	tick := time.NewTicker(o.sample)
-	n := 0
 	var sampleErr error
 loop:
 	for {
@@ -271,13 +271,12 @@ loop:
 		case <-done:
 			break loop
 		case <-tick.C:
-			n++
 			if err := s.sampleNow(ctx, fmt.Sprintf("%dm%02ds", int(time.Since(start).Minutes()), int(time.Since(start).Seconds())%60)); err != nil && sampleErr == nil {
 				sampleErr = err
 			}
 		case <-guard.C:
-			if a := memAvailable(); a > 0 && a < o.minAvailable && lowMem.Load() == 0 {
-				lowMem.Store(a)
+			if a := memAvailable(); a > 0 && a < o.minAvailable && lowMem == 0 {
+				lowMem = a
 				fmt.Printf("  MemAvailable %s is below -min-available-mb: stopping the workers\n", mib(a))
 				stopWorkers()
 			}
@@ -301,8 +300,8 @@ loop:
 	if err := s.report(ctx, ran, logPath); err != nil {
 		return err
 	}
-	if a := lowMem.Load(); a > 0 {
-		return fmt.Errorf("stopped early: the host's MemAvailable fell to %s", mib(a))
+	if lowMem > 0 {
+		return fmt.Errorf("stopped early: the host's MemAvailable fell to %s", mib(lowMem))
 	}
 	return nil
 }
