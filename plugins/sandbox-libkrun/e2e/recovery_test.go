@@ -75,13 +75,13 @@ func TestLeftoversCleanedAtStart(t *testing.T) {
 	assert.Equal(t, info["leftovers_cleaned"], float64(2))
 	assert.Assert(t, !processAlive(runnerPID), "the frozen runner survived the clean-up")
 	assert.Assert(t, !processAlive(vmPID), "the frozen runner's QEMU survived the clean-up")
-	assert.DeepEqual(t, dirs.Names(t, stateDir), []string{own, "keep-me"})
+	assert.DeepEqual(t, sandboxDirs(t, stateDir), []string{own, "keep-me"})
 	assert.Check(t, is.Len(procsUnder(filepath.Join(stateDir, frozen)), 0))
 
 	// The live adapter's VM was not touched.
 	assert.Equal(t, b.sh(t, own, "echo still here"), "still here\n")
 	b.stop(t, own)
-	assert.DeepEqual(t, dirs.Names(t, stateDir), []string{"keep-me"})
+	assert.DeepEqual(t, sandboxDirs(t, stateDir), []string{"keep-me"})
 }
 
 // TestBootFailureLeavesNothing makes every boot miss its deadline: create
