@@ -243,8 +243,12 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("host: %s/%s, %d CPUs, load average %s, MemAvailable %s; engine pid %d, adapter pid %d (%v with %v)\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), benchstat.LoadAvg(), mib(memAvailable()), eng.pid(), s.adapterPID, info["hypervisor"], info["accel"])
+	backend := ""
+	if hv, ok := info["hypervisor"].(string); ok {
+		backend = fmt.Sprintf(" (%s with %v)", hv, info["accel"])
+	}
+	fmt.Printf("host: %s/%s, %d CPUs, load average %s, MemAvailable %s; engine pid %d, adapter pid %d%s\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), benchstat.LoadAvg(), mib(memAvailable()), eng.pid(), s.adapterPID, backend)
 	if err := s.sampleNow(ctx, "start"); err != nil {
 		return err
 	}
@@ -297,13 +301,11 @@ loop:
 	if sampleErr != nil {
 		return sampleErr
 	}
-	if err := s.report(ctx, ran, logPath); err != nil {
-		return err
-	}
+	rerr := s.report(ctx, ran, logPath)
 	if lowMem > 0 {
 		return fmt.Errorf("stopped early: the host's MemAvailable fell to %s", mib(lowMem))
 	}
-	return nil
+	return rerr
 }
 
 type soak struct {
