@@ -395,11 +395,15 @@ func restoredMemory(dir string) error {
 			got[strings.TrimSuffix(fields[0], ":")] += n
 		}
 	}
-	vpriv, err := rollupKB(vpid, "Private_Dirty")
+	// Pages of the template file count as "private" in smaps while this
+	// is the only process mapping them, dirty while the page cache has
+	// not written them back; what this VM alone costs is its anonymous
+	// memory (QEMU's own, and the guest pages copied on write).
+	vanon, err := rollupKB(vpid, "Anonymous")
 	if err != nil {
 		return err
 	}
-	rpriv, err := rollupKB(rpid, "Private_Dirty")
+	ranon, err := rollupKB(rpid, "Anonymous")
 	if err != nil {
 		return err
 	}
@@ -409,9 +413,9 @@ func restoredMemory(dir string) error {
 	}
 	mb := func(kb int) string { return fmt.Sprintf("%.1f MB", float64(kb)/1024) }
 	fmt.Println("T3 host memory of one restored sandbox (after one python3 run)")
-	fmt.Printf("  QEMU RSS %s; private (not shared) memory: QEMU %s + runner %s\n", mb(vrss), mb(vpriv), mb(rpriv))
-	fmt.Printf("  guest RAM (template file, copy-on-write): resident %s, of which shared with the template %s and written since the restore %s\n",
-		mb(got["Rss"]), mb(got["Shared_Clean"]+got["Private_Clean"]), mb(got["Private_Dirty"]))
+	fmt.Printf("  QEMU RSS %s; its own (anonymous) memory: QEMU %s + runner %s = %s\n", mb(vrss), mb(vanon), mb(ranon), mb(vanon+ranon))
+	fmt.Printf("  guest RAM (template file, copy-on-write): resident %s, of which the template's pages (page cache, shared by every clone) %s and copied on write since the restore %s\n",
+		mb(got["Rss"]), mb(got["Rss"]-got["Anonymous"]), mb(got["Anonymous"]))
 	return nil
 }
 
