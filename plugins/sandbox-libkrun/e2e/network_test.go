@@ -156,45 +156,57 @@ func TestNetwork(t *testing.T) {
 	online := p.create(t, map[string]any{"network": true})
 	offline := p.create(t, nil)
 
+	// The first network sandbox boots; its template is recorded in the
+	// background, and the second one is restored from it: both must
+	// behave the same.
 	argv := append([]string{"python3", "-c", probeScript, fmt.Sprint(port), echo.Addr().String(), fmt.Sprint(echo.Port())}, guesses...)
-	out := p.exec(t, online, argv...)
-	assert.Assert(t, out.Success, "stdout:\n%s\nstderr:\n%s", out.Stdout, out.Stderr)
-	t.Logf("from inside the sandbox:\n%s", out.Stdout)
-	res := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(out.Stdout), "\n") {
-		k, v, _ := strings.Cut(line, "\t")
-		res[k] = v
-	}
-
-	mu.Lock()
-	assert.Check(t, is.Len(reached, 0), "the guest reached the host: %v", reached)
-	mu.Unlock()
-	for k, v := range res {
-		if strings.HasPrefix(k, "tcp ") {
-			assert.Check(t, v != "CONNECTED", "%s connected", k)
+	probe := func(online string, wantEchoes int) {
+		t.Helper()
+		out := p.exec(t, online, argv...)
+		assert.Assert(t, out.Success, "stdout:\n%s\nstderr:\n%s", out.Stdout, out.Stderr)
+		t.Logf("from inside the sandbox:\n%s", out.Stdout)
+		res := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(out.Stdout), "\n") {
+			k, v, _ := strings.Cut(line, "\t")
+			res[k] = v
 		}
-	}
-	// The gateway and DNS addresses refuse at once (a RST), rather
-	// than leave the guest waiting.
-	for _, k := range []string{"tcp 10.0.2.2", "tcp 10.0.2.3"} {
-		assert.Check(t, is.Equal(res[k], "ConnectionRefusedError:ECONNREFUSED"), k)
-	}
-	for _, g := range guesses {
-		assert.Check(t, is.Contains(res, "tcp "+g))
-	}
 
-	assert.Check(t, is.Equal(res["echo"], "ping through usernet"))
-	assert.Check(t, is.Equal(echoed(), 1))
-	assert.Check(t, is.Equal(res["dns localhost"], "rcode=0 answers=1 last=127.0.0.1"))
-	assert.Check(t, is.Equal(res["dns invalid"], "rcode=3"))
+		mu.Lock()
+		assert.Check(t, is.Len(reached, 0), "the guest reached the host: %v", reached)
+		mu.Unlock()
+		for k, v := range res {
+			if strings.HasPrefix(k, "tcp ") {
+				assert.Check(t, v != "CONNECTED", "%s connected", k)
+			}
+		}
+		// The gateway and DNS addresses refuse at once (a RST), rather
+		// than leave the guest waiting.
+		for _, k := range []string{"tcp 10.0.2.2", "tcp 10.0.2.3"} {
+			assert.Check(t, is.Equal(res[k], "ConnectionRefusedError:ECONNREFUSED"), k)
+		}
+		for _, g := range guesses {
+			assert.Check(t, is.Contains(res, "tcp "+g))
+		}
+
+		assert.Check(t, is.Equal(res["echo"], "ping through usernet"))
+		assert.Check(t, is.Equal(echoed(), wantEchoes))
+		assert.Check(t, is.Equal(res["dns localhost"], "rcode=0 answers=1 last=127.0.0.1"))
+		assert.Check(t, is.Equal(res["dns invalid"], "rcode=3"))
+	}
+	probe(online, 1)
+	waitTemplate(t, p, "python-1c512m-net/")
+	restored := p.create(t, map[string]any{"network": true})
+	assert.Check(t, strings.Contains(readyLine(t, p, restored), `"restored":true`))
+	probe(restored, 2)
+	p.stop(t, restored)
 
 	// Without network: no device but loopback, and the test host is out
 	// of reach.
 	assert.Check(t, is.Equal(p.sh(t, offline, "ls /sys/class/net"), "lo\n"))
-	out = p.exec(t, offline, "python3", "-c", fmt.Sprintf("import socket\nsocket.create_connection((%q, %d), timeout=5)", echo.Addr(), echo.Port()))
+	out := p.exec(t, offline, "python3", "-c", fmt.Sprintf("import socket\nsocket.create_connection((%q, %d), timeout=5)", echo.Addr(), echo.Port()))
 	assert.Check(t, !out.Success)
 	assert.Check(t, is.Contains(out.Stderr, "Error"))
-	assert.Check(t, is.Equal(echoed(), 1))
+	assert.Check(t, is.Equal(echoed(), 2))
 	p.stop(t, online)
 	p.stop(t, offline)
 }
