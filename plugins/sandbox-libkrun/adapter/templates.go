@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -309,6 +310,11 @@ func (s *templateStore) record(ctx context.Context, k templateKey, spec sandboxk
 		return errors.New("the image or the guest software changed while the template was recorded")
 	}
 	s.warm(ctx, b)
+	// Whatever runs in the template runs in every clone: only the agent
+	// (and the kernel's threads) may.
+	if err := onlyAgentRuns(ctx, b); err != nil {
+		return err
+	}
 	// A clone's agent must be waiting for a host, as at boot.
 	_ = b.Agent.Close()
 	sctx, cancel := context.WithTimeout(ctx, templateSaveTimeout)
@@ -367,6 +373,48 @@ func (s *templateStore) warm(ctx context.Context, b *Boot) {
 	default:
 		s.p.log.Debug("snapshot template warmed", "ms", time.Since(t0).Milliseconds())
 	}
+}
+
+// onlyAgentRuns fails when a process other than the agent (pid 1) and the
+// kernel's threads (kthreadd, pid 2, and its children) is alive in the
+// guest: say, a daemon an image's interpreter left behind at warm-up.
+func onlyAgentRuns(ctx context.Context, b *Boot) error {
+	cctx, cancel := context.WithTimeout(ctx, warmTimeout)
+	defer cancel()
+	ls, err := b.Agent.Ls(cctx, "/proc")
+	if err != nil {
+		return fmt.Errorf("list the guest's processes: %w", err)
+	}
+	for _, e := range ls.Entries {
+		pid, err := strconv.Atoi(e.Name)
+		if err != nil || pid <= 2 || !e.IsDir {
+			continue
+		}
+		var stat strings.Builder
+		if _, _, err := b.Agent.ReadFileTo(cctx, "/proc/"+e.Name+"/stat", &stat); err != nil {
+			continue // it has exited meanwhile
+		}
+		if ppid, ok := parentPID(stat.String()); ok && ppid != 2 {
+			return fmt.Errorf("process %d (%s) still runs in the recording VM; a template may hold nothing but the agent", pid, truncate(stat.String(), 80))
+		}
+	}
+	return nil
+}
+
+// parentPID reads the parent pid from /proc/<pid>/stat: "pid (comm) state
+// ppid ..."; comm may hold spaces and parentheses, so the fields after the
+// last ")" are the ones to read.
+func parentPID(stat string) (int, bool) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return ppid, err == nil
 }
 
 // dropOthers deletes the slot's templates other than k's: they were made

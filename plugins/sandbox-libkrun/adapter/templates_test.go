@@ -94,3 +94,18 @@ func TestTemplateEviction(t *testing.T) {
 	assert.Check(t, s.lookup(c2) == nil)
 	assert.Check(t, is.Len(s.list(), 3))
 }
+
+func TestParentPID(t *testing.T) {
+	for stat, want := range map[string]int{
+		"57 (python3) S 1 57 57 0 -1":           1,
+		"3 (kworker/0:0) I 2 0 0 0 -1":          2,
+		"90 (a) b) (c) R 44 90 90 0 -1 4194560": 44,
+	} {
+		got, ok := parentPID(stat)
+		assert.Check(t, ok && got == want, stat)
+	}
+	for _, bad := range []string{"", "12 (x", "12 (x) S", "12 (x) S notanumber"} {
+		_, ok := parentPID(bad)
+		assert.Check(t, !ok, bad)
+	}
+}
