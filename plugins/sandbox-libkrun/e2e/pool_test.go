@@ -38,16 +38,7 @@ func waitPoolReady(t *testing.T, p *proc, image string, n float64) {
 // arrives asynchronously, so it waits for that line.
 func claimed(t *testing.T, p *proc, id string) bool {
 	t.Helper()
-	var line string
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		for _, l := range strings.Split(p.logs.String(), "\n") {
-			if strings.HasPrefix(strings.TrimSpace(l), "{") && strings.Contains(l, "sandbox VM ready") && strings.Contains(l, id) {
-				line = l
-				return poll.Success()
-			}
-		}
-		return poll.Continue("no \"sandbox VM ready\" line for %s yet", id)
-	}, poll.WithTimeout(10*time.Second), poll.WithDelay(20*time.Millisecond))
+	line := readyLine(t, p, id)
 	return strings.Contains(line, `"pooled":"`) && !strings.Contains(line, `"pooled":""`)
 }
 

@@ -45,7 +45,9 @@ func waitTemplate(t *testing.T, p *proc, prefix string, not ...string) string {
 	return got
 }
 
-// readyLine is the adapter's "sandbox VM ready" log line for sandbox id.
+// readyLine is the adapter's "sandbox VM ready" log line for sandbox id
+// (it names the pooled VM a create claimed, and whether the VM was restored
+// from a template). The log arrives asynchronously, so it waits for it.
 func readyLine(t *testing.T, p *proc, id string) string {
 	t.Helper()
 	var line string
