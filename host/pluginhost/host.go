@@ -88,6 +88,11 @@ type Options struct {
 	// which is how Compose reads the current value back when it layers
 	// config_override over it (so a bad value stays there until replaced).
 	OnConfig func(adapter, namespace string, config json.RawMessage)
+	// OnStopped, when set, is told of every adapter an explicit Stop
+	// stopped, with who had started it (Status.StartedBy), after the host
+	// is free again: the server then brings back the adapter config.yaml
+	// binds when the one that took it over (Compose's) goes away.
+	OnStopped func(adapter, namespace, startedBy string)
 	// Token, when set, returns the engine token. engine::adapters::start,
 	// stop and restart are privileged functions, so the engine itself lets
 	// only callers holding the token reach them (Call.CallerAdmin); while
@@ -333,6 +338,14 @@ func (h *Host) Stop(ctx context.Context, adapter, namespace string) (Status, err
 	if err := h.acquire(ctx); err != nil {
 		return Status{}, err
 	}
+	stoppedBy := ""
+	defer func() {
+		// After the release below (deferred later, run first): the
+		// callback may start an adapter.
+		if stoppedBy != "" && h.opts.OnStopped != nil {
+			h.opts.OnStopped(k.adapter, k.ns, stoppedBy)
+		}
+	}()
 	defer h.release()
 	h.mu.Lock()
 	m := h.entries[k]
@@ -340,8 +353,12 @@ func (h *Host) Stop(ctx context.Context, adapter, namespace string) (Status, err
 	if m == nil {
 		return Status{}, errBody(CodeNotStarted, "sandbox adapter %q was never started in namespace %q", k.adapter, k.ns)
 	}
+	before := m.snapshot()
 	if err := m.halt(ctx); err != nil {
 		return m.snapshot(), err
+	}
+	if before.State != StateStopped {
+		stoppedBy = before.StartedBy
 	}
 	return m.snapshot(), nil
 }

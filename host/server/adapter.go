@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/iii-sandbox/iii/host/config"
 	"github.com/iii-sandbox/iii/host/pluginhost"
@@ -65,6 +66,38 @@ func (s *Server) syncAdapter(ctx context.Context, next *config.Sandbox) {
 		s.loaded = copySandbox(next)
 		s.log.Error("the sandbox adapter config.yaml binds did not start", "adapter", next.Adapter, "namespace", next.Namespace, "error", err)
 	}
+}
+
+// bindingRestartTimeout bounds bringing the bound adapter back.
+const bindingRestartTimeout = 2 * time.Minute
+
+// adapterStopped brings back the adapter config.yaml binds when another
+// start had taken it over (Compose's, or a caller's) and that one was
+// stopped: config.yaml still says which adapter serves sandbox::*, so it
+// runs again with config.yaml's configuration. An adapter the engine
+// itself started and someone stopped stays stopped: that was the point.
+func (s *Server) adapterStopped(adapter, namespace, startedBy string) {
+	b := s.sandbox.Load()
+	if b == nil || startedBy == pluginhost.OriginConfig || s.opts.AdapterByCompose {
+		return
+	}
+	ns := b.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	if b.Adapter != adapter || ns != namespace {
+		return
+	}
+	next := copySandbox(b)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), bindingRestartTimeout)
+		defer cancel()
+		s.adapterMu.Lock()
+		s.loaded = nil
+		s.adapterMu.Unlock()
+		s.log.Info("the adapter that took over the one config.yaml binds was stopped; starting config.yaml's again", "adapter", adapter, "namespace", namespace, "stopped_start_by", startedBy)
+		s.syncAdapter(ctx, next)
+	}()
 }
 
 func copySandbox(b *config.Sandbox) *config.Sandbox {

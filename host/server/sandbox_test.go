@@ -259,6 +259,26 @@ func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
 	applied(fmt.Sprintf(`{"image_allowlist":["python"],"state_dir":%q}`, state))
 	assert.DeepEqual(t, list(), taken)
 
+	// When the one that took it over stops (Compose's --down), the
+	// engine starts config.yaml's again, with config.yaml's config.
+	_, err = invoke("engine::adapters::stop", `{"adapter":"sandbox-hostdir"}`)
+	assert.NilError(t, err)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		l := list()
+		if len(l) == 1 && l[0].State == "running" && l[0].StartedBy == "config.yaml" {
+			return poll.Success()
+		}
+		return poll.Continue("adapters %+v", l)
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
+	out, err = invoke("sandbox::run", `{"image":"python","lang":"python","code":"print(2+2)"}`)
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(out), `"stdout":"4\n"`))
+	// Stopping the engine's own leaves it stopped.
+	_, err = invoke("engine::adapters::stop", `{"adapter":"sandbox-hostdir"}`)
+	assert.NilError(t, err)
+	time.Sleep(500 * time.Millisecond)
+	assert.Check(t, is.Equal(list()[0].State, "stopped"))
+
 	// Not installed: no error, S301 saying how to install and start it.
 	write(file(bound("sandbox-missing", "python")))
 	poll.WaitOn(t, func(poll.LogT) poll.Result {

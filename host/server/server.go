@@ -156,13 +156,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s.setSandbox(cfg.Sandbox)
 
 	s.eng = engine.New(engine.Options{Logger: s.log.Named("engine"), Version: opts.Version, NamespaceGrace: grace, AdminToken: s.engineToken})
+	s.loadCredentials()
 	if s.cw, err = s.startConfiguration(ctx, cfg.Configuration); err != nil {
 		s.closeEngine()
 		return nil, err
 	}
 	// Both attach before any listener accepts a worker, so their names
 	// and sandbox::* are the engine's from the first moment.
-	if s.ph, err = pluginhost.New(s.eng, pluginhost.Options{Logger: s.log.Named("engine"), Finder: opts.Finder, OnConfig: s.storeAdapterConfig, Token: s.engineToken}); err != nil {
+	if s.ph, err = pluginhost.New(s.eng, pluginhost.Options{Logger: s.log.Named("engine"), Finder: opts.Finder, OnConfig: s.storeAdapterConfig, OnStopped: s.adapterStopped, Token: s.engineToken}); err != nil {
 		s.shutdown()
 		return nil, err
 	}
