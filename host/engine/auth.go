@@ -95,6 +95,9 @@ type principal struct {
 	rules      *rbac.Config
 	policy     *ListenerPolicy
 	middleware string
+	// cred is the issued credential the connection presented, nil for
+	// other principals.
+	cred *credential
 }
 
 var adminPrincipal = &principal{admin: true, kind: "engine-token"}
@@ -165,7 +168,7 @@ func (e *Engine) authenticate(ctx context.Context, r *http.Request, policy *List
 			return adminPrincipal, nil
 		}
 		if c := e.creds.lookup(tok); c != nil {
-			return &principal{kind: "credential", label: c.label, session: c.session, rules: &rbac.Config{}, policy: policy}, nil
+			return &principal{kind: "credential", label: c.label, session: c.session, rules: &rbac.Config{}, policy: policy, cred: c}, nil
 		}
 	}
 	if policy.RBAC == nil || policy.RBAC.AuthFunctionID == "" {
@@ -357,6 +360,9 @@ func (e *Engine) admitRegistration(w *worker, f *function) *protocol.ErrorBody {
 	if errb := p.authorizeRegistration(f.id); errb != nil {
 		return errb
 	}
+	if errb := p.admitSandboxHost(f); errb != nil {
+		return errb
+	}
 	orig := f.id
 	if hook := p.hook(func(c *rbac.Config) string { return c.OnFunctionRegistrationFunctionID }); hook != "" {
 		rewrite, errb := e.callHook(w, hook, "registration of "+f.id, map[string]any{
@@ -492,16 +498,70 @@ func (e *Engine) callHook(w *worker, hook, what string, input map[string]any) (m
 	return rewrite, nil
 }
 
-// TrustedOwner reports whether (ns, id) is registered, and whether its owner
-// holds the engine token (or is in-process). Callers that forward other
-// callers' data to a function by its well-known name (the sandbox router to
-// <adapter>::<op>) use it so that a worker without the token cannot stand
-// in for an adapter that is down and receive what callers send it.
-func (e *Engine) TrustedOwner(ns, id string) (registered, trusted bool) {
+// admitSandboxHost applies a sandbox host credential's rule to a
+// registration: only <adapter>::* in the credential's namespace. The
+// adapter's <adapter>::worker::* functions are privileged whatever the
+// metadata says, as the plugin host registers them (they boot VMs).
+func (p *principal) admitSandboxHost(f *function) *protocol.ErrorBody {
+	if p.cred == nil || p.cred.host == nil {
+		return nil
+	}
+	h := p.cred.host
+	if f.ns != h.namespace || !strings.HasPrefix(f.id, h.adapter+"::") {
+		return &protocol.ErrorBody{Code: CodeForbidden, Message: "the sandbox host credential " + quote(p.label) + " of host " + quote(h.hostName) +
+			" registers only " + h.adapter + "::* in namespace " + quote(h.namespace) + "; " + f.id + " in namespace " + quote(f.ns) + " is refused"}
+	}
+	if strings.HasPrefix(f.id, h.adapter+"::worker::") {
+		f.privileged = true
+	}
+	return nil
+}
+
+// AdapterOwner describes who serves (ns, id) for the sandbox router.
+type AdapterOwner struct {
+	// Registered: some worker registered the function.
+	Registered bool
+	// Trusted: its owner holds the engine token (or is in-process), or it
+	// is a sandbox host whose credential (not revoked) names this adapter
+	// and namespace.
+	Trusted bool
+	// Host is the sandbox host credential's host_name; "" for an owner
+	// that holds the engine token or is in-process.
+	Host string
+	// WorkerID is the owning worker connection's id.
+	WorkerID string
+}
+
+// AdapterOwnerOf reports who owns <adapter>::<op> (id) in ns, and whether
+// the sandbox router may forward callers' data to it as adapter.
+func (e *Engine) AdapterOwnerOf(ns, adapter, id string) AdapterOwner {
 	f := e.reg.get(ns, id)
 	if f == nil {
-		return false, false
+		return AdapterOwner{}
 	}
+	o := AdapterOwner{Registered: true, WorkerID: f.owner.id}
 	p := f.owner.principal
-	return true, p != nil && p.admin
+	switch {
+	case p == nil:
+	case p.admin:
+		o.Trusted = true
+	case p.cred != nil && p.cred.host != nil:
+		h := p.cred.host
+		o.Host = h.hostName
+		o.Trusted = !p.cred.revoked.Load() && h.namespace == ns && h.adapter == adapter && strings.HasPrefix(id, adapter+"::")
+	}
+	return o
+}
+
+// TrustedOwner reports whether (ns, id) is registered, and whether its owner
+// holds the engine token (or is in-process), or is a sandbox host whose
+// credential names the adapter of id (the part before "::") in ns.
+// Callers that forward other callers' data to a function by its well-known
+// name (the sandbox router to <adapter>::<op>) use it so that a worker
+// without the token cannot stand in for an adapter that is down and
+// receive what callers send it.
+func (e *Engine) TrustedOwner(ns, id string) (registered, trusted bool) {
+	adapter, _, _ := strings.Cut(id, "::")
+	o := e.AdapterOwnerOf(ns, adapter, id)
+	return o.Registered, o.Trusted
 }

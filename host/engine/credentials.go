@@ -6,7 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"regexp"
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/iii-sandbox/iii/host/rbac"
 	"github.com/iii-sandbox/iii/protocol"
@@ -28,6 +31,21 @@ const maxCredentials = 10_000
 type credential struct {
 	label   string
 	session *rbac.Session
+	// host is set for a sandbox host credential: its holder serves one
+	// adapter's functions in one namespace (docs/security.md).
+	host *sandboxHost
+	// persisted: the credential is in the credentials file too.
+	persisted bool
+	// revoked is set as revocation starts, before its connections are
+	// closed, so nothing trusts them meanwhile.
+	revoked atomic.Bool
+}
+
+// sandboxHost is what a sandbox host credential lets its holder serve.
+type sandboxHost struct {
+	adapter   string
+	hostName  string
+	namespace string
 }
 
 // credentialTable maps the sha256 of each issued token to its credential;
@@ -35,6 +53,11 @@ type credential struct {
 type credentialTable struct {
 	mu sync.RWMutex
 	m  map[[32]byte]*credential
+
+	// file is the credentials file persisted credentials are kept in
+	// ("" = none: persist is refused); fileMu orders its rewrites.
+	fileMu sync.Mutex
+	file   atomic.Pointer[string]
 }
 
 func (t *credentialTable) lookup(token string) *credential {
@@ -55,56 +78,142 @@ type CredentialSpec struct {
 	// Allow lists further grants, as auth functions return them:
 	// namespace → exact ids or wildcards.
 	Allow map[string][]string `json:"allow,omitempty"`
+	// SandboxHost makes it a sandbox host credential: its holder may
+	// register only <adapter>::* in Namespace, and the sandbox router
+	// trusts what it registers as that adapter (docs/security.md).
+	SandboxHost *SandboxHostSpec `json:"sandbox_host,omitempty"`
+	// Persist keeps the credential (its token's sha256 and this spec,
+	// never the token) in the engine's credentials file, so it survives
+	// a restart of the engine.
+	Persist bool `json:"persist,omitempty"`
 }
 
-// IssueCredential creates a credential and returns its token (256 random
-// bits, hex). Privileged functions stay out of reach whatever it grants.
-func (e *Engine) IssueCredential(spec CredentialSpec) (string, *protocol.ErrorBody) {
+// SandboxHostSpec names the adapter a remote sandbox host serves and the
+// host itself.
+type SandboxHostSpec struct {
+	// Adapter is the adapter's name: its function prefix, as the sandbox
+	// router binds it.
+	Adapter string `json:"adapter"`
+	// HostName names the host, 1 to 63 of a-z 0-9 -.
+	HostName string `json:"host_name"`
+}
+
+var (
+	// adapterNameRE is the sandbox router's rule for adapter names.
+	adapterNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	hostNameRE    = regexp.MustCompile(`^[a-z0-9-]{1,63}$`)
+)
+
+// validSandboxHost checks a sandbox_host block.
+func validSandboxHost(h *SandboxHostSpec) *protocol.ErrorBody {
+	if !adapterNameRE.MatchString(h.Adapter) {
+		return &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "sandbox_host.adapter " + quote(h.Adapter) +
+			" is not an adapter name: 1 to 64 of a-z 0-9 _ -, starting with a letter or digit"}
+	}
+	if reservedID(h.Adapter + "::") {
+		return &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "sandbox_host.adapter " + quote(h.Adapter) +
+			" is a reserved prefix (" + strings.Join(reservedPrefixes, ", ") + ")"}
+	}
+	if !hostNameRE.MatchString(h.HostName) {
+		return &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "sandbox_host.host_name " + quote(h.HostName) +
+			" is not a host name: 1 to 63 of a-z 0-9 -"}
+	}
+	return nil
+}
+
+// newCredential checks spec and builds the credential it describes.
+func newCredential(spec CredentialSpec) (*credential, *protocol.ErrorBody) {
 	if errb := validNamespace(spec.Namespace); errb != nil {
-		return "", errb
+		return nil, errb
 	}
 	grants := map[string][]string{spec.Namespace: {"*"}}
 	for ns, ids := range spec.Allow {
 		if errb := validNamespace(ns); errb != nil {
-			return "", errb
+			return nil, errb
 		}
 		if ns == spec.Namespace {
 			continue
 		}
 		grants[ns] = append([]string(nil), ids...)
 	}
+	c := &credential{label: sanitizeText(spec.Label)}
+	if h := spec.SandboxHost; h != nil {
+		if errb := validSandboxHost(h); errb != nil {
+			return nil, errb
+		}
+		c.host = &sandboxHost{adapter: h.Adapter, hostName: h.HostName, namespace: spec.Namespace}
+	}
+	s := rbac.Open()
+	s.AllowTriggerTypeRegistration = false
+	s.Namespaces = grants
+	s.Declarable = []string{spec.Namespace}
+	c.session = s
+	return c, nil
+}
+
+// IssueCredential creates a credential and returns its token (256 random
+// bits, hex). Privileged functions stay out of reach whatever it grants.
+// With spec.Persist the credential is written to the credentials file
+// first (UseCredentialsFile); without one it is refused.
+func (e *Engine) IssueCredential(spec CredentialSpec) (string, *protocol.ErrorBody) {
+	c, errb := newCredential(spec)
+	if errb != nil {
+		return "", errb
+	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", &protocol.ErrorBody{Code: protocol.CodeInvocationFailed, Message: "random: " + err.Error()}
 	}
 	token := hex.EncodeToString(raw[:])
-	s := rbac.Open()
-	s.AllowTriggerTypeRegistration = false
-	s.Namespaces = grants
-	s.Declarable = []string{spec.Namespace}
+	k := sha256.Sum256([]byte(token))
+	full := func() *protocol.ErrorBody {
+		if len(e.creds.m) >= maxCredentials {
+			return &protocol.ErrorBody{Code: CodeLimitExceeded, Message: "the engine holds the most credentials it keeps; revoke some first"}
+		}
+		return nil
+	}
+	if spec.Persist {
+		e.creds.mu.RLock()
+		errb := full()
+		e.creds.mu.RUnlock()
+		if errb != nil {
+			return "", errb
+		}
+		stored := spec
+		stored.Persist = false
+		if errb := e.persistCredential(k, stored); errb != nil {
+			return "", errb
+		}
+		c.persisted = true
+	}
 	e.creds.mu.Lock()
 	defer e.creds.mu.Unlock()
 	if e.creds.m == nil {
 		e.creds.m = map[[32]byte]*credential{}
 	}
-	if len(e.creds.m) >= maxCredentials {
-		return "", &protocol.ErrorBody{Code: CodeLimitExceeded, Message: "the engine holds the most credentials it keeps; revoke some first"}
+	if errb := full(); errb != nil && !c.persisted {
+		return "", errb
 	}
-	e.creds.m[sha256.Sum256([]byte(token))] = &credential{label: sanitizeText(spec.Label), session: s}
+	e.creds.m[k] = c
 	return token, nil
 }
 
 // RevokeCredential forgets a credential: new connections with it are
-// refused, and connections already made with it are closed.
+// refused, connections already made with it are closed, and a persisted
+// one is removed from the credentials file.
 func (e *Engine) RevokeCredential(token string) bool {
 	k := sha256.Sum256([]byte(token))
 	e.creds.mu.Lock()
 	c, ok := e.creds.m[k]
 	delete(e.creds.m, k)
 	e.creds.mu.Unlock()
+	// The file may hold it even when memory does not (another engine on
+	// the same file issued it).
+	inFile := e.unpersistCredential(k)
 	if !ok {
-		return false
+		return inFile
 	}
+	c.revoked.Store(true)
 	for _, w := range e.snapshotWorkers() {
 		if w.conn != nil && w.principal != nil && w.principal.session == c.session {
 			w.conn.shutdown(statusPolicyViolation, "credential revoked")
@@ -135,5 +244,5 @@ func (e *Engine) fnCredentialsRevoke(_ context.Context, call *Call) (any, *proto
 	return map[string]bool{"revoked": e.RevokeCredential(in.Token)}, nil
 }
 
-var schemaCredentialsIssueIn = json.RawMessage(`{"type":"object","required":["namespace"],"properties":{"label":{"type":"string"},"namespace":{"type":"string"},"allow":{"type":"object","additionalProperties":{"type":"array","items":{"type":"string"}}}}}`)
+var schemaCredentialsIssueIn = json.RawMessage(`{"type":"object","required":["namespace"],"properties":{"label":{"type":"string"},"namespace":{"type":"string"},"allow":{"type":"object","additionalProperties":{"type":"array","items":{"type":"string"}}},"sandbox_host":{"type":"object","required":["adapter","host_name"],"properties":{"adapter":{"type":"string","pattern":"^[a-z0-9][a-z0-9_-]{0,63}$"},"host_name":{"type":"string","pattern":"^[a-z0-9-]{1,63}$"}},"additionalProperties":false},"persist":{"type":"boolean","default":false}}}`)
 var schemaCredentialsRevokeIn = json.RawMessage(`{"type":"object","required":["token"],"properties":{"token":{"type":"string"}}}`)

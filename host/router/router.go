@@ -188,10 +188,10 @@ func (r *Router) forward(op string) engine.Handler {
 		}
 		target := contract.AdapterFunctionID(b.Adapter, op)
 		if !r.hosted(b) {
-			if registered, trusted := r.eng.TrustedOwner(b.Namespace, target); registered && !trusted {
+			if o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, target); o.Registered && !o.Trusted {
 				return nil, contract.NewError(contract.S301,
-					"%s in namespace %q is registered by a worker that did not present the engine token; an adapter that is a WebSocket worker must connect with it (Authorization: Bearer, docs/security.md), so that no other worker can stand in for it",
-					target, b.Namespace).ErrorBody()
+					"%s in namespace %q is registered by a worker that presented neither the engine token nor a sandbox host credential for adapter %q in that namespace; an adapter that is a WebSocket worker must connect with one of them (Authorization: Bearer, docs/security.md), so that no other worker can stand in for it",
+					target, b.Namespace, b.Adapter).ErrorBody()
 			}
 			if serr := r.checkContract(ctx, b, target); serr != nil {
 				return nil, serr.ErrorBody()
