@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/contract/adapterjson"
 )
 
 // EnvLifelineFD names the inherited descriptor an adapter watches: the
@@ -67,6 +68,7 @@ type instance struct {
 	m        *managed
 	client   *plugin.Client
 	adapter  contract.Adapter
+	target   *adapterjson.Target // adapter as package adapterjson serves it
 	conn     *grpc.ClientConn
 	pid      int
 	info     *contract.AdapterInfo
@@ -197,6 +199,7 @@ func (h *Host) launch(ctx context.Context, m *managed, path string, config []byt
 		return nil, fail(failStart, "the adapter's plugin is not a gRPC sandbox adapter (%T)", raw)
 	}
 	inst.adapter, inst.conn = adapter, gc.Conn
+	inst.target = inst.newTarget()
 	if v := client.NegotiatedVersion(); v != contract.Major {
 		// go-plugin only dispenses versions we offered, so this means a
 		// change in go-plugin itself; refuse rather than guess.
