@@ -47,6 +47,7 @@ type Client struct {
 	pending  map[string]*pendingCall    // calls waiting for their result, by invocation id
 	workerID string                     // from the latest workerregistered
 	token    string                     // its reattach token
+	bearer   string                     // the Authorization token (Options.Token, then TokenSource's)
 	rejected map[string]*RejectionError // functions refused on the current connection
 	stopErr  error                      // why the client stopped; nil while it runs
 
@@ -103,10 +104,11 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		url:  u.String(),
-		base: url.URL{Scheme: u.Scheme, Host: u.Host},
-		opts: o,
-		log:  o.Logger,
+		url:    u.String(),
+		base:   url.URL{Scheme: u.Scheme, Host: u.Host},
+		opts:   o,
+		log:    o.Logger,
+		bearer: o.Token,
 		// A transport of its own, without keep-alives, so a refused upgrade
 		// leaves no idle connection (and no goroutine) behind.
 		httpClient: &http.Client{Transport: &http.Transport{
@@ -281,6 +283,9 @@ func (c *Client) finishLocked(pc *pendingCall, result json.RawMessage, err error
 	close(pc.done)
 }
 
+// codeAuthError is the engine's refusal of a connection's credential.
+const codeAuthError = "AUTH_ERROR"
+
 // connectFirst makes Dial's connection, retrying per the policy while ctx
 // lives.
 func (c *Client) connectFirst(ctx context.Context) (*session, error) {
@@ -293,7 +298,7 @@ func (c *Client) connectFirst(ctx context.Context) (*session, error) {
 			return nil, stopErr
 		}
 		failures++
-		if c.opts.Reconnect.exhausted(failures) || ctx.Err() != nil {
+		if c.opts.Reconnect.exhausted(failures) || ctx.Err() != nil || (CodeOf(err) == codeAuthError && !c.refreshToken()) {
 			return nil, err
 		}
 		d := c.opts.Reconnect.nextDelay(failures - 1)
@@ -351,6 +356,13 @@ func (c *Client) reconnect() *session {
 		}
 		failures++
 		c.log.Debug("reconnect attempt failed", "attempt", failures, "error", err)
+		if CodeOf(err) == codeAuthError && !c.refreshToken() {
+			// The engine refuses this token: trying it again cannot
+			// help, and a worker that looks connected would hide it.
+			c.stop(&Error{Code: codeAuthError,
+				Message: fmt.Sprintf("the engine at %s refuses this client's token (it was restarted with another engine token, or the credential was revoked): %v", c.url, err), Err: err})
+			return nil
+		}
 		if c.opts.Reconnect.exhausted(failures) {
 			c.stop(&Error{Code: CodeConnectionLost,
 				Message: fmt.Sprintf("gave up reconnecting to the engine at %s after %d attempts: %v", c.url, failures, err), Err: err})

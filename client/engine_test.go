@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -429,4 +430,43 @@ func BenchmarkEngineRoundTrip(b *testing.B) {
 			}
 		})
 	})
+}
+
+// TestEngineRefusedTokenOnReconnect: after the engine changes its token, a
+// client whose TokenSource finds the new one reconnects with it; one whose
+// token the engine now refuses stops with AUTH_ERROR instead of retrying
+// forever.
+func TestEngineRefusedTokenOnReconnect(t *testing.T) {
+	var current atomic.Value
+	current.Store("token-one")
+	eng := engine.New(engine.Options{Version: "test", AdminToken: func() string { return current.Load().(string) }})
+	srv := httptest.NewServer(eng.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		assert.NilError(t, eng.Close(ctx))
+		srv.Close()
+	})
+	proxy := newCutProxy(t, "ws"+strings.TrimPrefix(srv.URL, "http"))
+	fast := ReconnectPolicy{Initial: time.Millisecond, Max: 10 * time.Millisecond}
+	follows := dialEngine(t, proxy.url(), Options{Name: "follows", Token: "token-one", Reconnect: fast,
+		TokenSource: func() string { return current.Load().(string) }})
+	stale := dialEngine(t, proxy.url(), Options{Name: "stale", Token: "token-one", Reconnect: fast})
+
+	current.Store("token-two")
+	proxy.cutClients()
+	select {
+	case <-stale.Done():
+	case <-time.After(waitLimit):
+		t.Fatal("the client with a refused token kept retrying")
+	}
+	assert.Equal(t, CodeOf(stale.Err()), "AUTH_ERROR")
+	assert.ErrorContains(t, stale.Err(), "refuses this client's token")
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if follows.Connected() {
+			return poll.Success()
+		}
+		return poll.Continue("waiting for the reconnect with the new token")
+	}, poll.WithTimeout(waitLimit))
+	assert.NilError(t, follows.Err())
 }

@@ -91,6 +91,11 @@ type Options struct {
 	// makes it refuse the connection (AUTH_ERROR). DiscoverToken finds the
 	// same user's engine token. docs/security.md.
 	Token string
+	// TokenSource, when set, is asked for the token before every
+	// reconnect (Token is the first connection's): a client that outlives
+	// its engine finds the token the restarted engine uses, say a
+	// rewritten ~/.iii/engine-token. Empty keeps the last one.
+	TokenSource func() string
 	// Logger receives the client's diagnostics (default: none).
 	Logger hclog.Logger
 	// Reconnect is the reconnect policy.

@@ -17,15 +17,39 @@ const EnvEngineToken = enginetoken.Env
 // workerHeader is the header of the worker socket's upgrade: Options.Header
 // and, with a token, its Authorization.
 func (c *Client) workerHeader() http.Header {
-	if c.opts.Token == "" {
+	tok := c.currentToken()
+	if tok == "" {
 		return c.opts.Header
 	}
 	h := c.opts.Header.Clone()
 	if h == nil {
 		h = http.Header{}
 	}
-	h.Set("Authorization", "Bearer "+c.opts.Token)
+	h.Set("Authorization", "Bearer "+tok)
 	return h
+}
+
+// currentToken is the token the next connection presents.
+func (c *Client) currentToken() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bearer
+}
+
+// refreshToken asks Options.TokenSource for the token and reports whether
+// it differs from the one the engine refused.
+func (c *Client) refreshToken() (changed bool) {
+	if c.opts.TokenSource == nil {
+		return false
+	}
+	tok := c.opts.TokenSource()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if tok == "" || tok == c.bearer {
+		return false
+	}
+	c.bearer = tok
+	return true
 }
 
 // TokenFile is where the engine keeps the same user's engine token when

@@ -110,6 +110,9 @@ type Daemon struct {
 	// restart: the project token of the managed engine, or the
 	// operator's III_ENGINE_TOKEN for an engine Compose attaches to.
 	token string
+	// tokenFromEnv: the attached engine's token came from
+	// $III_ENGINE_TOKEN, not from the user's token file.
+	tokenFromEnv bool
 
 	mu       sync.Mutex
 	projects map[string]*project
@@ -223,6 +226,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		// Read past d.lookup, which hides the variable from everything
 		// else (interpolation, worker environments).
 		d.token, _ = opts.LookupEnv(envEngineToken)
+		d.tokenFromEnv = d.token != ""
 		if d.token == "" {
 			// The same user's engine token (~/.iii/engine-token), when
 			// the engine is this user's on loopback.
@@ -356,6 +360,7 @@ func (d *Daemon) connect(ctx context.Context) error {
 		// privileged functions) and calls engine::adapters::* and the
 		// adapter's worker::*, all of which need it.
 		Token:               d.token,
+		TokenSource:         d.tokenSource(),
 		IgnoreEnv:           true,
 		ConfirmRegistration: true,
 		Logger:              d.log.Named("client"),
@@ -399,6 +404,10 @@ func (d *Daemon) wait(ctx context.Context) error {
 		if client.CodeOf(err) == protocol.CodeWorkerNamespaceConflict {
 			return compose.New(compose.CodeDaemonAlreadyServing, fmt.Sprintf(
 				"while the engine connection was down, another Compose daemon took namespace %q; this one stops", d.ns))
+		}
+		if client.CodeOf(err) == codeAuthError {
+			return compose.New(compose.CodeEngineCallFailed, fmt.Sprintf(
+				"the engine at %s no longer accepts Compose's engine token (%v): it was restarted with another one; start Compose again with the token that engine uses (%s or ~/.iii/engine-token)", d.url, err, envEngineToken))
 		}
 		return compose.New(compose.CodeEngineCallFailed, fmt.Sprintf("lost the engine at %s: %v", d.url, err))
 	case <-engineDone:

@@ -6,6 +6,7 @@ import (
 
 	"github.com/Masterminds/semver/v3"
 
+	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose/state"
 )
 
@@ -24,6 +25,24 @@ import (
 // codeAuthError is the engine's refusal of a connection whose bearer token
 // it does not know.
 const codeAuthError = "AUTH_ERROR"
+
+// tokenSource is where the engine connection finds the token after the
+// engine restarted: an engine Compose attached to (without
+// $III_ENGINE_TOKEN) may have been restarted with a new
+// ~/.iii/engine-token, which is read again; a managed engine keeps the
+// project token, and an explicit $III_ENGINE_TOKEN is the operator's word.
+func (d *Daemon) tokenSource() func() string {
+	if d.managed != nil || d.tokenFromEnv {
+		return nil
+	}
+	return func() string {
+		tok, err := client.TokenFromFile(d.url)
+		if err != nil {
+			return ""
+		}
+		return tok
+	}
+}
 
 // safeAdapterVersion is the first sandbox-libkrun that keeps .iii (and the
 // token in it) out of every VM it boots.
