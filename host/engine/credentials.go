@@ -209,7 +209,10 @@ func (e *Engine) RevokeCredential(token string) bool {
 	e.creds.mu.Unlock()
 	// The file may hold it even when memory does not (another engine on
 	// the same file issued it).
-	inFile := e.unpersistCredential(k)
+	inFile := false
+	if !ok || c.persisted {
+		inFile = e.unpersistCredential(k)
+	}
 	if !ok {
 		return inFile
 	}
