@@ -397,6 +397,21 @@ func stepConfigureGuest(ctx context.Context, b *Boot) error {
 		// Every clone of a template resumes with the same RNG state,
 		// clock and host name: it must not run anything before this.
 		fresh, err := b.Provider.freshen(ctx, b, b.hostname())
+		if err != nil && ctx.Err() == nil {
+			// Seen rarely on a loaded host: the restored agent answered
+			// the hello, then nothing reached it. A new connection
+			// re-announces the host end to the guest; one more try.
+			b.Provider.log.Warn("no answer from a restored VM's agent; connecting again", "sandbox_id", b.Spec.ID, "error", err.Error())
+			_ = b.Agent.Close()
+			cctx, cancel := context.WithTimeout(ctx, firstHelloWindow)
+			c, derr := dialAgent(cctx, b.Runner, b.VM.SocketPath(), b.Provider.log.With("sandbox_id", b.Spec.ID))
+			cancel()
+			if derr == nil {
+				b.Agent = c
+				b.OnFailure(func() { _ = c.Close() })
+				fresh, err = b.Provider.freshen(ctx, b, b.hostname())
+			}
+		}
 		if err == nil && !fresh {
 			err = errors.New("the guest agent cannot reseed its RNG")
 		}

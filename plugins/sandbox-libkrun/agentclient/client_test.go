@@ -39,6 +39,23 @@ type testPort struct {
 	cond   *sync.Cond
 	conn   net.Conn
 	closed bool
+	// blipUntil: until then every read returns EOF while the host stays
+	// attached; blipped counts the reads that did.
+	blipUntil time.Time
+	blipped   int
+}
+
+// blip makes the agent's reads return EOF for d, the host still
+// attached: what a guest sees between processing a stale hang-up event
+// (a VM restored from a snapshot template) and the host's reconnection.
+func (p *testPort) blip(d time.Duration) {
+	p.mu.Lock()
+	p.blipUntil = time.Now().Add(d)
+	c := p.conn
+	p.mu.Unlock()
+	if c != nil {
+		_ = c.SetReadDeadline(time.Now())
+	}
 }
 
 func newTestPort() *testPort {
@@ -68,7 +85,24 @@ func (p *testPort) Read(b []byte) (int, error) {
 	if c == nil {
 		return 0, io.EOF
 	}
+	p.mu.Lock()
+	blipping := time.Now().Before(p.blipUntil)
+	if blipping {
+		p.blipped++
+	}
+	p.mu.Unlock()
+	if blipping {
+		return 0, io.EOF
+	}
+	_ = c.SetReadDeadline(time.Time{})
 	n, err := c.Read(b)
+	p.mu.Lock()
+	if n == 0 && time.Now().Before(p.blipUntil) {
+		p.blipped++
+		p.mu.Unlock()
+		return 0, io.EOF
+	}
+	p.mu.Unlock()
 	if err != nil {
 		p.mu.Lock()
 		if p.conn == c {
@@ -186,6 +220,31 @@ func (e *agentEnv) connect(t *testing.T) *Client {
 	assert.NilError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// TestStaleHangUp: an end of file from the port that the same host
+// outlives (a stale hang-up event) does not end its session: the next
+// request is answered without a new hello.
+func TestStaleHangUp(t *testing.T) {
+	env := startAgent(t)
+	c := env.connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := c.Exec(ctx, ExecRequest{Argv: []string{"echo", "before"}})
+	assert.NilError(t, err)
+	assert.Equal(t, string(res.Stdout), "before\n")
+	env.port.blip(50 * time.Millisecond)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		env.port.mu.Lock()
+		defer env.port.mu.Unlock()
+		if env.port.blipped > 1 && time.Now().After(env.port.blipUntil) {
+			return poll.Success()
+		}
+		return poll.Continue("the agent has not read the stale EOFs yet")
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(time.Millisecond))
+	res, err = c.Exec(ctx, ExecRequest{Argv: []string{"echo", "after"}})
+	assert.NilError(t, err)
+	assert.Equal(t, string(res.Stdout), "after\n")
 }
 
 func TestHandshake(t *testing.T) {

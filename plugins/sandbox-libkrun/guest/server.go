@@ -172,6 +172,11 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		sess := newSession(ctx, s, w, gen)
 		err = sess.serve(br)
+		for errors.Is(err, io.EOF) && s.hostBack(ctx, br) {
+			// A stale "host disconnected" (see hostBack): the same
+			// host is still there, and so is its session.
+			err = sess.serve(br)
+		}
 		sess.close()
 		switch {
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
@@ -188,6 +193,36 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// disconnectGrace is how long a session outlives an end of file from the
+// port before it ends.
+const disconnectGrace = 300 * time.Millisecond
+
+// hostBack reports whether the port has bytes again within
+// disconnectGrace after an end of file between frames. The port's "host
+// connected" state reaches the guest as control events, processed apart
+// from the data: a VM restored from a snapshot template can process the
+// template's own hang-up after the new host's hello, and would otherwise
+// end the new session and drop the host's next requests while it waits
+// for a hello that never comes. A host that really left is noticed
+// disconnectGrace later. Waiting on a connected, silent port is the same
+// as serving the session, so a blocked Peek is fine.
+func (s *Server) hostBack(ctx context.Context, br *bufio.Reader) bool {
+	deadline := time.Now().Add(disconnectGrace)
+	for ctx.Err() == nil {
+		if _, err := br.Peek(1); err == nil {
+			s.log().Debug("the port came back within the grace; the session goes on")
+			return true
+		} else if !errors.Is(err, io.EOF) {
+			return false
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		sleepCtx(ctx, pollMin)
+	}
+	return false
 }
 
 // errNewHello ends a session whose byte stream continues with another
