@@ -28,7 +28,9 @@ func TestListenerLimits(t *testing.T) {
 
 	t.Run("registrations", func(t *testing.T) {
 		c := te.dialURL(t, url, nil)
-		for i := range 5 {
+		// Three fit; the fourth closes the connection (a fifth could
+		// meet a closed socket).
+		for i := range 4 {
 			c.send(&protocol.RegisterFunction{ID: "r::f" + string(rune('a'+i))})
 		}
 		var gotLimit bool
@@ -36,8 +38,9 @@ func TestListenerLimits(t *testing.T) {
 			f := c.next()
 			gotLimit = f.typ() == "error" && f.obj("error").str("code") == CodeLimitExceeded
 		}
-		assert.Assert(t, c.waitClosed() != nil || true)
-		assert.Assert(t, !hasFn(te, DefaultNamespace, "r::fe"))
+		// waitClosed fails the test unless the engine closes it.
+		_ = c.waitClosed()
+		assert.Assert(t, !hasFn(te, DefaultNamespace, "r::fd"))
 	})
 
 	t.Run("frame size", func(t *testing.T) {
