@@ -99,6 +99,14 @@ func serve(cfg ServeConfig) int {
 		return ExitFailed
 	}
 	if os.Getenv(contract.HandshakeMagicCookieKey) != contract.HandshakeMagicCookieValue {
+		ro, remote, err := remoteArgs(os.Args[1:], os.Getenv)
+		switch {
+		case err != nil:
+			fmt.Fprintf(os.Stderr, "%s serve: %v\n%s", cfg.Name, err, remoteUsage(cfg.Name))
+			return ExitFailed
+		case remote:
+			return serveRemote(cfg, ro, os.Stderr)
+		}
 		return byHand(cfg, os.Args[1:], os.Stdout, os.Stderr)
 	}
 
@@ -260,7 +268,9 @@ func byHand(cfg ServeConfig, args []string, stdout, stderr io.Writer) int {
 	b.WriteString("changes) and call sandbox::* functions, e.g. `iii call sandbox::catalog::list`.\n")
 	b.WriteString("To start it in an engine that already runs:\n\n")
 	fmt.Fprintf(&b, "    iii call engine::adapters::start --json '{\"adapter\":\"%s\",\"namespace\":\"default\",\"config\":{\"image_allowlist\":[\"python\",\"node\"]}}'\n\n", cfg.Name)
-	b.WriteString("Run it with --version to print its version.\n")
+	b.WriteString("To run it on another machine, connected to the engine over WebSocket (docs/remote-adapters.md):\n\n")
+	b.WriteString(remoteUsage(cfg.Name))
+	b.WriteString("\nRun it with --version to print its version.\n")
 	fmt.Fprint(stderr, b.String())
 	return ExitFailed
 }
@@ -310,4 +320,10 @@ func watchLifeline(f *os.File, gone func(error)) {
 			return
 		}
 	}
+}
+
+// remoteUsage is the WebSocket transport's synopsis.
+func remoteUsage(name string) string {
+	return fmt.Sprintf("    %s serve --engine wss://ENGINE:49134 --credential-file FILE [--namespace NS] [--host-name NAME] [--config-file CONFIG.json]\n", name) +
+		fmt.Sprintf("    (or %s, %s, %s, %s, %s)\n", EnvEngineURL, EnvCredentialFile, EnvNamespace, EnvHostName, EnvConfigFile)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"runtime/debug"
 	"sync"
 
@@ -28,6 +29,8 @@ type servedAdapter struct {
 	cfg   ServeConfig
 	log   hclog.Logger
 	st    *stopper
+	// facts are added to Info's facts (a remote adapter's host_name).
+	facts map[string]any
 }
 
 var _ contract.Adapter = (*servedAdapter)(nil)
@@ -65,6 +68,7 @@ func (a *servedAdapter) Info(ctx context.Context) (out *contract.AdapterInfo, er
 		c.Contract = contract.Current()
 	}
 	c.Facts = withRuntime(c.Facts, procstats.Read())
+	maps.Copy(c.Facts, a.facts)
 	return &c, nil
 }
 
