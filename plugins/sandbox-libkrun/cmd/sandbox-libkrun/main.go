@@ -3,6 +3,12 @@
 // virtualize, else QEMU with the best accelerator that boots (KVM, HVF or
 // TCG). The engine starts it as a go-plugin subprocess (sdk.Serve).
 //
+// On another machine it runs as a worker of a remote engine instead:
+//
+//	sandbox-libkrun serve --engine wss://ENGINE:49134 --credential-file F --host-name NAME [--config-file F]
+//
+// sdk.Serve reads those flags (docs/remote-adapters.md).
+//
 // The same binary is also each VM's runner: the adapter re-executes itself
 // with the hidden first argument __vm-run, one process per VM, so a VM
 // that takes its process over (libkrun) or crashes touches nothing else.
@@ -29,6 +35,8 @@ func main() {
 		log := hclog.New(&hclog.LoggerOptions{Name: "vm-runner", Output: os.Stderr})
 		os.Exit(runner.Main(os.Args[1:], []backend.Backend{runner.QEMU{Log: log}, runner.Libkrun{Log: log}}))
 	}
+	// Everything else, `serve --engine …` included, is sdk.Serve's: the
+	// same path for the go-plugin child and the remote adapter.
 	sdk.Serve(sdk.ServeConfig{
 		Name:    adapter.Name,
 		Version: adapter.Version,
