@@ -63,6 +63,42 @@ func IsFsOp(op string) bool {
 // for op, e.g. "sandbox-libkrun::fs::read".
 func AdapterFunctionID(adapter, op string) string { return adapter + "::" + op }
 
+// HostFunctionID is the function id one host of a fleet of adapter
+// registers for op: "<adapter>::host::<host>::<op>", e.g.
+// "sandbox-libkrun::host::h1::exec" (docs/scale-out.md).
+func HostFunctionID(adapter, host, op string) string {
+	return adapter + "::host::" + host + "::" + op
+}
+
+// HostOfFunctionID returns the host of a HostFunctionID of adapter for op,
+// or "" when id is not one.
+func HostOfFunctionID(adapter, op, id string) string {
+	prefix, suffix := adapter+"::host::", "::"+op
+	if len(id) <= len(prefix)+len(suffix) || id[:len(prefix)] != prefix || id[len(id)-len(suffix):] != suffix {
+		return ""
+	}
+	host := id[len(prefix) : len(id)-len(suffix)]
+	if !ValidHostName(host) {
+		return ""
+	}
+	return host
+}
+
+// ValidHostName reports whether s can name a sandbox host: 1 to 63 of
+// a-z, 0-9 and -, as sandbox host credentials spell it.
+func ValidHostName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // RouterFunctionID is the public function id of op, e.g. "sandbox::exec".
 func RouterFunctionID(op string) string { return RouterPrefix + op }
 

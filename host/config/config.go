@@ -23,6 +23,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/rbac"
 	"github.com/iii-sandbox/iii/internal/yamlnode"
 )
@@ -156,6 +157,12 @@ type Sandbox struct {
 	// starts the adapter with {}). A string keeps Sandbox comparable, so a
 	// reload sees a changed configuration as a changed binding.
 	Config string
+	// Hosts makes the binding a fleet (docs/scale-out.md): "*" routes to
+	// every connected sandbox host of the adapter, otherwise the host
+	// names allowed, sorted and joined by commas; "" is the single
+	// adapter the engine runs. The engine starts no adapter of its own
+	// for a fleet.
+	Hosts string
 }
 
 // ParseOptions say how to read one document.
@@ -536,11 +543,53 @@ func (p *parser) sandbox(n *yaml.Node) (*Sandbox, error) {
 				return nil, err
 			}
 			s.Config = c
+		case "hosts":
+			if yamlnode.IsNull(v) {
+				continue
+			}
+			h, err := p.sandboxHosts(v)
+			if err != nil {
+				return nil, err
+			}
+			s.Hosts = h
 		default:
-			return nil, p.fail(CodeInvalidConfig, k, "unknown key %q in sandbox; it has only adapter, namespace and config", k.Value)
+			return nil, p.fail(CodeInvalidConfig, k, "unknown key %q in sandbox; it has only adapter, namespace, config and hosts", k.Value)
 		}
 	}
 	return s, nil
+}
+
+// sandboxHosts reads sandbox.hosts: "*" (every connected host), or a
+// list of host names (1 to 63 of a-z, 0-9, -).
+func (p *parser) sandboxHosts(v *yaml.Node) (string, error) {
+	bad := func(n *yaml.Node) error {
+		return p.fail(CodeInvalidConfig, n, "sandbox.hosts must be \"*\" (every sandbox host of the adapter that connects) or a list of host names (1 to 63 of a-z, 0-9 and -), e.g. hosts: [h1, h2]")
+	}
+	switch v.Kind {
+	case yaml.ScalarNode:
+		if v.Value != "*" {
+			return "", bad(v)
+		}
+		return "*", nil
+	case yaml.SequenceNode:
+		if len(v.Content) == 0 || len(v.Content) > 1024 {
+			return "", bad(v)
+		}
+		seen := map[string]bool{}
+		var names []string
+		for _, e := range v.Content {
+			if e.Kind != yaml.ScalarNode || !contract.ValidHostName(e.Value) {
+				return "", bad(e)
+			}
+			if !seen[e.Value] {
+				seen[e.Value] = true
+				names = append(names, e.Value)
+			}
+		}
+		sort.Strings(names)
+		return strings.Join(names, ","), nil
+	}
+	return "", bad(v)
 }
 
 // adapterConfig reads sandbox.config: a mapping, handed to the adapter as

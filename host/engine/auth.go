@@ -565,3 +565,8 @@ func (e *Engine) TrustedOwner(ns, id string) (registered, trusted bool) {
 	o := e.AdapterOwnerOf(ns, adapter, id)
 	return o.Registered, o.Trusted
 }
+
+// FunctionIDs lists the function ids registered in ns that start with
+// prefix, in no particular order (the sandbox router finds the hosts of a
+// fleet by their <adapter>::host::<name>:: functions).
+func (e *Engine) FunctionIDs(ns, prefix string) []string { return e.reg.idsWithPrefix(ns, prefix) }

@@ -258,3 +258,16 @@ func (e *Engine) applyRegistration(w *worker, ns string, m protocol.Message) {
 		e.unregisterTrigger(w, m)
 	}
 }
+
+// idsWithPrefix lists the ids registered in ns that start with prefix.
+func (r *registry) idsWithPrefix(ns, prefix string) []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []string
+	for k := range r.fns {
+		if k.ns == ns && strings.HasPrefix(k.id, prefix) {
+			out = append(out, k.id)
+		}
+	}
+	return out
+}

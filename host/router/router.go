@@ -41,6 +41,10 @@ const CodeInvalidBinding = "INVALID_SANDBOX_BINDING"
 type Binding struct {
 	Adapter   string
 	Namespace string
+	// Hosts, when set, makes the binding a fleet (fleet.go): "*" for
+	// every connected host of the adapter, or host names joined by
+	// commas. A string keeps Binding comparable.
+	Hosts string
 }
 
 // Options configure a Router. Every field is optional.
@@ -78,6 +82,8 @@ type Router struct {
 	// owner and again when the owner changes.
 	mu      sync.Mutex
 	checked map[Binding]ownerCheck
+
+	fleet fleetState
 }
 
 type ownerCheck struct {
@@ -185,6 +191,9 @@ func (r *Router) forward(op string) engine.Handler {
 		b, ok := r.Binding()
 		if !ok {
 			return nil, contract.NoAdapterBound().ErrorBody()
+		}
+		if b.Hosts != "" {
+			return r.fleetForward(ctx, b, op, call.Data)
 		}
 		target := contract.AdapterFunctionID(b.Adapter, op)
 		if !r.hosted(b) {

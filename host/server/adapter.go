@@ -38,6 +38,12 @@ func (s *Server) syncAdapter(ctx context.Context, next *config.Sandbox) {
 	if next == nil || s.opts.AdapterByCompose {
 		return
 	}
+	if next.Hosts != "" {
+		// A fleet: sandbox hosts connect and register themselves
+		// (docs/scale-out.md); the engine runs no adapter of its own.
+		s.log.Info("sandbox binding is a fleet; waiting for its hosts to connect", "adapter", next.Adapter, "namespace", next.Namespace, "hosts", next.Hosts)
+		return
+	}
 	if s.loaded != nil {
 		return // unchanged
 	}

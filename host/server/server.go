@@ -242,7 +242,7 @@ func (s *Server) sandboxBinding() (router.Binding, bool) {
 	if b == nil {
 		return router.Binding{}, false
 	}
-	return router.Binding{Adapter: b.Adapter, Namespace: b.Namespace}, true
+	return router.Binding{Adapter: b.Adapter, Namespace: b.Namespace, Hosts: b.Hosts}, true
 }
 
 // engineURL is the worker address S301 hints print: the

@@ -39,9 +39,22 @@ func countFDs(dir string) (int, error) {
 
 // parseVmRSS finds "VmRSS:  <n> kB" in the text of /proc/<pid>/status and
 // returns it in bytes.
-func parseVmRSS(status []byte) (int64, bool) {
-	for line := range bytes.Lines(status) {
-		rest, ok := bytes.CutPrefix(line, []byte("VmRSS:"))
+func parseVmRSS(status []byte) (int64, bool) { return parseKB(status, "VmRSS:") }
+
+// MemAvailable is the host's available memory (/proc/meminfo's
+// MemAvailable) in bytes: what a sandbox host reports as room for more VMs.
+func MemAvailable() (int64, bool) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	return parseKB(data, "MemAvailable:")
+}
+
+// parseKB finds "<key>  <n> kB" in a /proc text and returns it in bytes.
+func parseKB(text []byte, key string) (int64, bool) {
+	for line := range bytes.Lines(text) {
+		rest, ok := bytes.CutPrefix(line, []byte(key))
 		if !ok {
 			continue
 		}

@@ -36,3 +36,12 @@ func TestCountFDsMissingDir(t *testing.T) {
 	_, err := countFDs("/proc/self/no-such-dir")
 	assert.Assert(t, err != nil)
 }
+
+func TestMemAvailable(t *testing.T) {
+	n, ok := MemAvailable()
+	assert.Assert(t, ok)
+	assert.Assert(t, n > 0)
+	got, ok := parseKB([]byte("MemTotal: 10 kB\nMemAvailable:    2048 kB\n"), "MemAvailable:")
+	assert.Assert(t, ok)
+	assert.Equal(t, got, int64(2048<<10))
+}

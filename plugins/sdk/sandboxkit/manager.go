@@ -13,7 +13,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
+
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/procstats"
 )
 
 // Options configure a Manager.
@@ -123,12 +125,48 @@ func (e *entry) lastActivity() time.Time {
 
 // Info serves adapter::info.
 func (m *Manager) Info(ctx context.Context) (*contract.AdapterInfo, error) {
+	facts := m.provider.Info(ctx)
+	if facts == nil {
+		facts = map[string]any{}
+	}
+	if c := m.capacity(); c != nil {
+		facts["capacity"] = c
+	}
 	return &contract.AdapterInfo{
 		Adapter:        m.opts.Name,
 		AdapterVersion: m.opts.Version,
 		Contract:       contract.Current(),
-		Facts:          m.provider.Info(ctx),
+		Facts:          facts,
 	}, nil
+}
+
+// capacity is adapter::info's capacity fact, by which the sandbox router
+// places creates over a fleet of hosts (docs/scale-out.md):
+// {max_sandboxes, live_sandboxes, free_slots, memory_available_bytes};
+// nil before the adapter is configured.
+func (m *Manager) capacity() map[string]any {
+	m.mu.Lock()
+	cfg := m.cfg
+	live := m.booting
+	for _, e := range m.sandboxes {
+		if !e.stopped {
+			live++
+		}
+	}
+	m.mu.Unlock()
+	if cfg == nil {
+		return nil
+	}
+	maxN, liveN := int64(cfg.MaxConcurrentSandboxes), int64(live)
+	c := map[string]any{
+		"max_sandboxes":  maxN,
+		"live_sandboxes": liveN,
+		"free_slots":     max(maxN-liveN, 0),
+	}
+	if mem, ok := procstats.MemAvailable(); ok {
+		c["memory_available_bytes"] = mem
+	}
+	return c
 }
 
 // Configure parses and applies the adapter configuration (see

@@ -1,0 +1,220 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
+)
+
+// fakeHost is one sandbox host of a fleet as the engine sees it: a worker
+// with a sandbox host credential that registers
+// <adapter>::host::<name>::<op> and keeps its sandboxes in memory. The
+// real remote adapter over WebSocket is tested in plugins/sdk; this one
+// lets the placement and routing be checked exactly.
+type fakeHost struct {
+	name  string
+	slots int
+	cl    *client.Client
+
+	mu   sync.Mutex
+	live map[string]bool
+}
+
+func startFakeHost(t *testing.T, te *testEnv, adapter, ns, name, registerAs string, slots int) *fakeHost {
+	t.Helper()
+	cred := issueCredential(t, te, map[string]any{"label": "hosts/" + name, "namespace": ns,
+		"sandbox_host": map[string]any{"adapter": adapter, "host_name": name}})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	cl, err := client.Dial(ctx, te.URL, client.Options{Name: adapter + "-" + name, Namespace: ns, Token: cred,
+		IgnoreEnv: true, ConfirmRegistration: true, Reconnect: client.ReconnectPolicy{Disable: true}})
+	assert.NilError(t, err)
+	h := &fakeHost{name: name, slots: slots, cl: cl, live: map[string]bool{}}
+	t.Cleanup(func() { _ = h.close() })
+	handlers := map[string]client.Handler{
+		"adapter::info": func(context.Context, *client.Invocation) (any, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return map[string]any{"adapter": adapter, "adapter_version": "1", "contract": map[string]int{"major": contract.Major, "minor": 1},
+				"capacity": map[string]any{"free_slots": h.slots - len(h.live), "memory_available_bytes": 1 << 30}}, nil
+		},
+		contract.OpCreate: func(context.Context, *client.Invocation) (any, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			id := uuid.NewString()
+			h.live[id] = true
+			return map[string]any{"sandbox_id": id}, nil
+		},
+		contract.OpExec: func(_ context.Context, inv *client.Invocation) (any, error) {
+			var req struct {
+				SandboxID string `json:"sandbox_id"`
+			}
+			_ = json.Unmarshal(inv.Data, &req)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if !h.live[req.SandboxID] {
+				return nil, fmt.Errorf("%s has no sandbox %s", h.name, req.SandboxID)
+			}
+			return map[string]any{"stdout": h.name, "exit_code": 0, "success": true}, nil
+		},
+		contract.OpList: func(context.Context, *client.Invocation) (any, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			out := []map[string]any{}
+			for id := range h.live {
+				out = append(out, map[string]any{"sandbox_id": id, "image": "python"})
+			}
+			return map[string]any{"sandboxes": out}, nil
+		},
+		contract.OpStop: func(_ context.Context, inv *client.Invocation) (any, error) {
+			var req struct {
+				SandboxID string `json:"sandbox_id"`
+			}
+			_ = json.Unmarshal(inv.Data, &req)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			delete(h.live, req.SandboxID)
+			return map[string]any{"stopped": true}, nil
+		},
+	}
+	for op, fn := range handlers {
+		_, err := cl.RegisterFunction(client.FunctionDef{ID: contract.HostFunctionID(adapter, registerAs, op)}, fn)
+		assert.NilError(t, err)
+	}
+	waitRegistered(t, te, ns, contract.HostFunctionID(adapter, registerAs, contract.OpCreate))
+	return h
+}
+
+func (h *fakeHost) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	return h.cl.Close(ctx)
+}
+
+func (h *fakeHost) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.live)
+}
+
+// TestFleet: creates spread over the hosts by free capacity, every call
+// that names a sandbox reaches the host that made it, list merges them
+// all; a host that goes away answers S301 naming it at once while the
+// others go on and new creates avoid it; a credential for one host name
+// cannot serve another's; a binding that names hosts uses only those.
+func TestFleet(t *testing.T) {
+	var mu sync.Mutex
+	binding := Binding{Adapter: "fleet", Namespace: "sbx", Hosts: "*"}
+	te := newEnv(t, func() (Binding, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return binding, true
+	})
+	hosts := map[string]*fakeHost{}
+	for _, name := range []string{"h1", "h2", "h3"} {
+		hosts[name] = startFakeHost(t, te, "fleet", "sbx", name, name, 10)
+	}
+	owner := map[string]string{}
+	for range 12 {
+		out := te.MustCall(t, "sandbox::create", map[string]any{"image": "python"})
+		id := out["sandbox_id"].(string)
+		res := te.MustCall(t, "sandbox::exec", map[string]any{"sandbox_id": id, "cmd": "true"})
+		owner[id] = res["stdout"].(string)
+	}
+	for name, h := range hosts {
+		assert.Check(t, is.Equal(h.count(), 4), "host %s", name)
+	}
+	// Every sandbox-naming call reaches its host, again and again.
+	for id, host := range owner {
+		res := te.MustCall(t, "sandbox::exec", map[string]any{"sandbox_id": id, "cmd": "true"})
+		assert.Check(t, is.Equal(res["stdout"], host))
+	}
+	list := te.MustCall(t, "sandbox::list", map[string]any{})
+	assert.Check(t, is.Len(list["sandboxes"].([]any), 12))
+
+	// A router that never placed them (another engine, or a restart)
+	// finds them through the hosts' lists.
+	te.router.fleet.mu.Lock()
+	te.router.fleet.owner = nil
+	te.router.fleet.mu.Unlock()
+	for id, host := range owner {
+		res := te.MustCall(t, "sandbox::exec", map[string]any{"sandbox_id": id, "cmd": "true"})
+		assert.Check(t, is.Equal(res["stdout"], host))
+	}
+	_, err := te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": uuid.NewString(), "cmd": "true"})
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S002)
+
+	// h2 goes away: its sandboxes answer S301 naming it, at once.
+	assert.NilError(t, hosts["h2"].close())
+	var h2Sandbox string
+	for id, host := range owner {
+		if host == "h2" {
+			h2Sandbox = id
+		}
+	}
+	waitGone(t, te, "sbx", contract.HostFunctionID("fleet", "h2", contract.OpExec))
+	t0 := time.Now()
+	_, err = te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": h2Sandbox, "cmd": "true"})
+	se := enginetest.SandboxError(t, err)
+	assert.Equal(t, se.Code, contract.S301)
+	assert.Check(t, is.Contains(se.Message, `sandbox host "h2"`))
+	assert.Check(t, time.Since(t0) < time.Second, "S301 took %s", time.Since(t0))
+	for id, host := range owner {
+		if host != "h2" {
+			res := te.MustCall(t, "sandbox::exec", map[string]any{"sandbox_id": id, "cmd": "true"})
+			assert.Check(t, is.Equal(res["stdout"], host))
+		}
+	}
+	for range 4 {
+		out := te.MustCall(t, "sandbox::create", map[string]any{"image": "python"})
+		res := te.MustCall(t, "sandbox::exec", map[string]any{"sandbox_id": out["sandbox_id"], "cmd": "true"})
+		assert.Check(t, res["stdout"] != "h2")
+	}
+	assert.Check(t, is.Equal(hosts["h1"].count()+hosts["h3"].count(), 12))
+
+	// A host credential for h9 registering h2's functions is not h2.
+	startFakeHost(t, te, "fleet", "sbx", "h9", "h2", 100)
+	_, err = te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": h2Sandbox, "cmd": "true"})
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S301)
+	before := hosts["h1"].count() + hosts["h3"].count()
+	te.MustCall(t, "sandbox::create", map[string]any{"image": "python"})
+	assert.Check(t, is.Equal(hosts["h1"].count()+hosts["h3"].count(), before+1), "a create went to the impostor")
+
+	// Capacity: a full host gets no creates while another has room.
+	full := hosts["h1"].count()
+	hosts["h1"].mu.Lock()
+	hosts["h1"].slots = full
+	hosts["h1"].mu.Unlock()
+	time.Sleep(infoMaxAge) // the router reuses capacity for infoMaxAge
+	n1 := hosts["h1"].count()
+	for range 3 {
+		te.MustCall(t, "sandbox::create", map[string]any{"image": "python"})
+	}
+	assert.Check(t, is.Equal(hosts["h1"].count(), n1))
+
+	// A binding that names hosts uses only those; none connected is S301.
+	mu.Lock()
+	binding.Hosts = "h3"
+	mu.Unlock()
+	n3 := hosts["h3"].count()
+	te.MustCall(t, "sandbox::create", map[string]any{"image": "python"})
+	assert.Check(t, is.Equal(hosts["h3"].count(), n3+1))
+	mu.Lock()
+	binding.Hosts = "h7"
+	mu.Unlock()
+	_, err = te.Call(t, "sandbox::create", map[string]any{"image": "python"})
+	se = enginetest.SandboxError(t, err)
+	assert.Equal(t, se.Code, contract.S301)
+	assert.Check(t, is.Contains(se.Message, "no sandbox host"))
+}
