@@ -65,7 +65,8 @@ func TestRemote(t *testing.T) {
 
 	token, err := enginetoken.New()
 	assert.NilError(t, err)
-	eng := startEngineProcess(t, iii, filepath.Join(dir, "home"), token)
+	engProc := startEngineProcess(t, iii, filepath.Join(dir, "home"), token)
+	eng := engProc.url()
 	cred := filepath.Join(dir, "credential")
 	assert.NilError(t, os.WriteFile(cred, []byte(token+"\n"), 0o600))
 
@@ -146,6 +147,32 @@ func TestRemote(t *testing.T) {
 		assert.NilError(t, err)
 	})
 
+	t.Run("the engine restarts: the adapter reconnects and registers again", func(t *testing.T) {
+		host := ad.start(t, map[string]any{"image_allowlist": []string{"shell"}})
+		engProc.stop()
+		engProc.start(t)
+		// The caller does not reconnect (its policy is off); a new one.
+		c2 := dialCaller(t, eng, token)
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			raw, err := c2.Call(context.Background(), contract.OpAdapterInfo, nil)
+			if err != nil {
+				return poll.Continue("adapter::info after the engine restarted: %v", err)
+			}
+			var info contract.AdapterInfo
+			if err := json.Unmarshal(raw, &info); err != nil || info.Facts[sdk.HostNameFactKey] != host {
+				return poll.Error(fmt.Errorf("adapter::info answered by another adapter: %s", raw))
+			}
+			return poll.Success()
+		}, poll.WithTimeout(time.Minute), poll.WithDelay(100*time.Millisecond))
+		_, err := c2.Call(context.Background(), contract.OpCatalogList, map[string]any{})
+		assert.NilError(t, err)
+		select {
+		case <-ad.done:
+			t.Fatal("the adapter exited instead of reconnecting")
+		default:
+		}
+	})
+
 	t.Run("a wrong token cannot join", func(t *testing.T) {
 		bad := filepath.Join(t.TempDir(), "credential")
 		assert.NilError(t, os.WriteFile(bad, []byte("not-the-token"), 0o600))
@@ -170,9 +197,20 @@ func TestRemote(t *testing.T) {
 	})
 }
 
-// startEngineProcess runs iii on a free loopback port with sandbox:
-// bound to sandbox-hostdir and returns its ws:// address.
-func startEngineProcess(t *testing.T, iii, home, token string) string {
+// engineProc is iii run as a process on a fixed loopback port with
+// sandbox: bound to sandbox-hostdir.
+type engineProc struct {
+	t                *testing.T
+	iii, home, token string
+	addr             string
+	cmd              *exec.Cmd
+	done             chan struct{}
+	logs             *syncbuf.Buffer
+}
+
+// startEngineProcess runs iii on a free loopback port and stops it when
+// the test ends.
+func startEngineProcess(t *testing.T, iii, home, token string) *engineProc {
 	t.Helper()
 	assert.NilError(t, os.MkdirAll(home, 0o700))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -180,43 +218,60 @@ func startEngineProcess(t *testing.T, iii, home, token string) string {
 	port := l.Addr().(*net.TCPAddr).Port
 	assert.NilError(t, l.Close())
 	cfg := fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: %d }\nsandbox:\n  adapter: %s\n", port, hostdir.Name)
-	path := filepath.Join(home, "config.yaml")
-	assert.NilError(t, os.WriteFile(path, []byte(cfg), 0o644))
-	var logs syncbuf.Buffer
-	cmd := exec.Command(iii, "-c", path)
-	cmd.Dir = home
-	cmd.Env = append(os.Environ(), "HOME="+home, "III_ENGINE_TOKEN="+token, "III_PLUGIN_PATH=")
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	assert.NilError(t, cmd.Start())
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	assert.NilError(t, os.WriteFile(filepath.Join(home, "config.yaml"), []byte(cfg), 0o644))
+	e := &engineProc{t: t, iii: iii, home: home, token: token, addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+		if t.Failed() && e.logs != nil {
+			t.Logf("engine log:\n%s", e.logs.Tail(200))
 		}
-		if t.Failed() {
-			t.Logf("engine log:\n%s", logs.Tail(200))
-		}
+		e.stop()
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	e.start(t)
+	return e
+}
+
+func (e *engineProc) url() string { return "ws://" + e.addr }
+
+// start runs the engine and waits until it accepts connections.
+func (e *engineProc) start(t *testing.T) {
+	t.Helper()
+	e.logs = &syncbuf.Buffer{}
+	e.cmd = exec.Command(e.iii, "-c", filepath.Join(e.home, "config.yaml"))
+	e.cmd.Dir = e.home
+	e.cmd.Env = append(os.Environ(), "HOME="+e.home, "III_ENGINE_TOKEN="+e.token, "III_PLUGIN_PATH=")
+	e.cmd.Stdout, e.cmd.Stderr = e.logs, e.logs
+	assert.NilError(t, e.cmd.Start())
+	e.done = make(chan struct{})
+	cmd, done, logs := e.cmd, e.done, e.logs
+	go func() { _ = cmd.Wait(); close(done) }()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		select {
 		case <-done:
 			return poll.Error(fmt.Errorf("the engine exited:\n%s", logs.String()))
 		default:
 		}
-		c, err := net.Dial("tcp", addr)
+		c, err := net.Dial("tcp", e.addr)
 		if err != nil {
 			return poll.Continue("%v", err)
 		}
 		_ = c.Close()
 		return poll.Success()
 	}, poll.WithTimeout(time.Minute), poll.WithDelay(20*time.Millisecond))
-	return "ws://" + addr
+}
+
+// stop interrupts the engine and waits for it.
+func (e *engineProc) stop() {
+	if e.cmd == nil {
+		return
+	}
+	_ = e.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-e.done:
+	case <-time.After(15 * time.Second):
+		_ = e.cmd.Process.Kill()
+		<-e.done
+	}
+	e.cmd = nil
 }
 
 // adapters runs the remote adapter process, one at a time.
@@ -287,6 +342,9 @@ func (a *adapters) stop() {
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-a.done:
+		if code := a.cmd.ProcessState.ExitCode(); code != sdk.ExitOK {
+			a.t.Errorf("the adapter exited with %d after SIGTERM, want %d:\n%s", code, sdk.ExitOK, a.logs.Tail(50))
+		}
 	case <-time.After(20 * time.Second):
 		a.t.Errorf("the adapter did not stop on SIGTERM:\n%s", a.logs.Tail(50))
 		_ = a.cmd.Process.Kill()
