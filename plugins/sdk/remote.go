@@ -45,6 +45,9 @@ const (
 	// EnvConfigFile is --config-file: the adapter's configuration (a JSON
 	// object), applied before the adapter connects.
 	EnvConfigFile = "III_ADAPTER_CONFIG_FILE"
+	// EnvFleet is --fleet ("1" or "true"): serve as one host of a fleet
+	// (docs/scale-out.md), registering <adapter>::host::<host>::<op>.
+	EnvFleet = "III_ADAPTER_FLEET"
 )
 
 // HostNameFactKey is the adapter::info fact naming the host a remote
@@ -63,6 +66,12 @@ type RemoteOptions struct {
 	Namespace      string
 	HostName       string
 	ConfigFile     string
+	// Fleet registers every operation as one host of a fleet,
+	// contract.HostFunctionID(adapter, HostName, op), so several hosts of
+	// the same adapter share a namespace and the router places sandboxes
+	// over them; without it the adapter registers <adapter>::<op>, the
+	// single adapter of a binding. Needs HostName.
+	Fleet bool
 
 	// Reconnect delays: the first (default 500 ms), doubling up to Max
 	// (default 30 s).
@@ -93,6 +102,8 @@ func remoteArgs(args []string, getenv func(string) string) (o RemoteOptions, ok 
 	fs.StringVar(&o.Namespace, "namespace", or(getenv(EnvNamespace), "default"), "the namespace to serve in")
 	fs.StringVar(&o.HostName, "host-name", getenv(EnvHostName), "this host's name")
 	fs.StringVar(&o.ConfigFile, "config-file", getenv(EnvConfigFile), "the adapter's configuration, a JSON file")
+	envFleet := getenv(EnvFleet)
+	fs.BoolVar(&o.Fleet, "fleet", envFleet == "1" || envFleet == "true", "serve as one host of a fleet (needs --host-name)")
 	if err := fs.Parse(args); err != nil {
 		return o, true, err
 	}
@@ -108,6 +119,8 @@ func remoteArgs(args []string, getenv func(string) string) (o RemoteOptions, ok 
 		return o, true, fmt.Errorf("--namespace %q is invalid: use lowercase letters, digits, '-' and '_'", o.Namespace)
 	case o.HostName != "" && !hostNameRE.MatchString(o.HostName):
 		return o, true, fmt.Errorf("--host-name %q is not a host name: 1 to 63 of a-z 0-9 - (as a sandbox host credential names it)", o.HostName)
+	case o.Fleet && o.HostName == "":
+		return o, true, fmt.Errorf("--fleet needs --host-name (or %s): a fleet's hosts are told apart by name", EnvHostName)
 	}
 	u, err := url.Parse(o.EngineURL)
 	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
@@ -338,7 +351,7 @@ func (r *remote) close(c *client.Client) {
 // reconnect is off: loop reconnects, so a refused credential is seen.
 func (r *remote) connect(ctx context.Context) (*client.Client, error) {
 	c, err := client.Dial(ctx, r.o.EngineURL, client.Options{
-		Name:                r.cfg.Name,
+		Name:                r.workerName(),
 		Namespace:           r.o.Namespace,
 		Description:         "Sandbox adapter connected over WebSocket (sdk.Serve --engine).",
 		Version:             versionOr(r.cfg.Version),
@@ -375,8 +388,12 @@ func (r *remote) connect(ctx context.Context) (*client.Client, error) {
 		},
 	}
 	for _, op := range r.ops {
+		id := contract.AdapterFunctionID(r.cfg.Name, op)
+		if r.o.Fleet {
+			id = contract.HostFunctionID(r.cfg.Name, r.o.HostName, op)
+		}
 		def := client.FunctionDef{
-			ID:             contract.AdapterFunctionID(r.cfg.Name, op),
+			ID:             id,
 			Description:    schema.Description(op),
 			RequestSchema:  schema.Request(op),
 			ResponseSchema: schema.Response(op),
@@ -393,6 +410,16 @@ func (r *remote) connect(ctx context.Context) (*client.Client, error) {
 		}
 	}
 	return c, nil
+}
+
+// workerName is the worker the adapter connects as: its own name, or for a
+// fleet host <adapter>-<host>, since the hosts of one fleet share a
+// namespace and a worker name is unique in one.
+func (r *remote) workerName() string {
+	if r.o.Fleet {
+		return r.cfg.Name + "-" + r.o.HostName
+	}
+	return r.cfg.Name
 }
 
 // privilegedMetadata marks a function privileged (the engine's

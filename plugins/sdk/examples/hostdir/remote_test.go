@@ -210,7 +210,7 @@ type engineProc struct {
 
 // startEngineProcess runs iii on a free loopback port and stops it when
 // the test ends.
-func startEngineProcess(t *testing.T, iii, home, token string) *engineProc {
+func startEngineProcess(t *testing.T, iii, home, token string, sandboxExtra ...string) *engineProc {
 	t.Helper()
 	assert.NilError(t, os.MkdirAll(home, 0o700))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -218,6 +218,9 @@ func startEngineProcess(t *testing.T, iii, home, token string) *engineProc {
 	port := l.Addr().(*net.TCPAddr).Port
 	assert.NilError(t, l.Close())
 	cfg := fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: %d }\nsandbox:\n  adapter: %s\n", port, hostdir.Name)
+	for _, line := range sandboxExtra {
+		cfg += "  " + line + "\n"
+	}
 	assert.NilError(t, os.WriteFile(filepath.Join(home, "config.yaml"), []byte(cfg), 0o644))
 	e := &engineProc{t: t, iii: iii, home: home, token: token, addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	t.Cleanup(func() {

@@ -1,0 +1,186 @@
+package hostdir_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/enginetoken"
+	"github.com/iii-sandbox/iii/internal/testkit/bins"
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/plugins/sdk/examples/hostdir"
+)
+
+// fleetHost is one sandbox-hostdir process serving as a fleet host.
+type fleetHost struct {
+	name, state string
+	cmd         *exec.Cmd
+	done        chan struct{}
+	logs        *syncbuf.Buffer
+}
+
+// TestRemoteFleet runs three sandbox-hostdir processes as the hosts of a
+// fleet (--fleet, each with its own sandbox host credential) behind a
+// real engine process bound with sandbox: {hosts: '*'}: twelve sandboxes
+// spread over the three, every call reaches the host that holds its
+// sandbox, list merges them; kill -9 of one host makes its sandboxes
+// answer S301 naming it within a second while the others keep working
+// and new creates go to the two that remain.
+func TestRemoteFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds iii and the adapter and runs three adapter processes")
+	}
+	dir := t.TempDir()
+	iii := filepath.Join(dir, "engine", "iii")
+	adapterBin := filepath.Join(dir, "adapter", "sandbox-hostdir")
+	var wg sync.WaitGroup
+	var errs [2]error
+	var outs [2][]byte
+	for i, b := range []struct{ out, pkg string }{{iii, "github.com/iii-sandbox/iii/cmd/iii"}, {adapterBin, "./cmd/sandbox-hostdir"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = bins.GoBuild(b.out, b.pkg, nil)
+		}()
+	}
+	wg.Wait()
+	for i := range errs {
+		assert.NilError(t, errs[i], string(outs[i]))
+	}
+	token, err := enginetoken.New()
+	assert.NilError(t, err)
+	engProc := startEngineProcess(t, iii, filepath.Join(dir, "home"), token, "hosts: '*'")
+	caller := dialCaller(t, engProc.url(), token)
+	ctx := context.Background()
+
+	call := func(op string, payload any) (json.RawMessage, error) { return caller.Call(ctx, op, payload) }
+	hosts := map[string]*fleetHost{}
+	for _, name := range []string{"h1", "h2", "h3"} {
+		raw, err := caller.c.Call(ctx, "engine::credentials::issue", map[string]any{"label": "fleet/" + name, "namespace": "default",
+			"sandbox_host": map[string]any{"adapter": hostdir.Name, "host_name": name}})
+		assert.NilError(t, err)
+		var issued struct {
+			Token string `json:"token"`
+		}
+		assert.NilError(t, json.Unmarshal(raw, &issued))
+		cred := filepath.Join(dir, name+".credential")
+		assert.NilError(t, os.WriteFile(cred, []byte(issued.Token), 0o600))
+		cfg := filepath.Join(dir, name+".json")
+		assert.NilError(t, os.WriteFile(cfg, []byte(`{"image_allowlist":["shell"]}`), 0o600))
+		h := &fleetHost{name: name, state: filepath.Join(dir, "state-"+name), logs: &syncbuf.Buffer{}, done: make(chan struct{})}
+		h.cmd = exec.Command(adapterBin, "serve", "--engine", engProc.url(), "--credential-file", cred, "--host-name", name, "--fleet", "--config-file", cfg)
+		h.cmd.Env = append(os.Environ(), hostdir.EnvStateDir+"="+h.state)
+		h.cmd.Stdout, h.cmd.Stderr = h.logs, h.logs
+		assert.NilError(t, h.cmd.Start())
+		cmd, done := h.cmd, h.done
+		go func() { _ = cmd.Wait(); close(done) }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-done
+			if t.Failed() {
+				t.Logf("host %s log:\n%s", h.name, h.logs.Tail(60))
+			}
+		})
+		hosts[name] = h
+	}
+	// All three serve: a create lands somewhere and catalog::list works.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		for _, h := range hosts {
+			if _, err := caller.c.Call(ctx, contract.HostFunctionID(hostdir.Name, h.name, contract.OpAdapterInfo), map[string]any{}); err != nil {
+				return poll.Continue("host %s: %v", h.name, err)
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(50*time.Millisecond))
+
+	// where reads which host holds a sandbox from its working directory,
+	// which is under that host's state directory.
+	where := func(id string) (string, error) {
+		raw, err := call(contract.OpExec, map[string]any{"sandbox_id": id, "argv": []string{"pwd"}})
+		if err != nil {
+			return "", err
+		}
+		var res contract.ExecResponse
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return "", err
+		}
+		for name, h := range hosts {
+			if strings.HasPrefix(strings.TrimSpace(res.Stdout), h.state) {
+				return name, nil
+			}
+		}
+		return "", fmt.Errorf("sandbox %s runs in %q, under no host's state directory", id, res.Stdout)
+	}
+	owner := map[string]string{}
+	perHost := map[string]int{}
+	for range 12 {
+		raw, err := call(contract.OpCreate, map[string]any{"image": "shell"})
+		assert.NilError(t, err)
+		var created contract.CreateResponse
+		assert.NilError(t, json.Unmarshal(raw, &created))
+		host, err := where(created.SandboxID)
+		assert.NilError(t, err)
+		owner[created.SandboxID] = host
+		perHost[host]++
+	}
+	assert.DeepEqual(t, perHost, map[string]int{"h1": 4, "h2": 4, "h3": 4})
+	raw, err := call(contract.OpList, map[string]any{})
+	assert.NilError(t, err)
+	var list contract.ListResponse
+	assert.NilError(t, json.Unmarshal(raw, &list))
+	assert.Check(t, is.Len(list.Sandboxes, 12))
+	// fs reaches the right host too.
+	for id := range owner {
+		_, err := call(contract.OpFsMkdir, map[string]any{"sandbox_id": id, "path": "/tmp/fleet-" + id[:8], "parents": true})
+		assert.NilError(t, err)
+		raw, err := call(contract.OpFsLs, map[string]any{"sandbox_id": id, "path": "/tmp"})
+		assert.NilError(t, err)
+		assert.Check(t, is.Contains(string(raw), "fleet-"+id[:8]))
+	}
+
+	// kill -9 of h2.
+	assert.NilError(t, hosts["h2"].cmd.Process.Kill())
+	<-hosts["h2"].done
+	var h2Sandbox string
+	for id, h := range owner {
+		if h == "h2" {
+			h2Sandbox = id
+		}
+	}
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		_, err := call(contract.OpExec, map[string]any{"sandbox_id": h2Sandbox, "argv": []string{"true"}})
+		if se := contract.AsError(err, ""); err != nil && se.Code == contract.S301 && strings.Contains(se.Message, `sandbox host "h2"`) {
+			return poll.Success()
+		}
+		return poll.Continue("h2's sandbox answers %v", err)
+	}, poll.WithTimeout(time.Second), poll.WithDelay(10*time.Millisecond))
+	for id, h := range owner {
+		if h == "h2" {
+			continue
+		}
+		got, err := where(id)
+		assert.NilError(t, err)
+		assert.Check(t, is.Equal(got, h))
+	}
+	for range 4 {
+		raw, err := call(contract.OpCreate, map[string]any{"image": "shell"})
+		assert.NilError(t, err)
+		var created contract.CreateResponse
+		assert.NilError(t, json.Unmarshal(raw, &created))
+		host, err := where(created.SandboxID)
+		assert.NilError(t, err)
+		assert.Check(t, host != "h2")
+	}
+}
