@@ -77,14 +77,23 @@ func (s *Server) syncAdapter(ctx context.Context, next *config.Sandbox) {
 // bindingRestartTimeout bounds bringing the bound adapter back.
 const bindingRestartTimeout = 2 * time.Minute
 
+// bindingComebackDelay is how long a stopped adapter that had taken over
+// the bound one stays stopped before the engine brings its own back: a
+// restart (Compose's compose::restart is a stop, then a start with a
+// newly layered configuration) starts it again well within it, and then
+// nothing is done.
+const bindingComebackDelay = 5 * time.Second
+
 // adapterStopped brings back the adapter config.yaml binds when another
 // start had taken it over (Compose's, or a caller's) and that one was
-// stopped: config.yaml still says which adapter serves sandbox::*, so it
-// runs again with config.yaml's configuration. An adapter the engine
-// itself started and someone stopped stays stopped: that was the point.
+// stopped for good: config.yaml still says which adapter serves
+// sandbox::*, so it runs again with config.yaml's configuration. An
+// adapter the engine itself started and someone stopped stays stopped:
+// that was the point; so does one that failed (its reason is what callers
+// should see).
 func (s *Server) adapterStopped(adapter, namespace, startedBy string) {
 	b := s.sandbox.Load()
-	if b == nil || startedBy == pluginhost.OriginConfig || s.opts.AdapterByCompose {
+	if b == nil || b.Hosts != "" || startedBy == pluginhost.OriginConfig || s.opts.AdapterByCompose {
 		return
 	}
 	ns := b.Namespace
@@ -95,9 +104,30 @@ func (s *Server) adapterStopped(adapter, namespace, startedBy string) {
 		return
 	}
 	next := copySandbox(b)
+	s.comebacks.Add(1)
 	go func() {
+		defer s.comebacks.Done()
+		t := time.NewTimer(bindingComebackDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.closing:
+			return
+		}
+		cur := s.sandbox.Load()
+		st, ok := s.ph.Lookup(adapter, namespace)
+		if cur == nil || *cur != *next || !ok || st.State != pluginhost.StateStopped || st.StartedBy == pluginhost.OriginConfig {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), bindingRestartTimeout)
 		defer cancel()
+		go func() {
+			select {
+			case <-s.closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		s.adapterMu.Lock()
 		s.loaded = nil
 		s.adapterMu.Unlock()

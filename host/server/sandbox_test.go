@@ -259,8 +259,16 @@ func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
 	applied(fmt.Sprintf(`{"image_allowlist":["python"],"state_dir":%q}`, state))
 	assert.DeepEqual(t, list(), taken)
 
-	// When the one that took it over stops (Compose's --down), the
-	// engine starts config.yaml's again, with config.yaml's config.
+	// A stop followed by a start (compose::restart) is left alone.
+	_, err = invoke("engine::adapters::stop", `{"adapter":"sandbox-hostdir"}`)
+	assert.NilError(t, err)
+	_, err = invoke("engine::adapters::start", fmt.Sprintf(`{"adapter":"sandbox-hostdir","config":{"image_allowlist":["node"],"state_dir":%q}}`, state))
+	assert.NilError(t, err)
+	time.Sleep(bindingComebackDelay + time.Second)
+	assert.Check(t, is.Equal(list()[0].StartedBy, "call"), "a restart was taken back")
+
+	// When the one that took it over stops for good (Compose's --down),
+	// the engine starts config.yaml's again, with config.yaml's config.
 	_, err = invoke("engine::adapters::stop", `{"adapter":"sandbox-hostdir"}`)
 	assert.NilError(t, err)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {

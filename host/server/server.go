@@ -112,6 +112,10 @@ type Server struct {
 	// was, or nothing is bound).
 	loaded  *config.Sandbox
 	missing atomic.Pointer[string]
+	// comebacks are the pending returns of the bound adapter
+	// (adapterStopped); closing ends them.
+	comebacks sync.WaitGroup
+	closing   chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -120,7 +124,7 @@ type Server struct {
 // Start loads the config and brings the engine up. On error nothing is
 // left running.
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	s := &Server{opts: opts, path: opts.ConfigPath, log: opts.Logger, lookup: os.LookupEnv}
+	s := &Server{opts: opts, path: opts.ConfigPath, log: opts.Logger, lookup: os.LookupEnv, closing: make(chan struct{})}
 	if s.path == "" {
 		s.path = DefaultConfigPath
 	}
@@ -485,6 +489,8 @@ func (s *Server) Close() error {
 func (s *Server) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
+	close(s.closing)
+	s.comebacks.Wait()
 	var errs []error
 	if wm := s.wm.Load(); wm != nil {
 		errs = append(errs, wm.Close(ctx))
