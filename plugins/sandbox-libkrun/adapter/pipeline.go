@@ -79,6 +79,8 @@ type Boot struct {
 	tplKey         templateKey
 	tplMiss        bool
 	noTemplate     bool
+	// helloLost: connect-agent gave up on a VM that was still running.
+	helloLost bool
 
 	undo []func()
 }
@@ -383,6 +385,12 @@ func stepConnectAgent(ctx context.Context, b *Boot) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		select {
+		case <-b.Runner.Done():
+		default:
+			// The VM runs but its agent never answered.
+			b.helloLost = true
 		}
 		return contract.NewError(contract.S300, "the sandbox VM did not start (%s with %s, boot_timeout_ms %d): %v%s",
 			b.Selection.Backend, b.Selection.Accel, b.Provider.cfg.BootTimeout.Milliseconds(), err, vmTails(b.Dir.Path, 20))

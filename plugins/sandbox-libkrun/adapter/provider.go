@@ -317,6 +317,15 @@ func (p *Provider) Boot(ctx context.Context, spec sandboxkit.BootSpec) (sandboxk
 			b = &Boot{Provider: p, Spec: spec, noTemplate: true}
 			err = p.steps.Run(ctx, b)
 		}
+		if err != nil && b.helloLost && ctx.Err() == nil {
+			// Rarely, under TCG on a loaded host, a VM whose agent is up
+			// never gets the host's hello across several connections
+			// (cause not found yet: docs/sandbox-libkrun.md). A new VM
+			// does; the caller waits one boot_timeout_ms more.
+			p.log.Warn("the sandbox VM's agent never answered; booting another VM", "sandbox_id", spec.ID, "error", err.Error())
+			b = &Boot{Provider: p, Spec: spec, noTemplate: true}
+			err = p.steps.Run(ctx, b)
+		}
 		if err != nil {
 			return nil, err
 		}
