@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/iii-sandbox/iii/internal/atomicfile"
+	"github.com/iii-sandbox/iii/internal/ownfile"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -106,7 +107,7 @@ func encodeCredentialsFile(m map[[32]byte]persistedCredential) ([]byte, error) {
 // an empty set. A file that is a symbolic link or not a regular file, that
 // another user owns, or that the group or others may write is refused.
 func readCredentialsFile(path string) (map[[32]byte]persistedCredential, error) {
-	f, err := openNoFollow(path)
+	f, err := ownfile.OpenNoFollow(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return map[[32]byte]persistedCredential{}, nil
@@ -124,7 +125,7 @@ func readCredentialsFile(path string) (map[[32]byte]persistedCredential, error) 
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("the credentials file %s is not a regular file", path)
 	}
-	if uid, ok := fileOwner(fi); ok && uid != os.Getuid() {
+	if uid, ok := ownfile.Owner(fi); ok && uid != os.Getuid() {
 		return nil, fmt.Errorf("the credentials file %s is owned by uid %d, not by this user (uid %d): refusing credentials another user controls; fix its owner or delete it", path, uid, os.Getuid())
 	}
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {

@@ -24,6 +24,7 @@ import (
 	"unicode"
 
 	"github.com/iii-sandbox/iii/internal/atomicfile"
+	"github.com/iii-sandbox/iii/internal/ownfile"
 )
 
 const (
@@ -94,7 +95,7 @@ func Ensure(path string) (token string, created bool, err error) {
 // an optional final newline. A missing file is an error that
 // errors.Is(err, fs.ErrNotExist).
 func Read(path string) (string, error) {
-	f, err := openNoFollow(path)
+	f, err := ownfile.OpenNoFollow(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", err
@@ -132,7 +133,7 @@ func checkFile(path string, fi fs.FileInfo) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("the engine token file %s is not a regular file", path)
 	}
-	if uid, ok := fileOwner(fi); ok && uid != os.Getuid() {
+	if uid, ok := ownfile.Owner(fi); ok && uid != os.Getuid() {
 		return fmt.Errorf("the engine token file %s is owned by uid %d, not by this user (uid %d): refusing a token another user controls; delete it (or fix its owner) and start the engine again", path, uid, os.Getuid())
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
