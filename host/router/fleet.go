@@ -143,6 +143,14 @@ func (r *Router) invokeHost(ctx context.Context, b Binding, host, op string, dat
 			"%s in namespace %q is registered by a worker that is not sandbox host %q of adapter %q (it holds neither the engine token nor that host's credential)",
 			id, b.Namespace, host, b.Adapter).ErrorBody()
 	}
+	// Each host speaks its own contract: checked once per connection,
+	// as for a single WebSocket adapter (S302 for another major).
+	if op != contract.OpAdapterInfo {
+		hb := Binding{Adapter: b.Adapter, Namespace: b.Namespace, Hosts: "@" + host}
+		if serr := r.checkOwnerContract(ctx, hb, contract.HostFunctionID(b.Adapter, host, contract.OpAdapterInfo), o.WorkerID); serr != nil {
+			return nil, serr.ErrorBody()
+		}
+	}
 	out, err := r.eng.Invoke(ctx, b.Namespace, id, data)
 	var eb *protocol.ErrorBody
 	if err != nil && errors.As(err, &eb) && (eb.Code == protocol.CodeFunctionNotFound || eb.Code == protocol.CodeInvocationStopped) {

@@ -32,6 +32,10 @@ type fakeHost struct {
 }
 
 func startFakeHost(t *testing.T, te *testEnv, adapter, ns, name, registerAs string, slots int) *fakeHost {
+	return startFakeHostMajor(t, te, adapter, ns, name, registerAs, slots, contract.Major)
+}
+
+func startFakeHostMajor(t *testing.T, te *testEnv, adapter, ns, name, registerAs string, slots, major int) *fakeHost {
 	t.Helper()
 	cred := issueCredential(t, te, map[string]any{"label": "hosts/" + name, "namespace": ns,
 		"sandbox_host": map[string]any{"adapter": adapter, "host_name": name}})
@@ -46,7 +50,7 @@ func startFakeHost(t *testing.T, te *testEnv, adapter, ns, name, registerAs stri
 		"adapter::info": func(context.Context, *client.Invocation) (any, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			return map[string]any{"adapter": adapter, "adapter_version": "1", "contract": map[string]int{"major": contract.Major, "minor": 1},
+			return map[string]any{"adapter": adapter, "adapter_version": "1", "contract": map[string]int{"major": major, "minor": 1},
 				"capacity": map[string]any{"free_slots": h.slots - len(h.live), "memory_available_bytes": 1 << 30}}, nil
 		},
 		contract.OpCreate: func(context.Context, *client.Invocation) (any, error) {
@@ -217,4 +221,14 @@ func TestFleet(t *testing.T) {
 	se = enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Code, contract.S301)
 	assert.Check(t, is.Contains(se.Message, "no sandbox host"))
+}
+
+// TestFleetHostOtherMajor: a host that speaks another contract major is
+// refused with S302, as a single WebSocket adapter is.
+func TestFleetHostOtherMajor(t *testing.T) {
+	te := newEnv(t, func() (Binding, bool) { return Binding{Adapter: "fleet", Namespace: "sbx", Hosts: "*"}, true })
+	h := startFakeHostMajor(t, te, "fleet", "sbx", "old", "old", 10, contract.Major+1)
+	_, err := te.Call(t, "sandbox::create", map[string]any{"image": "python"})
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S302)
+	assert.Equal(t, h.count(), 0, "a create reached the host")
 }

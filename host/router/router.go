@@ -197,12 +197,13 @@ func (r *Router) forward(op string) engine.Handler {
 		}
 		target := contract.AdapterFunctionID(b.Adapter, op)
 		if !r.hosted(b) {
-			if o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, target); o.Registered && !o.Trusted {
+			o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, target)
+			if o.Registered && !o.Trusted {
 				return nil, contract.NewError(contract.S301,
 					"%s in namespace %q is registered by a worker that presented neither the engine token nor a sandbox host credential for adapter %q in that namespace; an adapter that is a WebSocket worker must connect with one of them (Authorization: Bearer, docs/security.md), so that no other worker can stand in for it",
 					target, b.Namespace, b.Adapter).ErrorBody()
 			}
-			if serr := r.checkContract(ctx, b, target); serr != nil {
+			if serr := r.checkContract(ctx, b, o); serr != nil {
 				return nil, serr.ErrorBody()
 			}
 		}
@@ -271,18 +272,23 @@ const (
 // whose adapter::info reports another contract major. The answer is kept
 // per owning worker connection, so the check costs one call per
 // connection; a reconnect or another worker taking over checks again.
-func (r *Router) checkContract(ctx context.Context, b Binding, target string) *contract.Error {
-	owner, found := r.ownerOf(ctx, b.Namespace, target)
-	if !found {
+func (r *Router) checkContract(ctx context.Context, b Binding, o engine.AdapterOwner) *contract.Error {
+	if !o.Registered {
 		return r.notRunning(b)
 	}
+	return r.checkOwnerContract(ctx, b, contract.AdapterFunctionID(b.Adapter, contract.OpAdapterInfo), o.WorkerID)
+}
+
+// checkOwnerContract is checkContract for the adapter whose adapter::info
+// is infoID, served by the worker connection owner; b keys the cache.
+func (r *Router) checkOwnerContract(ctx context.Context, b Binding, infoID, owner string) *contract.Error {
 	r.mu.Lock()
 	c, ok := r.checked[b]
 	r.mu.Unlock()
 	if ok && c.owner == owner {
 		return c.err
 	}
-	serr, final := r.fetchContract(ctx, b)
+	serr, final := r.fetchContract(ctx, b, infoID)
 	if final {
 		r.mu.Lock()
 		r.checked[b] = ownerCheck{owner: owner, err: serr}
@@ -297,8 +303,7 @@ func (r *Router) checkContract(ctx context.Context, b Binding, target string) *c
 // fetchContract asks the adapter for its contract. final is false when
 // the answer says nothing about the adapter's build (it did not answer),
 // so it is not cached.
-func (r *Router) fetchContract(ctx context.Context, b Binding) (serr *contract.Error, final bool) {
-	infoID := contract.AdapterFunctionID(b.Adapter, contract.OpAdapterInfo)
+func (r *Router) fetchContract(ctx context.Context, b Binding, infoID string) (serr *contract.Error, final bool) {
 	out, err := r.eng.Invoke(ctx, b.Namespace, infoID, json.RawMessage(`{}`))
 	if err != nil {
 		var eb *protocol.ErrorBody
@@ -320,41 +325,4 @@ func (r *Router) fetchContract(ctx context.Context, b Binding) (serr *contract.E
 			b.Adapter, b.Namespace, infoID, contract.Major), true
 	}
 	return contract.CheckContract(b.Adapter, info.Contract), true
-}
-
-// ownerOf identifies the worker connection that owns function id in ns,
-// through the engine's introspection builtins: its worker id when the
-// owner has a name, else the owner's name.
-func (r *Router) ownerOf(ctx context.Context, ns, id string) (owner string, found bool) {
-	raw, err := r.eng.Invoke(ctx, engine.DefaultNamespace, engine.FnFunctionsInfo, mustJSON(map[string]string{"function_id": id, "namespace": ns}))
-	if err != nil {
-		return "", false
-	}
-	var fi struct {
-		WorkerName string `json:"worker_name"`
-	}
-	if json.Unmarshal(raw, &fi) != nil || fi.WorkerName == "" {
-		return "", false
-	}
-	raw, err = r.eng.Invoke(ctx, engine.DefaultNamespace, engine.FnWorkersInfo, mustJSON(map[string]string{"name": fi.WorkerName, "namespace": ns}))
-	if err != nil {
-		return "name:" + fi.WorkerName, true
-	}
-	var wi struct {
-		Worker struct {
-			ID string `json:"id"`
-		} `json:"worker"`
-	}
-	if json.Unmarshal(raw, &wi) != nil || wi.Worker.ID == "" {
-		return "name:" + fi.WorkerName, true
-	}
-	return wi.Worker.ID, true
-}
-
-func mustJSON(v map[string]string) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return json.RawMessage(`{}`)
-	}
-	return b
 }
