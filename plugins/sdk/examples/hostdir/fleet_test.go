@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/internal/enginetoken"
-	"github.com/iii-sandbox/iii/internal/testkit/bins"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/plugins/sdk/examples/hostdir"
 )
@@ -43,22 +41,7 @@ func TestRemoteFleet(t *testing.T) {
 		t.Skip("builds iii and the adapter and runs three adapter processes")
 	}
 	dir := t.TempDir()
-	iii := filepath.Join(dir, "engine", "iii")
-	adapterBin := filepath.Join(dir, "adapter", "sandbox-hostdir")
-	var wg sync.WaitGroup
-	var errs [2]error
-	var outs [2][]byte
-	for i, b := range []struct{ out, pkg string }{{iii, "github.com/iii-sandbox/iii/cmd/iii"}, {adapterBin, "./cmd/sandbox-hostdir"}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i], errs[i] = bins.GoBuild(b.out, b.pkg, nil)
-		}()
-	}
-	wg.Wait()
-	for i := range errs {
-		assert.NilError(t, errs[i], string(outs[i]))
-	}
+	iii, adapterBin := buildEngineAndAdapter(t, dir)
 	token, err := enginetoken.New()
 	assert.NilError(t, err)
 	engProc := startEngineProcess(t, iii, filepath.Join(dir, "home"), token, "hosts: '*'")

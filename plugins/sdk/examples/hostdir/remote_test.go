@@ -43,25 +43,7 @@ func TestRemote(t *testing.T) {
 		t.Skip("builds iii and the adapter and runs the conformance suite through a real engine")
 	}
 	dir := t.TempDir()
-	// The engine's binary sits alone, so the plugin host finds no adapter
-	// beside it, and HOME is empty: the binding is served by the remote
-	// adapter only.
-	iii := filepath.Join(dir, "engine", "iii")
-	adapterBin := filepath.Join(dir, "adapter", "sandbox-hostdir")
-	var wg sync.WaitGroup
-	var errs [2]error
-	var outs [2][]byte
-	for i, b := range []struct{ out, pkg string }{{iii, "github.com/iii-sandbox/iii/cmd/iii"}, {adapterBin, "./cmd/sandbox-hostdir"}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i], errs[i] = bins.GoBuild(b.out, b.pkg, nil)
-		}()
-	}
-	wg.Wait()
-	for i := range errs {
-		assert.NilError(t, errs[i], string(outs[i]))
-	}
+	iii, adapterBin := buildEngineAndAdapter(t, dir)
 
 	token, err := enginetoken.New()
 	assert.NilError(t, err)
@@ -210,6 +192,30 @@ type engineProc struct {
 
 // startEngineProcess runs iii on a free loopback port and stops it when
 // the test ends.
+// buildEngineAndAdapter builds iii and sandbox-hostdir into dir, each in a
+// directory of its own: the engine's plugin host finds no adapter beside
+// it (and HOME is empty), so a binding is served by remote adapters only.
+func buildEngineAndAdapter(t *testing.T, dir string) (iii, adapterBin string) {
+	t.Helper()
+	iii = filepath.Join(dir, "engine", "iii")
+	adapterBin = filepath.Join(dir, "adapter", "sandbox-hostdir")
+	var wg sync.WaitGroup
+	var errs [2]error
+	var outs [2][]byte
+	for i, b := range []struct{ out, pkg string }{{iii, "github.com/iii-sandbox/iii/cmd/iii"}, {adapterBin, "./cmd/sandbox-hostdir"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = bins.GoBuild(b.out, b.pkg, nil)
+		}()
+	}
+	wg.Wait()
+	for i := range errs {
+		assert.NilError(t, errs[i], string(outs[i]))
+	}
+	return iii, adapterBin
+}
+
 func startEngineProcess(t *testing.T, iii, home, token string, sandboxExtra ...string) *engineProc {
 	t.Helper()
 	assert.NilError(t, os.MkdirAll(home, 0o700))
