@@ -499,19 +499,29 @@ func (e *Engine) callHook(w *worker, hook, what string, input map[string]any) (m
 }
 
 // admitSandboxHost applies a sandbox host credential's rule to a
-// registration: only <adapter>::* in the credential's namespace. The
-// adapter's <adapter>::worker::* functions are privileged whatever the
-// metadata says, as the plugin host registers them (they boot VMs).
+// registration: only <adapter>::* in the credential's namespace, and of a
+// fleet's <adapter>::host::<name>::* only its own host name's (a host
+// holding another's ids would keep that host out of the fleet). The
+// adapter's worker::* functions, plain or a fleet host's, are privileged
+// whatever the metadata says, as the plugin host registers them (they boot
+// VMs).
 func (p *principal) admitSandboxHost(f *function) *protocol.ErrorBody {
 	if p.cred == nil || p.cred.host == nil {
 		return nil
 	}
 	h := p.cred.host
-	if f.ns != h.namespace || !strings.HasPrefix(f.id, h.adapter+"::") {
+	refuse := func(only string) *protocol.ErrorBody {
 		return &protocol.ErrorBody{Code: CodeForbidden, Message: "the sandbox host credential " + quote(p.label) + " of host " + quote(h.hostName) +
-			" registers only " + h.adapter + "::* in namespace " + quote(h.namespace) + "; " + f.id + " in namespace " + quote(f.ns) + " is refused"}
+			" registers only " + only + " in namespace " + quote(h.namespace) + "; " + f.id + " in namespace " + quote(f.ns) + " is refused"}
 	}
-	if strings.HasPrefix(f.id, h.adapter+"::worker::") {
+	if f.ns != h.namespace || !strings.HasPrefix(f.id, h.adapter+"::") {
+		return refuse(h.adapter + "::*")
+	}
+	fleet, own := h.adapter+"::host::", h.adapter+"::host::"+h.hostName+"::"
+	if strings.HasPrefix(f.id, fleet) && !strings.HasPrefix(f.id, own) {
+		return refuse(own + "* of the fleet's host functions")
+	}
+	if strings.HasPrefix(f.id, h.adapter+"::worker::") || strings.HasPrefix(f.id, own+"worker::") {
 		f.privileged = true
 	}
 	return nil

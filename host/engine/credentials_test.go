@@ -66,17 +66,19 @@ func TestSandboxHostCredential(t *testing.T) {
 	plain := issue(t, admin, "2", `{"label":"plain","namespace":"sbx"}`)
 
 	host := te.dialWith(t, bearerHeader(tok))
-	for _, id := range []string{"remote::create", "remote::adapter::info", "remote::worker::start", "other::create", "sandbox::create", "remotex::create"} {
+	for _, id := range []string{"remote::create", "remote::adapter::info", "remote::worker::start", "other::create", "sandbox::create", "remotex::create",
+		"remote::host::h1::create", "remote::host::h1::worker::start", "remote::host::h2::create", "remote::host::h10::create"} {
 		host.send(&protocol.RegisterFunction{ID: id})
 	}
 	host.register(map[string]any{"name": "sandbox-host-h1", "namespace": "sbx"})
 	var rejected []string
-	for range 3 {
+	for range 5 {
 		rej := host.expect("registrationrejected")
 		assert.Equal(t, rej.str("code"), CodeForbidden)
 		rejected = append(rejected, rej.str("function_id"))
 	}
-	assert.DeepEqual(t, rejected, []string{"other::create", "sandbox::create", "remotex::create"})
+	// As a fleet host it serves only its own host name's functions.
+	assert.DeepEqual(t, rejected, []string{"other::create", "sandbox::create", "remotex::create", "remote::host::h2::create", "remote::host::h10::create"})
 	host.sync()
 	host.serveEcho()
 	pollUntil(t, "registered", func() bool { return hasFn(te, "sbx", "remote::create") })
@@ -112,6 +114,7 @@ func TestSandboxHostCredential(t *testing.T) {
 	// which are privileged whatever it registered them as.
 	for _, tc := range []struct{ id, fn, ns string }{
 		{"4", "remote::worker::start", "sbx"},
+		{"4b", "remote::host::h1::worker::start", "sbx"},
 		{"5", FnCredentialsIssue, "default"},
 		{"6", FnCredentialsRevoke, "default"},
 	} {

@@ -187,8 +187,28 @@ func TestFleet(t *testing.T) {
 	}
 	assert.Check(t, is.Equal(hosts["h1"].count()+hosts["h3"].count(), 12))
 
-	// A host credential for h9 registering h2's functions is not h2.
-	startFakeHost(t, te, "fleet", "sbx", "h9", "h2", 100)
+	// A host credential for h9 cannot register h2's functions: the
+	// engine refuses them, so h2's sandboxes stay S301 and no create goes
+	// to the impostor.
+	cred := issueCredential(t, te, map[string]any{"label": "hosts/h9", "namespace": "sbx",
+		"sandbox_host": map[string]any{"adapter": "fleet", "host_name": "h9"}})
+	ictx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	refused := make(chan error, 1)
+	impostor, err := client.Dial(ictx, te.URL, client.Options{Name: "fleet-h9", Namespace: "sbx", Token: cred,
+		IgnoreEnv: true, ConfirmRegistration: true, Reconnect: client.ReconnectPolicy{Disable: true},
+		OnRegistrationError: func(err error) { refused <- err }})
+	assert.NilError(t, err)
+	t.Cleanup(func() { _ = impostor.Close(context.Background()) })
+	_, err = impostor.RegisterFunction(client.FunctionDef{ID: contract.HostFunctionID("fleet", "h2", contract.OpCreate)},
+		func(context.Context, *client.Invocation) (any, error) { return map[string]any{"sandbox_id": "stolen"}, nil })
+	assert.NilError(t, err)
+	select {
+	case err := <-refused:
+		assert.Equal(t, client.CodeOf(err), "FORBIDDEN", "%v", err)
+	case <-ictx.Done():
+		t.Fatal("the engine did not refuse h9's registration of h2's create")
+	}
 	_, err = te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": h2Sandbox, "cmd": "true"})
 	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S301)
 	before := hosts["h1"].count() + hosts["h3"].count()
