@@ -329,7 +329,10 @@ func (s *templateStore) record(ctx context.Context, k templateKey, spec sandboxk
 	}
 	// Only once QEMU is gone may the memory file be used: until then the
 	// guest could still write to it.
-	if err := b.Runner.Wait(sctx); err != nil && !errors.Is(err, context.Canceled) && sctx.Err() != nil {
+	// (A runner that exits with an error has still ended, and QEMU with
+	// it; a wait cut short by the deadline or the adapter's shutdown
+	// has not.)
+	if err := b.Runner.Wait(sctx); err != nil && sctx.Err() != nil {
 		return fmt.Errorf("the recording VM did not exit: %w", err)
 	}
 	meta, _ := json.Marshal(templateMeta{Key: k, SavedAt: time.Now().UTC(), SaveMS: saveTime.Milliseconds(), BootMS: bootTime.Milliseconds()})
