@@ -229,13 +229,8 @@ func runRemote(ctx context.Context, cancel context.CancelFunc, cfg ServeConfig, 
 	}
 
 	st := newStopper(log, cancel)
-	inner, err := cfg.New(ctx, log.Named("adapter"))
-	if err != nil {
-		log.Error("the adapter could not be created", "error", err)
-		return ExitFailed
-	}
-	if inner == nil {
-		log.Error("the adapter's New returned no adapter and no error; this is a bug in the adapter")
+	inner, ok := newAdapter(ctx, cfg, log)
+	if !ok {
 		return ExitFailed
 	}
 	served := newServedAdapter(inner, cfg, log, st)

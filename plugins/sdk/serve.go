@@ -168,13 +168,8 @@ func serve(cfg ServeConfig) int {
 		}
 	}()
 
-	adapter, err := cfg.New(ctx, log.Named("adapter"))
-	if err != nil {
-		log.Error("the adapter could not be created", "error", err)
-		return ExitFailed
-	}
-	if adapter == nil {
-		log.Error("the adapter's New returned no adapter and no error; this is a bug in the adapter")
+	adapter, ok := newAdapter(ctx, cfg, log)
+	if !ok {
 		return ExitFailed
 	}
 	served := newServedAdapter(adapter, cfg, log, st)
@@ -326,4 +321,19 @@ func watchLifeline(f *os.File, gone func(error)) {
 func remoteUsage(name string) string {
 	return fmt.Sprintf("    %s serve --engine wss://ENGINE:49134 --credential-file FILE [--namespace NS] [--host-name NAME] [--config-file CONFIG.json]\n", name) +
 		fmt.Sprintf("    (or %s, %s, %s, %s, %s)\n", EnvEngineURL, EnvCredentialFile, EnvNamespace, EnvHostName, EnvConfigFile)
+}
+
+// newAdapter calls cfg.New and logs why it gave no adapter; both
+// transports start with it.
+func newAdapter(ctx context.Context, cfg ServeConfig, log hclog.Logger) (contract.Adapter, bool) {
+	adapter, err := cfg.New(ctx, log.Named("adapter"))
+	if err != nil {
+		log.Error("the adapter could not be created", "error", err)
+		return nil, false
+	}
+	if adapter == nil {
+		log.Error("the adapter's New returned no adapter and no error; this is a bug in the adapter")
+		return nil, false
+	}
+	return adapter, true
 }
