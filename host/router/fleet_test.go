@@ -201,7 +201,9 @@ func TestFleet(t *testing.T) {
 	assert.NilError(t, err)
 	t.Cleanup(func() { _ = impostor.Close(context.Background()) })
 	_, err = impostor.RegisterFunction(client.FunctionDef{ID: contract.HostFunctionID("fleet", "h2", contract.OpCreate)},
-		func(context.Context, *client.Invocation) (any, error) { return map[string]any{"sandbox_id": "stolen"}, nil })
+		func(context.Context, *client.Invocation) (any, error) {
+			return map[string]any{"sandbox_id": "stolen"}, nil
+		})
 	assert.NilError(t, err)
 	select {
 	case err := <-refused:
