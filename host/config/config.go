@@ -163,6 +163,11 @@ type Sandbox struct {
 	// adapter the engine runs. The engine starts no adapter of its own
 	// for a fleet.
 	Hosts string
+	// HostHeartbeatMS is sandbox.host_heartbeat_ms: how often the engine
+	// pings each fleet host's connection (a host silent for about three
+	// heartbeats is cut, so its sandboxes answer S301); 0 = the engine's
+	// default (250 ms). Fleet bindings only.
+	HostHeartbeatMS int64
 }
 
 // ParseOptions say how to read one document.
@@ -501,6 +506,7 @@ func (p *parser) engineToken(n *yaml.Node) (string, error) {
 
 func (p *parser) sandbox(n *yaml.Node) (*Sandbox, error) {
 	s := &Sandbox{Adapter: DefaultSandboxAdapter, Namespace: DefaultSandboxNamespace}
+	var heartbeatKey *yaml.Node
 	if yamlnode.IsNull(n) {
 		return s, nil
 	}
@@ -552,9 +558,22 @@ func (p *parser) sandbox(n *yaml.Node) (*Sandbox, error) {
 				return nil, err
 			}
 			s.Hosts = h
+		case "host_heartbeat_ms":
+			if yamlnode.IsNull(v) {
+				continue
+			}
+			ms, err := p.intValue(v, "sandbox.host_heartbeat_ms", 50, 60000)
+			if err != nil {
+				return nil, err
+			}
+			s.HostHeartbeatMS = ms
+			heartbeatKey = k
 		default:
-			return nil, p.fail(CodeInvalidConfig, k, "unknown key %q in sandbox; it has only adapter, namespace, config and hosts", k.Value)
+			return nil, p.fail(CodeInvalidConfig, k, "unknown key %q in sandbox; it has only adapter, namespace, config, hosts and host_heartbeat_ms", k.Value)
 		}
+	}
+	if heartbeatKey != nil && s.Hosts == "" {
+		return nil, p.fail(CodeInvalidConfig, heartbeatKey, "sandbox.host_heartbeat_ms applies to a fleet of sandbox hosts; set sandbox.hosts too (docs/scale-out.md) or remove it")
 	}
 	return s, nil
 }

@@ -177,6 +177,7 @@ func TestParseSandboxDefaults(t *testing.T) {
 		{name: "adapter only", src: "sandbox: { adapter: other_adapter }\n", want: &Sandbox{Adapter: "other_adapter", Namespace: "default"}},
 		{name: "every host", src: "sandbox: { hosts: '*' }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default", Hosts: "*"}},
 		{name: "named hosts", src: "sandbox: { hosts: [h2, h1, h2] }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default", Hosts: "h1,h2"}},
+		{name: "host heartbeat", src: "sandbox: { hosts: '*', host_heartbeat_ms: 1000 }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default", Hosts: "*", HostHeartbeatMS: 1000}},
 		{name: "default from env", src: "sandbox: { namespace: '${NS:team-a}' }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "team-a"}},
 		{name: "config null", src: "sandbox: { config: }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default"}},
 		{name: "config empty", src: "sandbox: { config: {} }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default", Config: "{}"}},
@@ -191,6 +192,21 @@ func TestParseSandboxDefaults(t *testing.T) {
 			cfg, err := parse(t, tc.src, nil)
 			assert.NilError(t, err)
 			assert.DeepEqual(t, cfg.Sandbox, tc.want)
+		})
+	}
+}
+
+func TestParseSandboxHostHeartbeatRefused(t *testing.T) {
+	tests := []struct{ name, src, want string }{
+		{name: "without hosts", src: "sandbox: { host_heartbeat_ms: 500 }\n", want: "applies to a fleet"},
+		{name: "too small", src: "sandbox: { hosts: '*', host_heartbeat_ms: 10 }\n", want: "host_heartbeat_ms"},
+		{name: "not a number", src: "sandbox: { hosts: '*', host_heartbeat_ms: soon }\n", want: "host_heartbeat_ms"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(t, tc.src, nil)
+			assert.ErrorContains(t, err, tc.want)
+			assert.ErrorContains(t, err, CodeInvalidConfig)
 		})
 	}
 }

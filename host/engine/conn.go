@@ -61,6 +61,9 @@ type wsConn struct {
 	limits       Limits
 	regs         atomic.Int64
 	regsExceeded atomic.Bool
+	// heartbeating is set once the connection serves fleet functions
+	// (heartbeat.go).
+	heartbeating atomic.Bool
 	outBytes     *semaphore.Weighted
 	listener     *listenerState
 }

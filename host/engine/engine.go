@@ -100,6 +100,8 @@ type Engine struct {
 	creds    credentialTable
 	inbound  inboundBudget
 
+	heartbeat hostHeartbeat
+
 	// slowConsumer is slowConsumerTimeout; tests shorten it.
 	slowConsumer time.Duration
 }

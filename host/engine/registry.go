@@ -197,6 +197,9 @@ func (e *Engine) registerFunction(w *worker, f *function) *protocol.ErrorBody {
 	}
 	holder, ok := e.reg.register(f)
 	if ok {
+		if w.conn != nil && isFleetFunction(f.id) {
+			w.conn.watchLiveness()
+		}
 		return nil
 	}
 	if holder == nil {

@@ -157,9 +157,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.cfg, s.fileState = cfg, stateOf(data, nil)
-	s.setSandbox(cfg.Sandbox)
-
 	s.eng = engine.New(engine.Options{Logger: s.log.Named("engine"), Version: opts.Version, NamespaceGrace: grace, AdminToken: s.engineToken})
+	s.setSandbox(cfg.Sandbox)
 	s.loadCredentials()
 	if s.cw, err = s.startConfiguration(ctx, cfg.Configuration); err != nil {
 		s.closeEngine()
@@ -303,6 +302,7 @@ func (s *Server) setSandbox(b *config.Sandbox) {
 		s.sandbox.Store(nil)
 		return
 	}
+	s.eng.SetHostHeartbeat(time.Duration(b.HostHeartbeatMS) * time.Millisecond)
 	c := *b
 	s.sandbox.Store(&c)
 }

@@ -281,11 +281,28 @@ type remote struct {
 	refused chan error
 }
 
+// A remote adapter notices a dead link to the engine by itself (the engine
+// also pings fleet hosts, engine/heartbeat.go): it pings every
+// remotePingInterval and, when nothing at all came from the engine for
+// remoteIdleTimeout, drops the connection and reconnects, so after a
+// partition heals its sandboxes are reachable again within seconds.
+const (
+	remotePingInterval = time.Second
+	remoteIdleTimeout  = 4 * time.Second
+	remoteDialTimeout  = 5 * time.Second
+	fleetReconnectMax  = 4 * time.Second
+)
+
 // loop connects, serves until the connection drops, and reconnects with
 // backoff, until ctx ends. A refused credential ends it.
 func (r *remote) loop(ctx context.Context) int {
 	initial := timeoutOr(r.o.ReconnectInitial, 500*time.Millisecond)
 	maxDelay := timeoutOr(r.o.ReconnectMax, 30*time.Second)
+	if r.o.Fleet && r.o.ReconnectMax == 0 {
+		// A fleet host that was cut off by a partition should be back
+		// soon after the link heals, not half a minute later.
+		maxDelay = fleetReconnectMax
+	}
 	delay := initial
 	for {
 		select { // a refusal of an earlier connection is stale
@@ -354,6 +371,9 @@ func (r *remote) connect(ctx context.Context) (*client.Client, error) {
 		Token:               r.token,
 		Logger:              r.log.Named("client"),
 		Reconnect:           client.ReconnectPolicy{Disable: true},
+		PingInterval:        remotePingInterval,
+		IdleTimeout:         remoteIdleTimeout,
+		DialTimeout:         remoteDialTimeout,
 		ConfirmRegistration: true,
 		OnRegistrationError: func(err error) {
 			select {

@@ -34,7 +34,23 @@ type Host struct {
 	Name string
 	// Addr is the namespace's address; Gateway is this side's.
 	Addr, Gateway netip.Addr
-	nsPath        string
+	// Link is this side's end of the veth pair.
+	Link   string
+	nsPath string
+}
+
+// SetLink sets this side's end of the link down or up: a partition
+// (nothing passes either way and nobody is told) and its healing. The
+// addresses and routes come back with the link.
+func (h *Host) SetLink(t testing.TB, up bool) {
+	t.Helper()
+	state := "down"
+	if up {
+		state = "up"
+	}
+	if out, err := exec.Command("ip", "link", "set", h.Link, state).CombinedOutput(); err != nil {
+		t.Fatalf("ip link set %s %s: %v: %s", h.Link, state, err, bytes.TrimSpace(out))
+	}
 }
 
 // maxBlocks bounds the /30 blocks tried in 198.18.0.0/16; a block is taken
@@ -88,7 +104,7 @@ func Start(t testing.TB) *Host {
 			}
 		}
 		t.Cleanup(func() { _ = run("link", "del", hostIf) })
-		return &Host{Name: name, Addr: addr, Gateway: gw, nsPath: filepath.Join("/run/netns", name)}
+		return &Host{Name: name, Addr: addr, Gateway: gw, Link: hostIf, nsPath: filepath.Join("/run/netns", name)}
 	}
 	t.Fatalf("no free test network namespace among iii-test-0 to iii-test-%d", maxBlocks-1)
 	return nil

@@ -46,8 +46,10 @@ type vmHost struct {
 // Twelve sandboxes spread over the three, and exec, fs and stop on each
 // reach the host that holds it; kill -9 of one host's adapter makes its
 // sandboxes answer S301 naming it within a second while the others keep
-// working and new creates land on the two that remain; a host without a
-// valid credential cannot join.
+// working and new creates land on the two that remain; a partition of
+// another host (its link down) behaves the same, and healing the link
+// brings it back with its sandboxes; a host without a valid credential
+// cannot join.
 func TestFleetAcrossNetworkNamespaces(t *testing.T) {
 	e := needVMs(t)
 	if os.Geteuid() != 0 {
@@ -75,7 +77,8 @@ func TestFleetAcrossNetworkNamespaces(t *testing.T) {
 	for _, n := range names {
 		cfg += fmt.Sprintf("  - name: iii-worker-manager#%s\n    config: { host: %s, port: %d }\n", n, spaces[n].Gateway, port)
 	}
-	cfg += "sandbox:\n  adapter: sandbox-libkrun\n  hosts: '*'\n"
+	// A heartbeat of 200 ms cuts a silent host within 600 ms.
+	cfg += "sandbox:\n  adapter: sandbox-libkrun\n  hosts: '*'\n  host_heartbeat_ms: 200\n"
 	home := filepath.Join(dir, "home")
 	assert.NilError(t, os.MkdirAll(home, 0o700))
 	assert.NilError(t, os.WriteFile(filepath.Join(home, "config.yaml"), []byte(cfg), 0o600))
@@ -240,6 +243,60 @@ func TestFleetAcrossNetworkNamespaces(t *testing.T) {
 		assert.Check(t, hostOf(created.SandboxID) != "h2")
 		owner[created.SandboxID] = hostOf(created.SandboxID)
 	}
+	// A partition of h3 (its link down: no FIN, no RST) behaves the
+	// same: S301 naming h3 within a second, h1 goes on, creates land on
+	// h1. Healing the link brings h3 back with its sandboxes as they were.
+	var h3Sandbox string
+	for id, h := range owner {
+		if h == "h3" {
+			h3Sandbox = id
+		}
+	}
+	spaces["h3"].SetLink(t, false)
+	cutAt := time.Now()
+	healed := false
+	defer func() {
+		if !healed {
+			spaces["h3"].SetLink(t, true)
+		}
+	}()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		_, err := call("sandbox::exec", map[string]any{"sandbox_id": h3Sandbox, "argv": []string{"true"}})
+		if se := contract.AsError(err, ""); err != nil && se.Code == contract.S301 && strings.Contains(se.Message, `sandbox host "h3"`) {
+			return poll.Success()
+		}
+		return poll.Continue("h3's sandbox answers %v", err)
+	}, poll.WithTimeout(time.Second), poll.WithDelay(10*time.Millisecond))
+	for id, h := range owner {
+		if h == "h1" {
+			_, err := call("sandbox::exec", map[string]any{"sandbox_id": id, "argv": []string{"true"}})
+			assert.Check(t, err, "a sandbox of h1 during h3's partition")
+		}
+	}
+	raw, err = call("sandbox::create", map[string]any{"image": "python"})
+	assert.NilError(t, err)
+	var duringPartition contract.CreateResponse
+	assert.NilError(t, json.Unmarshal(raw, &duringPartition))
+	assert.Check(t, is.Equal(hostOf(duringPartition.SandboxID), "h1"))
+	owner[duringPartition.SandboxID] = "h1"
+	// Long enough that h3 notices too (it drops its dead connection and
+	// retries while the link is down).
+	time.Sleep(time.Until(cutAt.Add(6 * time.Second)))
+	spaces["h3"].SetLink(t, true)
+	healed = true
+	healedAt := time.Now()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		raw, err := call("sandbox::fs::ls", map[string]any{"sandbox_id": h3Sandbox, "path": "/root"})
+		if err != nil {
+			return poll.Continue("h3's sandbox after healing: %v", err)
+		}
+		if !strings.Contains(string(raw), "fleet-"+h3Sandbox[:8]) {
+			return poll.Error(fmt.Errorf("h3's sandbox came back without its files: %s", raw))
+		}
+		return poll.Success()
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(100*time.Millisecond))
+	t.Logf("h3 answered again %v after its link healed", time.Since(healedAt).Round(time.Millisecond))
+
 	// stop reaches the right host (another would answer S002).
 	for id, h := range owner {
 		if h == "h2" {

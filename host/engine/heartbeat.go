@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// A sandbox host (docs/scale-out.md) that vanishes behind a partition
+// sends nothing: no FIN, no RST, so the socket looks alive until TCP gives
+// up minutes later, and every call for its sandboxes would wait. The engine
+// therefore pings the connection of every worker that serves fleet
+// functions (<adapter>::host::<name>::<op>) and cuts it when a pong does
+// not come back in time: its registrations go at once and the router
+// answers S301 naming the host. The ping is a WebSocket control frame, so
+// the host's transport answers it without its handlers being involved.
+
+// DefaultHostHeartbeat is how often a sandbox host's connection is pinged;
+// a pong must come back within hostPongWindow heartbeats, so a silent host
+// is cut within about three heartbeats (750 ms by default).
+const DefaultHostHeartbeat = 250 * time.Millisecond
+
+const hostPongWindow = 2
+
+// hostHeartbeat is the engine's current setting (SetHostHeartbeat).
+type hostHeartbeat struct{ every atomic.Int64 }
+
+func (h *hostHeartbeat) get() time.Duration {
+	if d := time.Duration(h.every.Load()); d > 0 {
+		return d
+	}
+	return DefaultHostHeartbeat
+}
+
+// SetHostHeartbeat sets how often sandbox hosts' connections are pinged
+// (config.yaml sandbox.host_heartbeat_ms); d <= 0 restores the default.
+// It applies from each connection's next ping.
+func (e *Engine) SetHostHeartbeat(d time.Duration) { e.heartbeat.every.Store(int64(d)) }
+
+// isFleetFunction reports whether id has the fleet form
+// <adapter>::host::<name>::<op>.
+func isFleetFunction(id string) bool {
+	_, rest, ok := strings.Cut(id, "::host::")
+	return ok && strings.Contains(rest, "::")
+}
+
+// watchLiveness starts the connection's heartbeat once.
+func (c *wsConn) watchLiveness() {
+	if !c.heartbeating.CompareAndSwap(false, true) {
+		return
+	}
+	if !c.e.tasks.Add() {
+		return
+	}
+	go func() {
+		defer c.e.tasks.Done()
+		c.heartbeatLoop()
+	}()
+}
+
+func (c *wsConn) heartbeatLoop() {
+	t := time.NewTimer(c.e.heartbeat.get())
+	defer t.Stop()
+	for {
+		select {
+		case <-c.quit:
+			return
+		case <-c.w.ctx.Done():
+			return
+		case <-t.C:
+		}
+		every := c.e.heartbeat.get()
+		ctx, cancel := context.WithTimeout(c.w.ctx, hostPongWindow*every)
+		err := c.c.Ping(ctx)
+		cancel()
+		if err != nil {
+			if c.w.ctx.Err() != nil {
+				return
+			}
+			// CloseNow ends the read loop at once, which tears the
+			// worker down; a close handshake would wait on the dead link.
+			c.e.log.Warn("sandbox host did not answer a ping in time; dropping its connection",
+				"worker_id", c.w.id, "window", (hostPongWindow * every).String(), "error", err)
+			_ = c.c.CloseNow()
+			return
+		}
+		t.Reset(every)
+	}
+}

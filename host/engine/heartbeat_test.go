@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+)
+
+// linkProxy forwards TCP to the engine and can be cut the way a pulled
+// cable or `ip link set down` cuts a link: bytes stop flowing both ways,
+// nobody sees a FIN or a RST.
+type linkProxy struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	down chan struct{} // closed while the link is up; replaced by cut
+	up   bool
+}
+
+func startLinkProxy(t *testing.T, target string) *linkProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	p := &linkProxy{ln: ln, down: make(chan struct{}), up: true}
+	close(p.down)
+	var conns []net.Conn
+	var connsMu sync.Mutex
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.heal()
+		connsMu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		connsMu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			connsMu.Lock()
+			conns = append(conns, c, s)
+			connsMu.Unlock()
+			go p.pipe(s, c)
+			go p.pipe(c, s)
+		}
+	}()
+	return p
+}
+
+// pipe copies src to dst, holding every chunk while the link is down.
+func (p *linkProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			gate := p.down
+			p.mu.Unlock()
+			<-gate
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				_ = dst.Close()
+			}
+			return
+		}
+	}
+}
+
+func (p *linkProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.up {
+		p.down, p.up = make(chan struct{}), false
+	}
+}
+
+func (p *linkProxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.up {
+		close(p.down)
+		p.up = true
+	}
+}
+
+// A sandbox host behind a link that goes silent loses its fleet functions
+// within a few heartbeats (so the router can answer S301 at once), while a
+// host that answers pings keeps them, and a worker that serves no fleet
+// function is never pinged.
+func TestHostHeartbeatCutsSilentHost(t *testing.T) {
+	te := startEngine(t, Options{})
+	te.SetHostHeartbeat(50 * time.Millisecond)
+	proxy := startLinkProxy(t, strings.TrimPrefix(te.srv.URL, "http://"))
+	proxied := &testEngine{Engine: te.Engine, srv: te.srv, url: "ws://" + proxy.ln.Addr().String()}
+
+	const fleetFn = "sandbox-x::host::h1::sandbox::exec"
+	host := proxied.dialWith(t, http.Header{"Authorization": {"Bearer " + testAdminToken}})
+	host.registerIn("", "sandbox-x-h1", fleetFn)
+	plain := proxied.dialAdmin(t)
+	plain.registerIn("", "plain-worker", "plain::echo")
+	registered := func(id string) bool { return len(te.FunctionIDs(DefaultNamespace, id)) == 1 }
+	assert.Assert(t, registered(fleetFn))
+
+	// Ten heartbeats with the link up: the host answers and stays.
+	time.Sleep(500 * time.Millisecond)
+	assert.Assert(t, registered(fleetFn), "a host that answers pings was dropped")
+
+	proxy.cut()
+	cutAt := time.Now()
+	pollUntil(t, "the silent host's fleet function to go", func() bool { return !registered(fleetFn) })
+	t.Logf("silent host dropped %v after the cut (heartbeat 50 ms)", time.Since(cutAt).Round(time.Millisecond))
+	// The plain worker, silent too, is not pinged and keeps its function.
+	assert.Assert(t, registered("plain::echo"), "a worker without fleet functions was dropped by the host heartbeat")
+}
