@@ -20,6 +20,9 @@ type triggerType struct {
 	description          string
 	triggerRequestFormat json.RawMessage
 	callRequestFormat    json.RawMessage
+	// local serves the type in-process (LocalWorker.RegisterTriggerType):
+	// it is told of bindings by calls instead of frames.
+	local TriggerProvider
 }
 
 // binding is a registered trigger: a function bound to a trigger type. It is
@@ -55,6 +58,7 @@ func (t *triggerRegistry) init() {
 type outbox []struct {
 	to    *worker
 	frame []byte
+	call  func() // an in-process provider's notice, instead of a frame
 }
 
 func (o *outbox) add(to *worker, m protocol.Message) {
@@ -68,11 +72,16 @@ func (o *outbox) add(to *worker, m protocol.Message) {
 	*o = append(*o, struct {
 		to    *worker
 		frame []byte
-	}{to, b})
+		call  func()
+	}{to: to, frame: b})
 }
 
 func (o outbox) flush() {
 	for _, m := range o {
+		if m.call != nil {
+			m.call()
+			continue
+		}
 		m.to.conn.send(m.frame)
 	}
 }
@@ -114,12 +123,20 @@ func (b *binding) registerFrame() *protocol.RegisterTrigger {
 // the provider.
 func (b *binding) bindLocked(tt *triggerType, out *outbox) {
 	b.bound = tt
+	if tt.local != nil {
+		out.addLocalRegister(b, tt)
+		return
+	}
 	out.add(tt.provider, b.registerFrame())
 }
 
 func (b *binding) unbindLocked(out *outbox) {
 	if b.bound != nil {
-		out.add(b.bound.provider, &protocol.UnregisterTrigger{ID: b.id, TriggerType: b.triggerType})
+		if b.bound.local != nil {
+			out.addLocalUnregister(b, b.bound)
+		} else {
+			out.add(b.bound.provider, &protocol.UnregisterTrigger{ID: b.id, TriggerType: b.triggerType})
+		}
 		b.bound = nil
 	}
 }
@@ -232,9 +249,14 @@ func (e *Engine) registerTriggerType(p *worker, connNS string, m *protocol.Regis
 		return
 	}
 	k := ttKey{ns, m.ID}
-	tt := &triggerType{key: k, provider: p, description: m.Description,
-		triggerRequestFormat: m.TriggerRequestFormat, callRequestFormat: m.CallRequestFormat}
+	e.addTriggerType(&triggerType{key: k, provider: p, description: m.Description,
+		triggerRequestFormat: m.TriggerRequestFormat, callRequestFormat: m.CallRequestFormat})
+}
 
+// addTriggerType installs tt (last registration wins) and binds the
+// bindings that resolve to it.
+func (e *Engine) addTriggerType(tt *triggerType) {
+	k, p, ns := tt.key, tt.provider, tt.key.ns
 	t := &e.triggers
 	var out outbox
 	t.mu.Lock()
@@ -249,7 +271,7 @@ func (e *Engine) registerTriggerType(p *worker, connNS string, m *protocol.Regis
 	if old != nil && old.provider != p {
 		// Last registration wins: a provider that restarted without
 		// reattaching must not be locked out by its old connection.
-		e.log.Info("trigger type taken over by a new provider", "namespace", ns, "id", m.ID, "worker_id", p.id, "previous_provider_id", old.provider.id)
+		e.log.Info("trigger type taken over by a new provider", "namespace", ns, "id", k.id, "worker_id", p.id, "previous_provider_id", old.provider.id)
 	}
 	t.types[k] = tt
 	for _, b := range t.bindings {
@@ -266,7 +288,7 @@ func (e *Engine) registerTriggerType(p *worker, connNS string, m *protocol.Regis
 			if t.providerLocked(b) == tt {
 				b.bindLocked(tt, &out)
 			}
-		case b.triggerType == m.ID && b.triggerNamespace == nil && b.bound.key.ns == DefaultNamespace &&
+		case b.triggerType == k.id && b.triggerNamespace == nil && b.bound.key.ns == DefaultNamespace &&
 			ns != DefaultNamespace && b.originNS == ns:
 			// A provider in the originator's own namespace takes over a
 			// binding that had fallen back to default.

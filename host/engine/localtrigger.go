@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// TriggerBinding is a registered trigger as the in-process provider of its
+// type sees it.
+type TriggerBinding struct {
+	ID          string
+	TriggerType string
+	FunctionID  string
+	// Namespace is where FunctionID is called.
+	Namespace string
+	Config    json.RawMessage
+	Metadata  json.RawMessage
+}
+
+// TriggerProvider serves trigger types an in-process worker provides. The
+// engine calls it outside its locks, once per binding that binds to or
+// leaves the type. A RegisterTrigger error parks the binding again and
+// reaches the worker that registered it (its code and message when it is a
+// *protocol.ErrorBody).
+type TriggerProvider interface {
+	RegisterTrigger(b TriggerBinding) error
+	UnregisterTrigger(b TriggerBinding)
+}
+
+// RegisterTriggerType makes the worker the provider of trigger type id in
+// its namespace, served by p. Bindings of that type, registered before or
+// after, are handed to p; a later registration of the same id by another
+// worker takes it over (last registration wins, as over the wire).
+func (l *LocalWorker) RegisterTriggerType(id, description string, p TriggerProvider) error {
+	if p == nil {
+		return &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "trigger type " + quote(id) + ": nil provider"}
+	}
+	if strings.TrimSpace(id) == "" {
+		return &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "trigger type id is empty"}
+	}
+	if l.w.closing.Load() {
+		return &protocol.ErrorBody{Code: protocol.CodeInvocationStopped, Message: "worker " + l.w.id + " is detached"}
+	}
+	l.e.addTriggerType(&triggerType{key: ttKey{l.w.namespace, id}, provider: l.w, description: sanitizeText(description), local: p})
+	return nil
+}
+
+// UnregisterTriggerType withdraws a trigger type this worker provides; its
+// bindings move to another provider or are parked.
+func (l *LocalWorker) UnregisterTriggerType(id string) {
+	l.e.unregisterTriggerType(l.w, id)
+}
+
+func (b *binding) public() TriggerBinding {
+	return TriggerBinding{ID: b.id, TriggerType: b.triggerType, FunctionID: b.functionID, Namespace: b.namespace,
+		Config: clone(b.config), Metadata: clone(b.metadata)}
+}
+
+// addLocalRegister queues telling tt's in-process provider about b.
+func (o *outbox) addLocalRegister(b *binding, tt *triggerType) {
+	pub := b.public()
+	e := tt.provider.e
+	o.addCall(func() {
+		err := tt.local.RegisterTrigger(pub)
+		if err == nil {
+			return
+		}
+		errb, ok := err.(*protocol.ErrorBody)
+		if !ok {
+			errb = &protocol.ErrorBody{Code: CodeInvalidArgument, Message: err.Error()}
+		}
+		e.triggerResult(tt.provider, &protocol.TriggerRegistrationResult{ID: pub.ID, TriggerType: pub.TriggerType, FunctionID: pub.FunctionID, Error: errb})
+	})
+}
+
+// addLocalUnregister queues telling tt's in-process provider that b left.
+func (o *outbox) addLocalUnregister(b *binding, tt *triggerType) {
+	pub := b.public()
+	o.addCall(func() { tt.local.UnregisterTrigger(pub) })
+}
+
+func (o *outbox) addCall(f func()) {
+	*o = append(*o, struct {
+		to    *worker
+		frame []byte
+		call  func()
+	}{call: f})
+}
+
+// HasFunction reports whether id is registered in namespace ns ("" means
+// DefaultNamespace) right now.
+func (e *Engine) HasFunction(ns, id string) bool {
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	return e.reg.get(ns, id) != nil
+}
+
+// InvokeWithMetadata is Invoke with the invocation metadata a trigger
+// carries (the function sees it as the call's metadata).
+func (e *Engine) InvokeWithMetadata(ctx context.Context, namespace, functionID string, data, metadata json.RawMessage) (json.RawMessage, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	if err := validNamespace(namespace); err != nil {
+		return nil, err
+	}
+	f, err := e.resolve(namespace, functionID)
+	if err != nil {
+		return nil, err
+	}
+	return e.invokeResolved(ctx, f, &Call{CallerAdmin: true, FunctionID: functionID, Namespace: namespace, Data: data, Metadata: metadata})
+}
