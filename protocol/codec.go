@@ -16,7 +16,6 @@ const (
 	CodeFunctionNotFound        = "function_not_found"
 	CodeFunctionNotInvokable    = "function_not_invokable"
 	CodeInvalidFrame            = "invalid_frame"
-	CodeQueuesUnsupported       = "queues_unsupported"
 	CodeInvalidNamespace        = "INVALID_NAMESPACE"
 	CodeWorkerNamespaceConflict = "WORKER_NAMESPACE_CONFLICT"
 	CodeFuncNamespaceConflict   = "FUNCTION_NAMESPACE_CONFLICT"

@@ -51,8 +51,9 @@ type ActionType string
 const (
 	// ActionVoid is fire-and-forget: no result is sent back.
 	ActionVoid ActionType = "void"
-	// ActionEnqueue routes the call through a named queue. This engine has
-	// no queues and answers it with CodeQueuesUnsupported.
+	// ActionEnqueue routes the call through a named queue: the engine
+	// hands it to the queue provider, engine::queue::enqueue
+	// (docs/queues.md).
 	ActionEnqueue ActionType = "enqueue"
 )
 

@@ -201,11 +201,8 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 		case protocol.ActionVoid:
 			r.invocationID = ""
 		case protocol.ActionEnqueue:
-			if r.invocationID == "" {
-				e.log.Warn("dropping enqueue: queues are not part of this engine", "worker_id", a.id, "function_id", r.functionID, "queue", r.action.Queue)
-			}
-			answer(&protocol.ErrorBody{Code: protocol.CodeQueuesUnsupported, Message: "queues are not part of this engine"})
-			return false
+			// Handed to the queue provider (enqueue.go) once the call
+			// has passed the same checks as a direct one.
 		default:
 			answer(&protocol.ErrorBody{Code: protocol.CodeInvalidFrame,
 				Message: fmt.Sprintf("invalid frame: unknown action type %q (want void or enqueue, or no action)", r.action.Type)})
@@ -231,6 +228,12 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 			e.viaMiddleware(a, p, mw, ns, r)
 			return false
 		}
+	}
+	if r.action != nil && r.action.Type == protocol.ActionEnqueue {
+		// As iii: the target need not exist yet; the queue resolves it
+		// when it delivers.
+		e.enqueue(a, ns, r)
+		return false
 	}
 	if f == nil {
 		if r.invocationID == "" {
@@ -264,7 +267,7 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 		return e.runLocal(f.owner.ctx, f, call, reply, r.inPlace)
 	}
 	if f.http != nil {
-		answer(httpNotInvokable(f))
+		e.invokeHTTPFor(a, f, r, data)
 		return false
 	}
 
@@ -294,7 +297,7 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 
 func httpNotInvokable(f *function) *protocol.ErrorBody {
 	return &protocol.ErrorBody{Code: protocol.CodeFunctionNotInvokable,
-		Message: "function " + f.id + " is registered as an HTTP-invoked function; this engine does not call HTTP endpoints"}
+		Message: "function " + f.id + " is registered as an HTTP-invoked function and iii-http-functions is not running"}
 }
 
 // runLocal runs an in-process handler. Inline handlers (builtins) run on
@@ -415,7 +418,7 @@ func (e *Engine) invokeResolved(ctx context.Context, f *function, call *Call) (j
 		return unwrap(r)
 	}
 	if f.http != nil {
-		return nil, httpNotInvokable(f)
+		return e.invokeHTTP(ctx, f, call.Data)
 	}
 	target := f.owner
 	p := &pendingCall{id: newID(), functionID: f.id, target: target, waiter: make(chan callResult, 1)}

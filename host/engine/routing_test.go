@@ -194,25 +194,82 @@ func TestVoidCall(t *testing.T) {
 	caller.sync()
 }
 
-func TestEnqueueUnsupported(t *testing.T) {
+// An enqueue goes to the queue provider (engine::queue::enqueue) with a
+// receipt id, as in iii 0.26; without a provider the caller is told how to
+// install one; the caller's right to call the target is checked first.
+func TestEnqueue(t *testing.T) {
 	te := startEngine(t, Options{})
 	owner := te.dial(t)
 	owner.registerIn("", "q", "job")
 	caller := te.dial(t)
+	enqueue := func(id, fn string, ns *string) frame {
+		caller.send(&protocol.InvokeFunction{InvocationID: id, FunctionID: fn, Namespace: ns, Data: json.RawMessage(`{"n":1}`),
+			Action: &protocol.TriggerAction{Type: protocol.ActionEnqueue, Queue: "jobs"}})
+		return caller.expect("invocationresult")
+	}
 
-	caller.send(&protocol.InvokeFunction{InvocationID: "q1", FunctionID: "job", Action: &protocol.TriggerAction{Type: protocol.ActionEnqueue, Queue: "jobs"}})
-	res := caller.expect("invocationresult")
-	code, msg := errBody(t, res)
-	assert.Equal(t, code, protocol.CodeQueuesUnsupported)
-	assert.Equal(t, msg, "queues are not part of this engine")
+	// No provider: enqueue_error naming the fix.
+	code, msg := errBody(t, enqueue("q1", "job", nil))
+	assert.Equal(t, code, CodeEnqueueError)
+	assert.Assert(t, strings.Contains(msg, "iii worker add queue"), msg)
 
-	caller.send(&protocol.InvokeFunction{FunctionID: "job", Action: &protocol.TriggerAction{Type: protocol.ActionEnqueue, Queue: "jobs"}})
-	caller.sync()
-	owner.sync() // the owner never sees an enqueued call
+	// Only the engine token's holder may be the provider.
+	impostor := te.dial(t)
+	impostor.send(&protocol.RegisterFunction{ID: EnqueueProviderFunctionID})
+	impostor.sync()
+	assert.Assert(t, len(te.FunctionIDs(DefaultNamespace, EnqueueProviderFunctionID)) == 0)
 
-	caller.sendRaw(`{"type":"invokefunction","invocation_id":"q2","function_id":"job","action":{"type":"later"}}`)
-	res = caller.expect("invocationresult")
-	code, _ = errBody(t, res)
+	provider := te.dialAdmin(t)
+	provider.registerIn("", "queue", EnqueueProviderFunctionID)
+	owner.send(&protocol.RegisterFunction{ID: "secret", Metadata: json.RawMessage(`{"privileged":true}`)})
+	owner.sync()
+	got := make(chan frame, 4)
+	go func() {
+		for {
+			var m inbound
+			select {
+			case m = <-provider.in:
+			case <-provider.closed:
+				return
+			}
+			if m.f.typ() != "invokefunction" {
+				continue
+			}
+			got <- m.f
+			b := appendResultFrame(nil, m.f.str("invocation_id"), m.f.str("function_id"), json.RawMessage(`{"ok":true}`), nil, "", "")
+			_ = provider.c.Write(context.Background(), websocket.MessageText, b)
+		}
+	}()
+
+	res := enqueue("q2", "job", nil)
+	receipt, _ := res.obj("result")["messageReceiptId"].(string)
+	assert.Assert(t, receipt != "", "%v", res)
+	in := (<-got).obj("data")
+	assert.Equal(t, in.str("queue"), "jobs")
+	assert.Equal(t, in.str("function_id"), "job")
+	assert.Equal(t, in.str("messageReceiptId"), receipt)
+	assert.DeepEqual(t, in["data"], map[string]any{"n": float64(1)})
+	_, hasNS := in["namespace"]
+	assert.Assert(t, !hasNS, "the default namespace is left out for providers that predate namespaces")
+
+	// Another namespace travels with it.
+	res = enqueue("q3", "later", ptr("team-a"))
+	assert.Assert(t, res.obj("result")["messageReceiptId"] != nil, "%v", res)
+	assert.Equal(t, (<-got).obj("data").str("namespace"), "team-a")
+
+	// A caller may not enqueue what it may not call: the provider would
+	// call it with its own rights.
+	code, _ = errBody(t, enqueue("q4", "secret", nil))
+	assert.Equal(t, code, CodeUnauthorized)
+	select {
+	case f := <-got:
+		t.Fatalf("the provider got a refused enqueue: %v", f)
+	case <-time.After(100 * time.Millisecond):
+	}
+	owner.sync() // the target itself is never called by the engine
+
+	caller.sendRaw(`{"type":"invokefunction","invocation_id":"q5","function_id":"job","action":{"type":"later"}}`)
+	code, _ = errBody(t, caller.expect("invocationresult"))
 	assert.Equal(t, code, protocol.CodeInvalidFrame)
 }
 

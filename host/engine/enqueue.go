@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// An invoke with action {type: enqueue, queue} is not a queue of the
+// engine's own: as in iii 0.26, the engine gives the call a receipt id and
+// hands it to the queue provider, the function engine::queue::enqueue that
+// the standalone queue worker registers (a Compose worker, `iii worker add
+// queue`), which stores it and later invokes the target. Without a
+// provider the caller gets enqueue_error saying how to install one
+// (docs/queues.md). engine:: ids are reserved to the engine token's holder,
+// so only a trusted worker can be the provider, and the caller's own right
+// to invoke the target is checked before anything is handed over (the
+// provider invokes with its rights, not the caller's).
+
+// EnqueueProviderFunctionID is the queue provider's function.
+const EnqueueProviderFunctionID = "engine::queue::enqueue"
+
+// CodeEnqueueError is the code of every failed enqueue, as iii's.
+const CodeEnqueueError = "enqueue_error"
+
+// enqueueTimeout bounds the hand-over to the provider.
+const enqueueTimeout = 30 * time.Second
+
+// enqueue hands r to the queue provider and answers the caller with
+// {"messageReceiptId": id} once the provider took it.
+func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
+	receipt := newID()
+	in := map[string]any{
+		"queue":            r.action.Queue,
+		"function_id":      r.functionID,
+		"data":             json.RawMessage(orNull(r.data)),
+		"messageReceiptId": receipt,
+		"traceparent":      nilIfEmpty(r.traceparent),
+		"baggage":          nilIfEmpty(r.baggage),
+	}
+	if ns != DefaultNamespace {
+		// Providers that predate namespaces refuse unknown fields.
+		in["namespace"] = ns
+	}
+	id, fid, tp, bg := r.invocationID, r.functionID, r.traceparent, r.baggage
+	reply := func(res json.RawMessage, errb *protocol.ErrorBody) {
+		if errb != nil && id == "" {
+			e.log.Warn("enqueue failed", "worker_id", a.id, "function_id", fid, "queue", r.action.Queue, "code", errb.Code, "error", errb.Message)
+		}
+		if id != "" && !a.closing.Load() {
+			a.conn.send(appendResultFrame(nil, id, fid, res, errb, tp, bg))
+		}
+	}
+	payload, err := json.Marshal(in)
+	if err != nil {
+		reply(nil, &protocol.ErrorBody{Code: CodeEnqueueError, Message: "encode the enqueue request: " + err.Error()})
+		return
+	}
+	if !e.tasks.Add() {
+		reply(nil, &protocol.ErrorBody{Code: protocol.CodeInvocationStopped, Message: "engine stopping"})
+		return
+	}
+	go func() {
+		defer e.tasks.Done()
+		ctx, cancel := context.WithTimeout(e.ctx, enqueueTimeout)
+		defer cancel()
+		_, err := e.Invoke(ctx, DefaultNamespace, EnqueueProviderFunctionID, payload)
+		if err == nil {
+			out, _ := json.Marshal(map[string]string{"messageReceiptId": receipt})
+			reply(out, nil)
+			return
+		}
+		var eb *protocol.ErrorBody
+		msg := err.Error()
+		if asErrorBody(err, &eb) {
+			msg = eb.Message
+			if eb.Code == protocol.CodeFunctionNotFound {
+				msg = "No queue provider is installed. An enqueue action routes through the " + EnqueueProviderFunctionID +
+					" provider, which the standalone queue worker registers. Add it with `iii worker add queue`. (underlying: " + eb.Message + ")"
+			} else {
+				msg = eb.Code + ": " + eb.Message
+			}
+		}
+		reply(nil, &protocol.ErrorBody{Code: CodeEnqueueError, Message: msg})
+	}()
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
