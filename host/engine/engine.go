@@ -102,6 +102,9 @@ type Engine struct {
 
 	heartbeat hostHeartbeat
 
+	// httpFns is the iii-http-functions worker (httpinvoke.go).
+	httpFns httpFunctions
+
 	// slowConsumer is slowConsumerTimeout; tests shorten it.
 	slowConsumer time.Duration
 }

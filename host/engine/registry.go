@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/iii-sandbox/iii/host/httpfn"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -26,8 +27,10 @@ type function struct {
 	// order with the frames around it.
 	inline bool
 	// http marks a function registered with an HTTP invocation reference;
-	// this engine does not call HTTP endpoints itself.
-	http *protocol.HTTPInvocationRef
+	// httpEP is that reference as iii-http-functions admitted it
+	// (httpinvoke.go): the engine calls the endpoint itself.
+	http   *protocol.HTTPInvocationRef
+	httpEP *httpfn.Endpoint
 	// privileged functions answer UNAUTHORIZED to callers without the
 	// engine token.
 	privileged bool
@@ -231,7 +234,11 @@ func (e *Engine) applyRegistration(w *worker, ns string, m protocol.Message) {
 		f := &function{ns: ns, id: m.ID, description: m.Description, requestSchema: m.RequestFormat,
 			responseSchema: m.ResponseFormat, metadata: m.Metadata, owner: w, http: m.Invocation,
 			privileged: markedPrivileged(m.Metadata)}
-		if errb := e.admitRegistration(w, f); errb != nil {
+		errb := e.admitRegistration(w, f)
+		if errb == nil && f.http != nil {
+			errb = e.admitHTTPFunction(w, f)
+		}
+		if errb != nil {
 			e.log.Warn("registerfunction refused", "worker_id", w.id, "function_id", m.ID, "namespace", ns, "code", errb.Code, "error", errb.Message)
 			e.reject(w, &protocol.RegistrationRejected{Code: errb.Code, Namespace: ns, FunctionID: m.ID})
 			return

@@ -506,22 +506,6 @@ func TestInProcessInvoke(t *testing.T) {
 	assert.ErrorContains(t, err, protocol.CodeInvalidNamespace)
 }
 
-func TestHTTPInvokedFunctionsAreNotInvokable(t *testing.T) {
-	te := startEngine(t, Options{})
-	w := te.dial(t)
-	w.send(&protocol.RegisterFunction{ID: "hook::post", Invocation: &protocol.HTTPInvocationRef{URL: "http://127.0.0.1:1/hook"}})
-	w.registerIn("", "hooks")
-	// Listed like any function...
-	out := invokeJSON(t, te, FnFunctionsList, map[string]any{"prefix": "hook::"})
-	assert.DeepEqual(t, ids(out["functions"], "function_id"), []string{"hook::post"})
-	// ...but this engine does not call HTTP endpoints itself.
-	res := w.call("h1", "hook::post", nil, `{}`)
-	code, _ := errBody(t, res)
-	assert.Equal(t, code, protocol.CodeFunctionNotInvokable)
-	_, err := te.Invoke(context.Background(), "", "hook::post", nil)
-	assert.ErrorContains(t, err, protocol.CodeFunctionNotInvokable)
-}
-
 func TestPeerThatStopsReadingIsDropped(t *testing.T) {
 	e := newEngine(Options{}, 200*time.Millisecond)
 	url, stop := serve(t, e)
