@@ -76,6 +76,10 @@ type Config struct {
 	// Sandbox is the top-level sandbox: binding; nil when the section is
 	// absent (no adapter bound, sandbox::* fails with S303).
 	Sandbox *Sandbox
+	// HTTPFunctions is the iii-http-functions worker (httpfunctions.go);
+	// nil when the file does not declare it (HTTP-invocation
+	// registrations are then refused).
+	HTTPFunctions *HTTPFunctions
 	// EngineToken is engine_token: when set, engine::adapters::start,
 	// stop and restart require it (docs/project-token.md). The
 	// environment's III_ENGINE_TOKEN wins over it (the server decides).
@@ -383,8 +387,8 @@ func (p *parser) checkWorkerTypes(entries []entry) error {
 	var notImplemented []entry
 	for _, e := range entries {
 		switch e.Type {
-		case TypeConfiguration, TypeWorkerManager:
-		case TypeHTTPFunctions, TypeStream:
+		case TypeConfiguration, TypeWorkerManager, TypeHTTPFunctions:
+		case TypeStream:
 			notImplemented = append(notImplemented, e)
 		case typeSandbox:
 			unsupported = append(unsupported, p.sandboxFix(e))
@@ -647,6 +651,12 @@ func (p *parser) finish(cfg *Config, entries []entry, sandbox *Sandbox) (*Config
 				return nil, err
 			}
 			cfg.Listeners = append(cfg.Listeners, l)
+		case TypeHTTPFunctions:
+			h, err := p.httpFunctions(e, cfg.HTTPFunctions)
+			if err != nil {
+				return nil, err
+			}
+			cfg.HTTPFunctions = h
 		case TypeConfiguration:
 			if configurationLine != 0 {
 				return nil, p.fail(CodeInvalidConfig, e.nameNode, "a second configuration worker (%s; the first is at line %d): there is one configuration worker, it serves configuration::* in the default namespace", e.Name, configurationLine)

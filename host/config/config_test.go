@@ -53,8 +53,6 @@ func TestParseErrors(t *testing.T) {
 			code: CodeUnsupportedConfigWorkers,
 		},
 		{name: "unsupported_iii_sandbox_instance", src: "workers:\n  - name: iii-sandbox#second\n", code: CodeUnsupportedConfigWorkers},
-		{name: "http_functions_not_supported", src: "workers:\n  - name: iii-http-functions\n", code: CodeWorkerNotSupported},
-		{name: "stream_not_supported", src: "workers:\n  - name: iii-stream\n    config: { port: ${STREAM_PORT:3112}, host: 127.0.0.1 }\n", code: CodeWorkerNotSupported},
 		{name: "unset_variable", src: "workers:\n  - name: iii-worker-manager\n    config:\n      port: ${WM_PORT}\n", code: CodeUnsetVariable},
 		{name: "unset_variable_embedded", src: "sandbox:\n  namespace: ns-${TEAM}\n", code: CodeUnsetVariable},
 		{name: "grace_not_integer", src: "registration_namespace_grace_ms: soon\n", code: CodeInvalidConfig},

@@ -160,6 +160,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s.eng = engine.New(engine.Options{Logger: s.log.Named("engine"), Version: opts.Version, NamespaceGrace: grace, AdminToken: s.engineToken})
 	s.setSandbox(cfg.Sandbox)
 	s.loadCredentials()
+	s.syncHTTPFunctions(nil, cfg.HTTPFunctions)
 	if s.cw, err = s.startConfiguration(ctx, cfg.Configuration); err != nil {
 		s.closeEngine()
 		return nil, err
@@ -401,6 +402,7 @@ func (s *Server) reload(ctx context.Context, data []byte, readErr error, state s
 			s.log.Info("sandbox binding changed", "adapter", next.Sandbox.Adapter, "namespace", next.Sandbox.Namespace)
 		}
 	}
+	s.syncHTTPFunctions(prev.HTTPFunctions, next.HTTPFunctions)
 	if prev.NamespaceGrace != next.NamespaceGrace {
 		if _, overridden := s.lookup(GraceEnv); !overridden {
 			// The engine reads the grace time when it starts; changing it
@@ -509,6 +511,7 @@ func (s *Server) shutdown() error {
 	if cw != nil {
 		cw.Close()
 	}
+	s.stopHTTPFunctions()
 	errs = append(errs, s.closeEngineCtx(ctx))
 	return errors.Join(errs...)
 }
