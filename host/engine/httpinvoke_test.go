@@ -217,3 +217,21 @@ func TestHTTPFunctionsStopDropsFunctions(t *testing.T) {
 	res := te.dial(t).call("c2", "remote::echo", nil, `{}`)
 	assert.Equal(t, res.obj("result")["path"], "remote::echo")
 }
+
+// A call in flight ends when the function's owner leaves
+// (invocation_stopped), as a call to a worker's own handler does.
+func TestHTTPFunctionCallStoppedWithItsOwner(t *testing.T) {
+	te := startEngine(t, Options{})
+	srv := httpEndpoints(t)
+	setHTTP(t, te, loopbackAllowed, nil)
+	w := te.dial(t)
+	registerHTTP(t, w, "http-owner", "remote::slow", protocol.HTTPInvocationRef{URL: srv.URL + "/slow"}, "")
+	caller := te.dial(t)
+	caller.send(&protocol.InvokeFunction{InvocationID: "s1", FunctionID: "remote::slow"})
+	caller.sync()
+	start := time.Now()
+	assert.NilError(t, w.c.CloseNow())
+	code, _ := errBody(t, caller.expect("invocationresult"))
+	assert.Equal(t, code, protocol.CodeInvocationStopped)
+	assert.Assert(t, time.Since(start) < 5*time.Second)
+}
