@@ -53,8 +53,9 @@ func main() {
 	duration := flag.Duration("duration", 40*time.Second, "measuring time per fleet size")
 	cold := flag.Bool("cold", false, "turn snapshot templates off: every create boots")
 	maxHosts := flag.Int("hosts", 3, "largest fleet")
+	keep := flag.Bool("keep", false, "keep the work directory (logs, state) and print its path")
 	flag.Parse()
-	if err := run(*duration, *cold, *maxHosts); err != nil {
+	if err := run(*duration, *cold, *maxHosts, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "fleetcreate bench:", err)
 		os.Exit(1)
 	}
@@ -67,7 +68,7 @@ type bench struct {
 	stops                                       []func()
 }
 
-func run(duration time.Duration, cold bool, maxHosts int) error {
+func run(duration time.Duration, cold bool, maxHosts int, keep bool) (err error) {
 	if maxHosts < 1 || duration <= 0 {
 		return errors.New("-hosts must be at least 1 and -duration positive")
 	}
@@ -75,11 +76,25 @@ func run(duration time.Duration, cold bool, maxHosts int) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	if keep {
+		fmt.Println("work directory (kept):", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
 	b := &bench{work: work, bin: filepath.Join(work, "bin"), cold: cold}
 	defer func() {
 		for i := len(b.stops) - 1; i >= 0; i-- {
 			b.stops[i]()
+		}
+	}()
+	defer func() {
+		if err != nil {
+			// The logs say why a host went away.
+			for _, name := range []string{"engine", "h1", "h2", "h3"} {
+				if raw, rerr := os.ReadFile(filepath.Join(work, name+".log")); rerr == nil {
+					fmt.Fprintf(os.Stderr, "--- %s.log (tail)\n%s\n", name, tail(raw, 30))
+				}
+			}
 		}
 	}()
 	if err := b.setup(); err != nil {
@@ -151,6 +166,11 @@ func (b *bench) setup() error {
 	}
 	eng := exec.Command(b.iii, "-c", filepath.Join(home, "config.yaml"))
 	eng.Dir, eng.Env = home, append(os.Environ(), "HOME="+home, "III_ENGINE_TOKEN="+b.token, "III_PLUGIN_PATH=")
+	engLog, err := os.Create(filepath.Join(b.work, "engine.log"))
+	if err != nil {
+		return err
+	}
+	eng.Stdout, eng.Stderr = engLog, engLog
 	if err := eng.Start(); err != nil {
 		return err
 	}
@@ -306,6 +326,15 @@ func (b *bench) measure(ctx context.Context, callers int, d time.Duration) (int6
 	}
 	wg.Wait()
 	return creates.Load(), time.Since(start), firstErr
+}
+
+// tail is the last n lines of b.
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // cpuTimes reads the machine's busy and total CPU ticks from /proc/stat
