@@ -101,6 +101,8 @@ type Engine struct {
 	inbound  inboundBudget
 
 	heartbeat hostHeartbeat
+	// enqueues bounds the enqueue hand-overs in flight (enqueue.go).
+	enqueues chan struct{}
 
 	// httpFns is the iii-http-functions worker (httpinvoke.go).
 	httpFns httpFunctions
@@ -141,6 +143,7 @@ func newEngine(opts Options, slowConsumer time.Duration) *Engine {
 		names:   make(map[nameKey]*worker),
 
 		slowConsumer: slowConsumer,
+		enqueues:     make(chan struct{}, maxEnqueuesInFlight),
 	}
 	e.inbound = newInboundBudget()
 	e.reg.init()

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/iii-sandbox/iii/protocol"
@@ -27,6 +28,11 @@ const CodeEnqueueError = "enqueue_error"
 
 // enqueueTimeout bounds the hand-over to the provider.
 const enqueueTimeout = 30 * time.Second
+
+// maxEnqueuesInFlight caps the hand-overs waiting on the provider at once,
+// across all callers: a flood of enqueues to a slow provider gets
+// enqueue_error at once rather than a goroutine each.
+const maxEnqueuesInFlight = 1024
 
 // enqueue hands r to the queue provider and answers the caller with
 // {"messageReceiptId": id} once the provider took it.
@@ -58,12 +64,21 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 		reply(nil, &protocol.ErrorBody{Code: CodeEnqueueError, Message: "encode the enqueue request: " + err.Error()})
 		return
 	}
+	select {
+	case e.enqueues <- struct{}{}:
+	default:
+		reply(nil, &protocol.ErrorBody{Code: CodeEnqueueError, Message: fmt.Sprintf(
+			"%d enqueues are already waiting on the queue provider %s; try again later", maxEnqueuesInFlight, EnqueueProviderFunctionID)})
+		return
+	}
 	if !e.tasks.Add() {
+		<-e.enqueues
 		reply(nil, &protocol.ErrorBody{Code: protocol.CodeInvocationStopped, Message: "engine stopping"})
 		return
 	}
 	go func() {
 		defer e.tasks.Done()
+		defer func() { <-e.enqueues }()
 		ctx, cancel := context.WithTimeout(e.ctx, enqueueTimeout)
 		defer cancel()
 		_, err := e.Invoke(ctx, DefaultNamespace, EnqueueProviderFunctionID, payload)
