@@ -76,6 +76,9 @@ type Config struct {
 	// Sandbox is the top-level sandbox: binding; nil when the section is
 	// absent (no adapter bound, sandbox::* fails with S303).
 	Sandbox *Sandbox
+	// Stream is the iii-stream worker (stream.go); nil when the file does
+	// not declare it.
+	Stream *Stream
 	// HTTPFunctions is the iii-http-functions worker (httpfunctions.go);
 	// nil when the file does not declare it (HTTP-invocation
 	// registrations are then refused).
@@ -384,12 +387,9 @@ func (p *parser) workerEntries(n *yaml.Node, unresolved []unresolvedVar) ([]entr
 // once.
 func (p *parser) checkWorkerTypes(entries []entry) error {
 	var unsupported []string
-	var notImplemented []entry
 	for _, e := range entries {
 		switch e.Type {
-		case TypeConfiguration, TypeWorkerManager, TypeHTTPFunctions:
-		case TypeStream:
-			notImplemented = append(notImplemented, e)
+		case TypeConfiguration, TypeWorkerManager, TypeStream, TypeHTTPFunctions:
 		case typeSandbox:
 			unsupported = append(unsupported, p.sandboxFix(e))
 		case typeEngineFunctions, typeTelemetry, typeObservability:
@@ -402,15 +402,6 @@ func (p *parser) checkWorkerTypes(entries []entry) error {
 		return &Error{Code: CodeUnsupportedConfigWorkers, Message: fmt.Sprintf(
 			"%s declares workers that config.yaml does not run in iii 0.26:\n%s\nconfig.yaml may declare only configuration, iii-worker-manager, iii-http-functions and iii-stream, each with an optional #instance suffix. See docs/config-yaml.md and the 0.26 upgrade guide (workers moved to Compose).",
 			p.name, strings.Join(unsupported, "\n"))}
-	}
-	if len(notImplemented) > 0 {
-		e := notImplemented[0]
-		hint := "HTTP-triggered functions"
-		if e.Type == TypeStream {
-			hint = "streams (iii-stream is deprecated in 0.26)"
-		}
-		return p.fail(CodeWorkerNotSupported, e.nameNode,
-			"%s is not supported by this engine: it runs configuration and iii-worker-manager only, and has no %s. Delete the entry.", e.Name, hint)
 	}
 	return nil
 }
@@ -667,12 +658,21 @@ func (p *parser) finish(cfg *Config, entries []entry, sandbox *Sandbox) (*Config
 				return nil, err
 			}
 			cfg.Configuration = c
+		case TypeStream:
+			st, err := p.stream(e, cfg.Stream)
+			if err != nil {
+				return nil, err
+			}
+			cfg.Stream = st
 		}
 	}
 	if len(cfg.Listeners) == 0 {
 		cfg.Listeners = []Listener{{Name: TypeWorkerManager, Host: DefaultHost, Port: DefaultPort, HandshakeTimeout: DefaultHandshakeTimeout}}
 	}
 	if err := p.checkListenerClash(cfg.Listeners, entries); err != nil {
+		return nil, err
+	}
+	if err := p.checkStreamClash(cfg, entries); err != nil {
 		return nil, err
 	}
 	return cfg, nil

@@ -18,7 +18,8 @@ const (
 	// allow there (project workers, iii-sandbox, injected workers).
 	CodeUnsupportedConfigWorkers = "UNSUPPORTED_CONFIG_WORKERS"
 	// CodeWorkerNotSupported: an allowed 0.26 worker this engine does not
-	// implement (iii-http-functions, iii-stream).
+	// implement. Every one is implemented now, so it is not returned; the
+	// code stays reserved for scripts that match on it.
 	CodeWorkerNotSupported = "WORKER_NOT_SUPPORTED"
 	// CodeConfigNotFound: the file is missing and the user declined to
 	// create it, or it disappeared while the engine ran.

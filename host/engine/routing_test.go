@@ -566,3 +566,31 @@ func TestPeerThatStopsReadingIsDropped(t *testing.T) {
 	defer pcancel()
 	assert.NilError(t, owner.c.Ping(pctx))
 }
+
+// Enqueues waiting on a provider that does not answer are capped: the one
+// past the cap is refused at once, and the slots come back when the
+// provider goes.
+func TestEnqueueInFlightCap(t *testing.T) {
+	te := startEngine(t, Options{})
+	provider := te.dialAdmin(t)
+	provider.registerIn("", "queue", EnqueueProviderFunctionID)
+	caller := te.dial(t)
+	for i := range maxEnqueuesInFlight {
+		caller.send(&protocol.InvokeFunction{InvocationID: fmt.Sprintf("e%d", i), FunctionID: "job",
+			Action: &protocol.TriggerAction{Type: protocol.ActionEnqueue, Queue: "jobs"}})
+	}
+	pollUntil(t, "every hand-over to wait on the provider", func() bool { return len(te.enqueues) == maxEnqueuesInFlight })
+	caller.send(&protocol.InvokeFunction{InvocationID: "over", FunctionID: "job", Action: &protocol.TriggerAction{Type: protocol.ActionEnqueue, Queue: "jobs"}})
+	res := caller.expect("invocationresult")
+	assert.Equal(t, res.str("invocation_id"), "over")
+	code, msg := errBody(t, res)
+	assert.Equal(t, code, CodeEnqueueError)
+	assert.Assert(t, strings.Contains(msg, "already waiting"), msg)
+
+	_ = provider.c.CloseNow()
+	for range maxEnqueuesInFlight {
+		code, _ := errBody(t, caller.expect("invocationresult"))
+		assert.Equal(t, code, CodeEnqueueError)
+	}
+	pollUntil(t, "the slots to come back", func() bool { return len(te.enqueues) == 0 })
+}

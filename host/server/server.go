@@ -104,6 +104,9 @@ type Server struct {
 
 	sandbox atomic.Pointer[config.Sandbox]
 
+	// stream is the iii-stream worker (stream.go).
+	stream streamState
+
 	// adapterMu orders the engine's starts and stops of the bound
 	// adapter (at start and on reloads).
 	adapterMu sync.Mutex
@@ -184,6 +187,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// The bound adapter runs before any listener accepts a caller, so the
 	// first sandbox::* call finds it.
 	s.syncAdapter(ctx, cfg.Sandbox)
+	if err := s.syncStream(ctx, cfg.Stream); err != nil {
+		s.shutdown()
+		return nil, err
+	}
 	wm := workermanager.New(s.eng, s.log.Named("iii-worker-manager"))
 	s.wm.Store(wm)
 	if err := wm.Apply(ctx, cfg.Listeners); err != nil {
@@ -402,6 +409,9 @@ func (s *Server) reload(ctx context.Context, data []byte, readErr error, state s
 			s.log.Info("sandbox binding changed", "adapter", next.Sandbox.Adapter, "namespace", next.Sandbox.Namespace)
 		}
 	}
+	if err := s.syncStream(ctx, next.Stream); err != nil {
+		return err
+	}
 	s.syncHTTPFunctions(prev.HTTPFunctions, next.HTTPFunctions)
 	if prev.NamespaceGrace != next.NamespaceGrace {
 		if _, overridden := s.lookup(GraceEnv); !overridden {
@@ -505,6 +515,7 @@ func (s *Server) shutdown() error {
 	if s.rt != nil {
 		s.rt.Close()
 	}
+	errs = append(errs, s.closeStream(ctx))
 	s.mu.Lock()
 	cw := s.cw
 	s.mu.Unlock()

@@ -1,0 +1,109 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// streamEntry is an iii-stream entry with upstream's keys, its port from
+// STREAM_PORT as the 0.26 guide writes it.
+const streamEntry = `  - name: iii-stream
+    config:
+      port: ${STREAM_PORT:3112}
+      host: 127.0.0.1
+      adapter:
+        name: kv
+        config:
+          store_method: file_based
+          file_path: ./data/streams
+          save_interval_ms: 100
+          channel_size: 64
+`
+
+func waitStream(t *testing.T, r *running, want bool) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if got := r.s.StreamAddr() != ""; got != want {
+			return poll.Continue("stream worker running: %v", got)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Second))
+}
+
+// TestStreamWorkerReload: a config.yaml naming iii-stream with its upstream
+// keys starts it, a reload removes it (stream::* and the port go) and adds
+// it back, and its data survives both, because it is persisted under the
+// file_path.
+func TestStreamWorkerReload(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	wmPort, streamPort := freePort(t), freePort(t)
+	t.Setenv("STREAM_PORT", strconv.Itoa(streamPort))
+	with := listenerConfig(wmPort) + streamEntry
+	writeConfig(t, path, with)
+	r := serve(t, path)
+	assert.Equal(t, r.s.StreamAddr(), "127.0.0.1:"+strconv.Itoa(streamPort))
+	assert.Equal(t, r.s.Config().Stream.FilePath, filepath.Join(dir, "data", "streams"))
+
+	w := dial(t, "127.0.0.1:"+strconv.Itoa(wmPort))
+	out, errb := w.call(t, "stream::set", `{"stream_name":"s","group_id":"g","item_id":"i","data":{"v":1}}`)
+	assert.Assert(t, errb == nil, "%+v", errb)
+	assert.Equal(t, string(out), `{"old_value":null,"new_value":{"v":1}}`)
+
+	// Removed: the functions and the port go; the store was saved.
+	writeConfig(t, path, listenerConfig(wmPort))
+	waitStream(t, r, false)
+	_, errb = w.call(t, "stream::get", `{"stream_name":"s","group_id":"g","item_id":"i"}`)
+	assert.Assert(t, errb != nil && errb.Code == protocol.CodeFunctionNotFound, "%+v", errb)
+	_, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(streamPort), 5*time.Second)
+	assert.Assert(t, err != nil, "the stream port is closed")
+	_, err = os.Stat(filepath.Join(dir, "data", "streams", "streams.json"))
+	assert.NilError(t, err)
+
+	// Added back: the data is read back.
+	writeConfig(t, path, with)
+	waitStream(t, r, true)
+	out, errb = w.call(t, "stream::get", `{"stream_name":"s","group_id":"g","item_id":"i"}`)
+	assert.Assert(t, errb == nil, "%+v", errb)
+	assert.Equal(t, string(out), `{"v":1}`)
+
+	// Changed (another port): restarted there, data kept.
+	p2 := freePort(t)
+	t.Setenv("STREAM_PORT", strconv.Itoa(p2))
+	writeConfig(t, path, with+"# moved again\n")
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if got := r.s.StreamAddr(); got != "127.0.0.1:"+strconv.Itoa(p2) {
+			return poll.Continue("stream on %q", got)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Second))
+	out, errb = w.call(t, "stream::list", `{"stream_name":"s","group_id":"g"}`)
+	assert.Assert(t, errb == nil, "%+v", errb)
+	assert.Equal(t, string(out), `[{"v":1}]`)
+}
+
+func TestStreamWorkerStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	defer held.Close()
+	port := held.Addr().(*net.TCPAddr).Port
+	writeConfig(t, path, listenerConfig(freePort(t))+fmt.Sprintf("  - name: iii-stream\n    config: { port: %d }\n", port))
+	_, err = Start(t.Context(), Options{ConfigPath: path, Version: "0.26.0"})
+	assert.ErrorContains(t, err, "LISTEN_FAILED")
+
+	writeConfig(t, path, listenerConfig(freePort(t))+"  - name: iii-stream\n    config: { adapter: { name: redis } }\n")
+	_, err = Start(t.Context(), Options{ConfigPath: path, Version: "0.26.0"})
+	assert.ErrorContains(t, err, "INVALID_CONFIG")
+}

@@ -1,0 +1,231 @@
+// Package stream is the iii-stream engine worker of iii 0.26 (deprecated
+// there, still accepted): durable streams of JSON items, organised as
+// stream > group > item, served as stream::* in the default namespace, the
+// trigger types stream, stream:join and stream:leave, and a WebSocket
+// listener (port 3112 by default, loopback unless configured otherwise) on
+// which clients join a group or an item and receive every change.
+//
+// The store is the built-in kv adapter: in memory, or persisted as one JSON
+// file written atomically (Store). Everything a client can send is bounded
+// (Limits). docs/stream.md describes the protocol.
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iii-sandbox/iii/host/engine"
+)
+
+// WorkerName is the worker's name in the engine.
+const WorkerName = "iii-stream"
+
+// Trigger types the worker provides.
+const (
+	TriggerStream = "stream"
+	TriggerJoin   = "stream:join"
+	TriggerLeave  = "stream:leave"
+)
+
+const (
+	// triggerQueue bounds the change events waiting for their stream
+	// triggers (over all dispatchers); a full queue makes the writer wait
+	// (backpressure).
+	triggerQueue = 1024
+	// dispatchers run stream triggers, each event's in order.
+	dispatchers = 4
+	// callTimeout bounds one trigger, condition or auth call.
+	callTimeout = 60 * time.Second
+	// writeTimeout drops a client that does not read its messages.
+	writeTimeout = 10 * time.Second
+	// handshakeTimeout bounds the HTTP upgrade.
+	handshakeTimeout = 10 * time.Second
+)
+
+// Config is the worker's configuration (config.yaml's iii-stream entry).
+type Config struct {
+	Host string
+	Port int // 0 picks a free port
+	// AuthFunction, when set, is called at every WebSocket upgrade; a
+	// failure refuses the connection.
+	AuthFunction string
+	// StoreDir is where the kv store persists; "" keeps it in memory.
+	StoreDir string
+	// SaveInterval is how often a changed store is written (and at Close).
+	SaveInterval time.Duration
+	// ChannelSize is each connection's queue of undelivered messages; when
+	// it is full the oldest is dropped.
+	ChannelSize int
+	Limits      Limits
+}
+
+// Options configure Start.
+type Options struct {
+	Logger  hclog.Logger // nil = null logger
+	Version string
+	Config  Config
+}
+
+// Worker is a running iii-stream worker.
+type Worker struct {
+	cfg    Config
+	limits Limits
+	log    hclog.Logger
+	eng    *engine.Engine
+	store  *Store
+	lw     *engine.LocalWorker
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+
+	trig   triggerSet
+	queues []chan dispatchJob // one per dispatcher
+	hub    hub
+	wg     sync.WaitGroup // dispatchers and the HTTP server
+
+	srv  *http.Server
+	addr string
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start opens the store (loading what it persisted), registers stream::*
+// and the trigger types with eng, and starts the listener. On error
+// nothing is left running.
+func Start(ctx context.Context, eng *engine.Engine, opts Options) (*Worker, error) {
+	cfg := opts.Config
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	if cfg.ChannelSize <= 0 {
+		cfg.ChannelSize = 256
+	}
+	w := &Worker{cfg: cfg, limits: cfg.Limits.withDefaults(), log: log, eng: eng}
+	w.trig.init()
+	var err error
+	if w.store, err = OpenStore(cfg.StoreDir, cfg.SaveInterval, w.limits); err != nil {
+		return nil, err
+	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.hub.init()
+	for range dispatchers {
+		q := make(chan dispatchJob, triggerQueue/dispatchers)
+		w.queues = append(w.queues, q)
+		w.wg.Add(1)
+		go w.dispatchLoop(q)
+	}
+	if err := w.attach(opts.Version); err != nil {
+		w.abort()
+		return nil, err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)))
+	if err != nil {
+		w.abort()
+		return nil, errorf(CodeListenFailed, "%s cannot listen on %s: %v; stop whatever holds that address or give iii-stream another port in config.yaml",
+			WorkerName, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)), err)
+	}
+	w.addr = ln.Addr().String()
+	w.srv = &http.Server{
+		Handler:           http.HandlerFunc(w.serveHTTP),
+		ReadHeaderTimeout: handshakeTimeout,
+		ErrorLog:          log.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		if err := w.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("stream socket stopped", "error", err)
+		}
+	}()
+	where := "in memory"
+	if p := w.store.Path(); p != "" {
+		where = p
+	}
+	log.Info("stream worker started", "addr", w.addr, "store", where)
+	return w, nil
+}
+
+// attach registers the worker, its functions and trigger types.
+func (w *Worker) attach(version string) error {
+	lw, err := w.eng.AttachLocalWorker(engine.LocalWorkerSpec{
+		Name:        WorkerName,
+		Namespace:   engine.DefaultNamespace,
+		Description: "Durable streams for real-time data subscriptions (deprecated in iii 0.26)",
+		Runtime:     "engine",
+		Version:     version,
+		PID:         os.Getpid(),
+	})
+	if err != nil {
+		return fmt.Errorf("attach %s: %w", WorkerName, err)
+	}
+	for _, f := range w.functions() {
+		if err := lw.RegisterFunction(f.def, f.handler); err != nil {
+			lw.Detach()
+			return fmt.Errorf("register %s: %w", f.def.ID, err)
+		}
+	}
+	for _, tt := range []struct{ id, desc string }{
+		{TriggerStream, "Fires when an item of a stream changes (stream::set, stream::update, stream::delete) or stream::send sends an event"},
+		{TriggerJoin, "Fires when a client joins a stream group on the stream socket; answering {unauthorized: true} refuses it"},
+		{TriggerLeave, "Fires when a client leaves a stream group or disconnects"},
+	} {
+		if err := lw.RegisterTriggerType(tt.id, tt.desc, &w.trig); err != nil {
+			lw.Detach()
+			return fmt.Errorf("register trigger type %s: %w", tt.id, err)
+		}
+	}
+	w.lw = lw
+	return nil
+}
+
+// Addr is the listener's bound address (host:port).
+func (w *Worker) Addr() string { return w.addr }
+
+// StorePath is the persisted store's file ("" in memory).
+func (w *Worker) StorePath() string { return w.store.Path() }
+
+// abort undoes a partial Start.
+func (w *Worker) abort() {
+	if w.lw != nil {
+		w.lw.Detach()
+	}
+	w.cancel()
+	w.hub.close()
+	w.wg.Wait()
+	if err := w.store.Close(); err != nil {
+		w.log.Error("save the stream store", "error", err)
+	}
+}
+
+// Close withdraws stream::* and the trigger types, closes the listener and
+// every connection, waits for the triggers in flight and saves the store.
+// ctx bounds the wait for the HTTP server.
+func (w *Worker) Close(ctx context.Context) error {
+	w.closeOnce.Do(func() {
+		w.lw.Detach()
+		var errs []error
+		if err := w.srv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop the stream socket: %w", err))
+			_ = w.srv.Close()
+		}
+		w.cancel()
+		w.hub.close()
+		w.wg.Wait()
+		if err := w.store.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		w.closeErr = errors.Join(errs...)
+	})
+	return w.closeErr
+}
