@@ -10,10 +10,11 @@ import (
 // A sandbox host (docs/scale-out.md) that vanishes behind a partition
 // sends nothing: no FIN, no RST, so the socket looks alive until TCP gives
 // up minutes later, and every call for its sandboxes would wait. The engine
-// therefore pings the connection of every worker that serves fleet
-// functions (<adapter>::host::<name>::<op>) and cuts it when a pong does
-// not come back in time: its registrations go at once and the router
-// answers S301 naming the host. The ping is a WebSocket control frame, so
+// therefore pings the connection of every worker that serves sandboxes
+// over WebSocket (fleet functions <adapter>::host::<name>::<op>, or a
+// single remote adapter's <adapter>::adapter::info) and cuts it when a pong
+// does not come back in time: its registrations go at once and the router
+// answers S301 naming the host or adapter. The ping is a WebSocket control frame, so
 // the host's transport answers it without its handlers being involved.
 
 // DefaultHostHeartbeat is how often a sandbox host's connection is pinged;
@@ -38,9 +39,13 @@ func (h *hostHeartbeat) get() time.Duration {
 // It applies from each connection's next ping.
 func (e *Engine) SetHostHeartbeat(d time.Duration) { e.heartbeat.every.Store(int64(d)) }
 
-// isFleetFunction reports whether id has the fleet form
-// <adapter>::host::<name>::<op>.
-func isFleetFunction(id string) bool {
+// servesSandboxes reports whether id is a sandbox adapter's function over
+// WebSocket: the fleet form <adapter>::host::<name>::<op>, or a single
+// adapter's <adapter>::adapter::info.
+func servesSandboxes(id string) bool {
+	if strings.HasSuffix(id, "::adapter::info") {
+		return true
+	}
 	_, rest, ok := strings.Cut(id, "::host::")
 	return ok && strings.Contains(rest, "::")
 }

@@ -100,10 +100,10 @@ func (p *linkProxy) heal() {
 	}
 }
 
-// A sandbox host behind a link that goes silent loses its fleet functions
-// within a few heartbeats (so the router can answer S301 at once), while a
-// host that answers pings keeps them, and a worker that serves no fleet
-// function is never pinged.
+// A sandbox host (or a single remote adapter) behind a link that goes
+// silent loses its functions within a few heartbeats (so the router can
+// answer S301 at once), while a host that answers pings keeps them, and a
+// worker that serves no sandboxes is never pinged.
 func TestHostHeartbeatCutsSilentHost(t *testing.T) {
 	te := startEngine(t, Options{})
 	te.SetHostHeartbeat(50 * time.Millisecond)
@@ -113,10 +113,13 @@ func TestHostHeartbeatCutsSilentHost(t *testing.T) {
 	const fleetFn = "sandbox-x::host::h1::sandbox::exec"
 	host := proxied.dialWith(t, http.Header{"Authorization": {"Bearer " + testAdminToken}})
 	host.registerIn("", "sandbox-x-h1", fleetFn)
+	const adapterFn = "sandbox-y::adapter::info"
+	single := proxied.dialAdmin(t)
+	single.registerIn("", "sandbox-y", adapterFn)
 	plain := proxied.dialAdmin(t)
 	plain.registerIn("", "plain-worker", "plain::echo")
 	registered := func(id string) bool { return len(te.FunctionIDs(DefaultNamespace, id)) == 1 }
-	assert.Assert(t, registered(fleetFn))
+	assert.Assert(t, registered(fleetFn) && registered(adapterFn))
 
 	// Ten heartbeats with the link up: the host answers and stays.
 	time.Sleep(500 * time.Millisecond)
@@ -125,6 +128,7 @@ func TestHostHeartbeatCutsSilentHost(t *testing.T) {
 	proxy.cut()
 	cutAt := time.Now()
 	pollUntil(t, "the silent host's fleet function to go", func() bool { return !registered(fleetFn) })
+	pollUntil(t, "the silent remote adapter's function to go", func() bool { return !registered(adapterFn) })
 	t.Logf("silent host dropped %v after the cut (heartbeat 50 ms)", time.Since(cutAt).Round(time.Millisecond))
 	// The plain worker, silent too, is not pinged and keeps its function.
 	assert.Assert(t, registered("plain::echo"), "a worker without fleet functions was dropped by the host heartbeat")

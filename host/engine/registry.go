@@ -200,7 +200,7 @@ func (e *Engine) registerFunction(w *worker, f *function) *protocol.ErrorBody {
 	}
 	holder, ok := e.reg.register(f)
 	if ok {
-		if w.conn != nil && isFleetFunction(f.id) {
+		if w.conn != nil && servesSandboxes(f.id) {
 			w.conn.watchLiveness()
 		}
 		return nil
