@@ -42,6 +42,13 @@ const MetadataPrivileged = "privileged"
 // send it.
 var reservedPrefixes = []string{"engine::", "compose::", "configuration::", "sandbox::"}
 
+// streamIDs are the iii-stream worker's functions: only the engine token's
+// holder may register them (so no worker stands in for them while the
+// worker is stopped), while custom streams' stream::<op>(<name>) stay
+// open to every worker (docs/stream.md).
+var streamIDs = []string{"stream::set", "stream::get", "stream::delete", "stream::list", "stream::list_groups",
+	"stream::list_all", "stream::send", "stream::update"}
+
 func reservedID(id string) bool {
 	for _, p := range reservedPrefixes {
 		if strings.HasPrefix(id, p) {
@@ -254,6 +261,9 @@ func (p *principal) authorizeRegistration(id string) *protocol.ErrorBody {
 	}
 	if reservedID(id) {
 		return &protocol.ErrorBody{Code: CodeForbidden, Message: "function ids under " + strings.Join(reservedPrefixes, ", ") + " are reserved to the engine token's holder; " + id + " cannot be registered"}
+	}
+	if slices.Contains(streamIDs, id) {
+		return &protocol.ErrorBody{Code: CodeForbidden, Message: id + " is the iii-stream worker's and reserved to the engine token's holder; a custom stream registers " + id + "(<stream_name>)"}
 	}
 	if p.session != nil && !p.session.AllowFunctionRegistration {
 		return &protocol.ErrorBody{Code: CodeForbidden, Message: "this session may not register functions (allow_function_registration is false)"}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -139,6 +140,12 @@ func (c *conn) enqueue(frame []byte) {
 // serveHTTP admits, authenticates and upgrades one client, then serves it
 // until it leaves or the worker closes.
 func (w *Worker) serveHTTP(rw http.ResponseWriter, r *http.Request) {
+	if w.loopback && !loopbackHost(r.Host) {
+		// A page that rebinds its own name to 127.0.0.1 passes the origin
+		// check (its Origin matches its Host); the Host gives it away.
+		http.Error(rw, "this stream socket answers only Host 127.0.0.1, localhost or [::1]", http.StatusForbidden)
+		return
+	}
 	if !w.hub.admit(w.limits.Connections) {
 		http.Error(rw, "the stream socket is at its connection limit or closing; try again later", http.StatusServiceUnavailable)
 		return
@@ -247,10 +254,15 @@ func (w *Worker) serveConn(ws *websocket.Conn, authCtx json.RawMessage) {
 func (w *Worker) handle(ctx context.Context, c *conn, m ClientMessage) error {
 	ev := JoinLeave{SubscriptionID: m.SubscriptionID, StreamName: m.StreamName, GroupID: m.GroupID, ID: m.ItemID, Context: c.authCtx}
 	if m.Type == "leave" {
-		w.joinLeave(ctx, TriggerLeave, ev)
+		// Only a held subscription leaves (upstream calls the leave
+		// triggers for any id a client names).
 		c.mu.Lock()
+		_, held := c.subs[m.SubscriptionID]
 		delete(c.subs, m.SubscriptionID)
 		c.mu.Unlock()
+		if held {
+			w.joinLeave(ctx, TriggerLeave, ev)
+		}
 		return nil
 	}
 	c.mu.Lock()
@@ -301,4 +313,30 @@ func (w *Worker) leaveAll(c *conn) {
 		}
 		w.joinLeave(w.ctx, TriggerLeave, JoinLeave{SubscriptionID: s.SubscriptionID, StreamName: s.StreamName, GroupID: s.GroupID, ID: s.ItemID, Context: c.authCtx})
 	}
+}
+
+// loopbackHost reports whether a request's Host names the loopback
+// interface: 127.0.0.1, localhost or [::1], with or without a port.
+func loopbackHost(host string) bool {
+	h := host
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		h = hh
+	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		h = h[1 : len(h)-1]
+	}
+	switch strings.ToLower(h) {
+	case "127.0.0.1", "localhost", "::1":
+		return true
+	}
+	return false
+}
+
+// loopbackAddr reports whether a bound address is a loopback one.
+func loopbackAddr(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }

@@ -91,8 +91,9 @@ type Worker struct {
 	hub    hub
 	wg     sync.WaitGroup // dispatchers and the HTTP server
 
-	srv  *http.Server
-	addr string
+	srv      *http.Server
+	addr     string
+	loopback bool // bound to a loopback address: only loopback Hosts are served
 
 	closeOnce sync.Once
 	closeErr  error
@@ -136,6 +137,7 @@ func Start(ctx context.Context, eng *engine.Engine, opts Options) (*Worker, erro
 			WorkerName, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)), err)
 	}
 	w.addr = ln.Addr().String()
+	w.loopback = loopbackAddr(w.addr)
 	w.srv = &http.Server{
 		Handler:           http.HandlerFunc(w.serveHTTP),
 		ReadHeaderTimeout: handshakeTimeout,

@@ -341,6 +341,14 @@ func TestSocketConnectionLimitAndOrigin(t *testing.T) {
 	_, resp, err = dialStream(t, g.w.Addr(), http.Header{"Origin": {"https://evil.example"}})
 	assert.Assert(t, err != nil, "a page of another origin cannot open the socket")
 	assert.Equal(t, resp.StatusCode, http.StatusForbidden)
+	// A page that rebinds its name to 127.0.0.1 sends a matching Origin
+	// but a foreign Host.
+	for host, want := range map[string]int{
+		"rebound.example:3112": http.StatusForbidden, "rebound.example": http.StatusForbidden,
+		"localhost:3112": http.StatusSwitchingProtocols, "[::1]:3112": http.StatusSwitchingProtocols, "127.0.0.1": http.StatusSwitchingProtocols,
+	} {
+		assert.Equal(t, upgradeStatus(t, g.w.Addr(), host), want, host)
+	}
 }
 
 func TestSocketAuthAndJoinTriggers(t *testing.T) {
@@ -478,3 +486,58 @@ func TestStartFailsCleanly(t *testing.T) {
 }
 
 func fmtSscan(s string, p *int) (int, error) { return fmt.Sscan(s, p) }
+
+// upgradeStatus sends a WebSocket upgrade to addr with the given Host (and
+// a matching Origin) and returns the status it gets.
+func upgradeStatus(t *testing.T, addr, host string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	assert.NilError(t, err)
+	req.Host = host
+	req.Header.Set("Origin", "http://"+host)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitFor}
+	resp, err := c.Do(req)
+	assert.NilError(t, err)
+	resp.Body.Close()
+	c.CloseIdleConnections()
+	return resp.StatusCode
+}
+
+// TestBuiltinIDsReserved: no worker may stand in for stream::* while the
+// stream worker is stopped, and custom streams stay open to every worker.
+func TestBuiltinIDsReserved(t *testing.T) {
+	eng := engine.New(engine.Options{})
+	srv := httptest.NewServer(eng.Handler())
+	defer func() {
+		srv.Close()
+		assert.Check(t, eng.Close(context.Background()))
+	}()
+	refused := make(chan error, 4)
+	c, err := client.Dial(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), client.Options{Name: "squatter", IgnoreEnv: true,
+		OnRegistrationError: func(err error) { refused <- err }})
+	assert.NilError(t, err)
+	defer c.Close(context.Background())
+	h := func(context.Context, *client.Invocation) (any, error) { return nil, nil }
+	_, err = c.RegisterFunction(client.FunctionDef{ID: "stream::set"}, h)
+	assert.NilError(t, err)
+	_, err = c.RegisterFunction(client.FunctionDef{ID: "stream::set(mine)"}, h)
+	assert.NilError(t, err)
+	select {
+	case err := <-refused:
+		assert.Assert(t, is.Contains(err.Error(), "FORBIDDEN"), err.Error())
+		assert.Assert(t, is.Contains(err.Error(), `"stream::set"`), err.Error())
+	case <-time.After(waitFor):
+		t.Fatal("stream::set was not refused")
+	}
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if !eng.HasFunction("", "stream::set(mine)") {
+			return poll.Continue("the custom stream function is not registered")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(waitFor))
+	assert.Assert(t, !eng.HasFunction("", "stream::set"))
+}
