@@ -27,6 +27,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,6 +58,15 @@ const (
 	MaxTimeout = time.Hour
 	// DefaultMaxResponseBytes caps the body of an endpoint's answer.
 	DefaultMaxResponseBytes = 16 << 20
+	// DefaultAnswerBudget caps the bytes of all answers being read at
+	// once, so many calls of large answers cannot exhaust the engine's
+	// memory: a call whose answer would go past it fails.
+	DefaultAnswerBudget = 128 << 20
+	// maxHeaderBytes caps an answer's headers.
+	maxHeaderBytes = 1 << 20
+	// readChunk is how much of an answer is read (and taken from the
+	// budget) at a time.
+	readChunk = 64 << 10
 )
 
 // Methods an invocation may use; absent is POST.
@@ -76,6 +86,8 @@ type Options struct {
 	DefaultTimeout time.Duration
 	// MaxResponseBytes replaces DefaultMaxResponseBytes when positive.
 	MaxResponseBytes int64
+	// AnswerBudget replaces DefaultAnswerBudget when positive.
+	AnswerBudget int64
 	// TLSConfig is the client's TLS configuration (tests trust their
 	// server's certificate with it); nil is the system's roots.
 	TLSConfig *tls.Config
@@ -88,6 +100,8 @@ type Invoker struct {
 	lookup   func(string) (string, bool)
 	timeout  time.Duration
 	maxBytes int64
+	// budget is what is left of the answer budget.
+	budget atomic.Int64
 }
 
 // New builds an Invoker; an invalid allowlist pattern is an error.
@@ -110,6 +124,10 @@ func New(opts Options) (*Invoker, error) {
 	if opts.MaxResponseBytes > 0 {
 		inv.maxBytes = opts.MaxResponseBytes
 	}
+	inv.budget.Store(DefaultAnswerBudget)
+	if opts.AnswerBudget > 0 {
+		inv.budget.Store(opts.AnswerBudget)
+	}
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Resolver: opts.Resolver}
 	if v.sec.BlockPrivateIPs {
 		dialer.Control = checkDial
@@ -117,13 +135,14 @@ func New(opts Options) (*Invoker, error) {
 	tr := &http.Transport{
 		// Never a proxy from the environment: the dialer must see the
 		// endpoint's own address to check it.
-		Proxy:               nil,
-		DialContext:         dialer.DialContext,
-		TLSClientConfig:     opts.TLSConfig,
-		ForceAttemptHTTP2:   true,
-		MaxIdleConnsPerHost: 50,
-		IdleConnTimeout:     90 * time.Second,
-		TLSHandshakeTimeout: 10 * time.Second,
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		TLSClientConfig:        opts.TLSConfig,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConnsPerHost:    50,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		MaxResponseHeaderBytes: maxHeaderBytes,
 	}
 	inv.client = &http.Client{
 		Transport: tr,
@@ -228,9 +247,16 @@ func validHeaderName(k string) bool { return k != "" && httpguts.ValidHeaderFiel
 // answer that is not JSON; an *protocol.ErrorBody with upstream's codes
 // otherwise. ctx ending stops the request.
 func (inv *Invoker) Invoke(ctx context.Context, ep *Endpoint, functionID string, data json.RawMessage) (json.RawMessage, *protocol.ErrorBody) {
-	if _, err := inv.v.Validate(ctx, ep.URL); err != nil {
-		if ctx.Err() != nil {
-			return nil, &protocol.ErrorBody{Code: CodeHTTPRequestFailed, Message: "the call ended before the request was made: " + ctx.Err().Error()}
+	timeout := ep.Timeout
+	if timeout <= 0 {
+		timeout = inv.timeout
+	}
+	// The timeout covers the DNS lookup of the check too.
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := inv.v.Validate(tctx, ep.URL); err != nil {
+		if tctx.Err() != nil {
+			return nil, inv.sendError(ctx, tctx, timeout, tctx.Err())
 		}
 		return nil, &protocol.ErrorBody{Code: CodeURLValidationFailed, Message: err.Error()}
 	}
@@ -238,12 +264,6 @@ func (inv *Invoker) Invoke(ctx context.Context, ep *Endpoint, functionID string,
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("null")
 	}
-	timeout := ep.Timeout
-	if timeout <= 0 {
-		timeout = inv.timeout
-	}
-	tctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	req, err := http.NewRequestWithContext(tctx, ep.Method, ep.URL, bytes.NewReader(body))
 	if err != nil {
 		return nil, &protocol.ErrorBody{Code: CodeHTTPRequestFailed, Message: "build the request: " + err.Error()}
@@ -273,14 +293,41 @@ func (inv *Invoker) Invoke(ctx context.Context, ep *Endpoint, functionID string,
 		return nil, inv.sendError(ctx, tctx, timeout, err)
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, inv.maxBytes+1))
-	if err != nil {
-		return nil, &protocol.ErrorBody{Code: CodeHTTPResponseFailed, Message: fmt.Sprintf("read the answer of %s: %v", redact(ep.URL), err)}
-	}
-	if int64(len(raw)) > inv.maxBytes {
-		return nil, &protocol.ErrorBody{Code: CodeHTTPResponseFailed, Message: fmt.Sprintf("the answer of %s is larger than %d bytes, the engine's cap", redact(ep.URL), inv.maxBytes)}
+	raw, taken, errb := inv.readAnswer(resp.Body, ep)
+	defer inv.budget.Add(taken)
+	if errb != nil {
+		return nil, errb
 	}
 	return parseResponse(resp.StatusCode, raw)
+}
+
+// readAnswer reads a body up to the cap, taking what it reads from the
+// answer budget; taken is what the caller gives back once it is done with
+// raw.
+func (inv *Invoker) readAnswer(body io.Reader, ep *Endpoint) (raw []byte, taken int64, errb *protocol.ErrorBody) {
+	chunk := make([]byte, readChunk)
+	for {
+		n, err := body.Read(chunk)
+		if n > 0 {
+			if int64(len(raw)+n) > inv.maxBytes {
+				return nil, taken, &protocol.ErrorBody{Code: CodeHTTPResponseFailed,
+					Message: fmt.Sprintf("the answer of %s is larger than %d bytes, the engine's cap", redact(ep.URL), inv.maxBytes)}
+			}
+			if inv.budget.Add(-int64(n)) < 0 {
+				inv.budget.Add(int64(n))
+				return nil, taken, &protocol.ErrorBody{Code: CodeHTTPResponseFailed,
+					Message: "the engine is reading too many large HTTP answers at once (its memory budget for them is in use); retry later"}
+			}
+			taken += int64(n)
+			raw = append(raw, chunk[:n]...)
+		}
+		if errors.Is(err, io.EOF) {
+			return raw, taken, nil
+		}
+		if err != nil {
+			return nil, taken, &protocol.ErrorBody{Code: CodeHTTPResponseFailed, Message: fmt.Sprintf("read the answer of %s: %v", redact(ep.URL), err)}
+		}
+	}
 }
 
 // sendError names why a request failed.

@@ -230,6 +230,23 @@ func TestInvokeCapsTheAnswer(t *testing.T) {
 	assert.Equal(t, len(res), 4098)
 }
 
+// The answers being read share a budget: one that would go past it fails,
+// and what a call took is given back when it ends.
+func TestInvokeAnswerBudget(t *testing.T) {
+	srv, _ := endpoints(t, false)
+	inv := newInvoker(t, Options{Security: loopbackOK(), AnswerBudget: 1024})
+	_, errb := inv.Invoke(context.Background(), prepare(t, inv, protocol.HTTPInvocationRef{URL: srv.URL + "/big"}), "remote::big", nil)
+	assert.Assert(t, errb != nil)
+	assert.Equal(t, errb.Code, CodeHTTPResponseFailed)
+	assert.Check(t, is.Contains(errb.Message, "memory budget"))
+	assert.Equal(t, inv.budget.Load(), int64(1024), "given back")
+
+	res, errb := inv.Invoke(context.Background(), prepare(t, inv, protocol.HTTPInvocationRef{URL: srv.URL + "/echo"}), "remote::echo", json.RawMessage(`1`))
+	assert.Assert(t, errb == nil, "%v", errb)
+	assert.Equal(t, string(res), `{"body":1,"method":"POST"}`)
+	assert.Equal(t, inv.budget.Load(), int64(1024), "given back")
+}
+
 func TestInvokeAuth(t *testing.T) {
 	srv, s := endpoints(t, false)
 	env := map[string]string{"TOKEN": "secret-token", "KEY": "key-123", "HMAC": "top-secret"}
