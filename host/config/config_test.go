@@ -293,6 +293,7 @@ func FuzzLoad(f *testing.F) {
 		"workers:\n  - name: iii-sandbox\n    config: { image_allowlist: [python] }\n",
 		"a: &a [x, *a]\n",
 		"workers: [{name: iii-stream}]\n",
+		"workers:\n  - name: iii-stream\n    config: { port: ${PORT:3112}, host: 127.0.0.1, adapter: { name: kv, config: { store_method: file_based, file_path: ./s, save_interval_ms: 100, channel_size: 8 } } }\n",
 		"sandbox: {namespace: ${NS}}\n",
 		"? [a]\n: b\n",
 		"workers:\n  - name: iii-worker-manager#x\n    config: { port: 0x10 }\n",
@@ -323,6 +324,11 @@ func FuzzLoad(f *testing.F) {
 		}
 		if cfg.Sandbox != nil && (cfg.Sandbox.Namespace == "" || cfg.Sandbox.Adapter == "") {
 			t.Fatalf("bad sandbox binding %+v", cfg.Sandbox)
+		}
+		if st := cfg.Stream; st != nil && (st.Host == "" || st.Port < 0 || st.Port > 65535 || st.Adapter != "kv" ||
+			(st.StoreMethod != StoreFileBased && st.StoreMethod != StoreInMemory) || !filepath.IsAbs(st.FilePath) ||
+			st.SaveInterval < 100*time.Millisecond || st.ChannelSize < 1) {
+			t.Fatalf("bad stream worker %+v", st)
 		}
 	})
 }
