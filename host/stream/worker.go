@@ -216,12 +216,14 @@ func (w *Worker) abort() {
 func (w *Worker) Close(ctx context.Context) error {
 	w.closeOnce.Do(func() {
 		w.lw.Detach()
+		// Cancelled first, so an upgrade waiting on the auth function
+		// ends now rather than hold Shutdown up.
+		w.cancel()
 		var errs []error
 		if err := w.srv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop the stream socket: %w", err))
 			_ = w.srv.Close()
 		}
-		w.cancel()
 		w.hub.close()
 		w.wg.Wait()
 		if err := w.store.Close(); err != nil {

@@ -541,3 +541,17 @@ func TestBuiltinIDsReserved(t *testing.T) {
 	}, poll.WithTimeout(waitFor))
 	assert.Assert(t, !eng.HasFunction("", "stream::set"))
 }
+
+// TestEnqueueDropsOldest: a client that does not read keeps the newest
+// channel_size messages; the writer never blocks.
+func TestEnqueueDropsOldest(t *testing.T) {
+	c := &conn{out: make(chan []byte, 3)}
+	for i := range 10 {
+		c.enqueue([]byte(fmt.Sprint(i)))
+	}
+	var got []string
+	for range 3 {
+		got = append(got, string(<-c.out))
+	}
+	assert.DeepEqual(t, got, []string{"7", "8", "9"})
+}
