@@ -5,13 +5,13 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/iii-sandbox/iii/host/rbac"
+	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -136,26 +136,10 @@ func (e *Engine) IsAdminToken(token string) bool {
 	return tokenEqual(token, e.opts.AdminToken())
 }
 
-// loopbackHost reports whether a request's Host names the loopback
-// interface: 127.0.0.1, localhost or [::1], with or without a port.
-func loopbackHost(host string) bool {
-	h := host
-	if hh, _, err := net.SplitHostPort(host); err == nil {
-		h = hh
-	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
-		h = h[1 : len(h)-1]
-	}
-	switch strings.ToLower(h) {
-	case "127.0.0.1", "localhost", "::1":
-		return true
-	}
-	return false
-}
-
 // checkHost answers 403 for a request a loopback listener must not serve;
 // true means it was refused.
 func (p *ListenerPolicy) refuseHost(rw http.ResponseWriter, r *http.Request) bool {
-	if p == nil || !p.LoopbackHostOnly || loopbackHost(r.Host) {
+	if p == nil || !p.LoopbackHostOnly || loopback.Host(r.Host) {
 		return false
 	}
 	http.Error(rw, "forbidden: this listener is bound to loopback and answers only Host 127.0.0.1, localhost or [::1]", http.StatusForbidden)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/iii-sandbox/iii/host/rbac"
+	"github.com/iii-sandbox/iii/internal/loopback"
 )
 
 // FuzzHandshake drives the authentication of a new connection with
@@ -38,7 +39,7 @@ func FuzzHandshake(f *testing.F) {
 		r.Host = host
 		r.URL.RawQuery = query
 		r.Header.Set("Authorization", authz)
-		_ = loopbackHost(host)
+		_ = loopback.Host(host)
 
 		p, errb := e.authenticate(context.Background(), r, open, "127.0.0.1")
 		switch {

@@ -245,25 +245,7 @@ func (e *Engine) waitTasks(ctx context.Context) error {
 // namespace "" means DefaultNamespace. Errors the function (or the engine)
 // returns come back as *protocol.ErrorBody; ctx ending returns ctx's error.
 func (e *Engine) Invoke(ctx context.Context, namespace, functionID string, data json.RawMessage) (json.RawMessage, error) {
-	if e.closed.Load() {
-		return nil, ErrClosed
-	}
-	if namespace == "" {
-		namespace = DefaultNamespace
-	}
-	if err := validNamespace(namespace); err != nil {
-		return nil, err
-	}
-	f, err := e.resolve(namespace, functionID)
-	if err != nil {
-		return nil, err
-	}
-	return e.invokeResolved(ctx, f, &Call{
-		CallerAdmin: true,
-		FunctionID:  functionID,
-		Namespace:   namespace,
-		Data:        data,
-	})
+	return e.InvokeWithMetadata(ctx, namespace, functionID, data, nil)
 }
 
 // CreateChannel is engine::channels::create for in-process users. The

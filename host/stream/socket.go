@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/iii-sandbox/iii/internal/loopback"
 )
 
 // hub is the set of open stream connections.
@@ -140,7 +141,7 @@ func (c *conn) enqueue(frame []byte) {
 // serveHTTP admits, authenticates and upgrades one client, then serves it
 // until it leaves or the worker closes.
 func (w *Worker) serveHTTP(rw http.ResponseWriter, r *http.Request) {
-	if w.loopback && !loopbackHost(r.Host) {
+	if w.loopback && !loopback.Host(r.Host) {
 		// A page that rebinds its own name to 127.0.0.1 passes the origin
 		// check (its Origin matches its Host); the Host gives it away.
 		http.Error(rw, "this stream socket answers only Host 127.0.0.1, localhost or [::1]", http.StatusForbidden)
@@ -313,30 +314,4 @@ func (w *Worker) leaveAll(c *conn) {
 		}
 		w.joinLeave(w.ctx, TriggerLeave, JoinLeave{SubscriptionID: s.SubscriptionID, StreamName: s.StreamName, GroupID: s.GroupID, ID: s.ItemID, Context: c.authCtx})
 	}
-}
-
-// loopbackHost reports whether a request's Host names the loopback
-// interface: 127.0.0.1, localhost or [::1], with or without a port.
-func loopbackHost(host string) bool {
-	h := host
-	if hh, _, err := net.SplitHostPort(host); err == nil {
-		h = hh
-	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
-		h = h[1 : len(h)-1]
-	}
-	switch strings.ToLower(h) {
-	case "127.0.0.1", "localhost", "::1":
-		return true
-	}
-	return false
-}
-
-// loopbackAddr reports whether a bound address is a loopback one.
-func loopbackAddr(addr string) bool {
-	h, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/loopback"
 )
 
 // WorkerName is the worker's name in the engine.
@@ -137,7 +138,7 @@ func Start(ctx context.Context, eng *engine.Engine, opts Options) (*Worker, erro
 			WorkerName, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)), err)
 	}
 	w.addr = ln.Addr().String()
-	w.loopback = loopbackAddr(w.addr)
+	w.loopback = loopback.Addr(w.addr)
 	w.srv = &http.Server{
 		Handler:           http.HandlerFunc(w.serveHTTP),
 		ReadHeaderTimeout: handshakeTimeout,
