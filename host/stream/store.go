@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/iii-sandbox/iii/internal/atomicfile"
 )
 
 // Limits bound what one client can make the worker hold. Zero fields take
@@ -471,7 +473,7 @@ func (s *Store) Save() error {
 	if err != nil {
 		return errorf(CodeStoreIO, "encode the stream store: %v", err)
 	}
-	if err := writeAtomic(s.dir, storeFile, data); err != nil {
+	if err := atomicfile.Write(filepath.Join(s.dir, storeFile), data, 0o600); err != nil {
 		return errorf(CodeStoreIO, "save the stream store: %v", err)
 	}
 	s.mu.Lock()
@@ -479,35 +481,6 @@ func (s *Store) Save() error {
 		s.dirty = false
 	}
 	s.mu.Unlock()
-	return nil
-}
-
-// writeAtomic replaces dir/name with data: a reader (or a crash) sees the
-// old file or the new one, never a mix.
-func writeAtomic(dir, name string, data []byte) error {
-	tmp, err := os.CreateTemp(dir, "."+name+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
 	return nil
 }
 

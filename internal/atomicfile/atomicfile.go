@@ -33,7 +33,15 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	if err := os.Chmod(tmp.Name(), perm); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// The rename itself is durable only once the directory is synced.
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
 }
 
 // Create stores data at path with mode perm only if path does not exist
