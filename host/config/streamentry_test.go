@@ -1,0 +1,52 @@
+package config
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+)
+
+// A Stream survives the trip through its entry value, and the value is read
+// with the file's checks.
+func TestStreamEntryRoundTrip(t *testing.T) {
+	s := Stream{Name: "iii-stream", Host: "127.0.0.1", Port: 4123, AuthFunction: "auth::stream", Adapter: "kv",
+		StoreMethod: StoreInMemory, FilePath: "/var/lib/iii/streams", SaveInterval: 750 * time.Millisecond, ChannelSize: 64}
+	got, err := StreamFromEntry("iii-stream", s.SeedValue(), "/srv")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, *got, s)
+
+	// Defaults fill what the value leaves out; relative paths resolve
+	// against the directory given.
+	got, err = StreamFromEntry("iii-stream", json.RawMessage(`{"port": 5000, "adapter": {"config": {"file_path": "data/s"}}}`), "/srv")
+	assert.NilError(t, err)
+	assert.Equal(t, got.Port, 5000)
+	assert.Equal(t, got.Host, DefaultStreamHost)
+	assert.Equal(t, got.FilePath, "/srv/data/s")
+	assert.Equal(t, got.StoreMethod, StoreFileBased)
+}
+
+func TestStreamEntryRefused(t *testing.T) {
+	tests := []struct{ name, value, want string }{
+		{"not an object", `[1, 2]`, "must be an object"},
+		{"not JSON", `{`, "not a JSON object"},
+		{"unknown key", `{"prot": 1}`, "unknown key"},
+		{"port out of range", `{"port": 70000}`, "port"},
+		{"redis", `{"adapter": {"name": "redis"}}`, "does not implement"},
+		{"bad store method", `{"adapter": {"config": {"store_method": "tape"}}}`, "store_method"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := StreamFromEntry("iii-stream", json.RawMessage(tc.value), "/srv")
+			assert.ErrorContains(t, err, tc.want)
+			assert.ErrorContains(t, err, CodeInvalidConfig)
+		})
+	}
+}
+
+func TestStreamEntrySchemaIsJSON(t *testing.T) {
+	var v map[string]any
+	assert.NilError(t, json.Unmarshal(StreamEntrySchema(), &v))
+	assert.Equal(t, v["type"], "object")
+}
