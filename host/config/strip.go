@@ -8,8 +8,8 @@ import "strings"
 // key order and ${VAR:default} placeholders, which a YAML round trip
 // would lose. It handles the block form
 //
-//	  - name: iii-stream
-//	    config: …            (inline or nested lines below)
+//   - name: iii-stream
+//     config: …            (inline or nested lines below)
 //
 // and reports false, changing nothing, for anything else (no such entry,
 // no config: key, a flow-style entry).

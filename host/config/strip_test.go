@@ -13,9 +13,9 @@ func TestStripWorkerConfig(t *testing.T) {
 		stripped       bool
 	}{
 		{
-			name: "nested block, neighbours and placeholders kept",
-			in: "workers:\n  - name: iii-worker-manager\n    config: { port: ${PORT:49134} }\n  - name: iii-stream   # streams\n    config:\n      port: ${STREAM_PORT:3112}\n      adapter:\n        name: kv\n\n        config: { store_method: file_based }\n  - name: iii-http-functions\nsandbox: {}\n",
-			want: "workers:\n  - name: iii-worker-manager\n    config: { port: ${PORT:49134} }\n  - name: iii-stream   # streams\n    # moved\n  - name: iii-http-functions\nsandbox: {}\n",
+			name:     "nested block, neighbours and placeholders kept",
+			in:       "workers:\n  - name: iii-worker-manager\n    config: { port: ${PORT:49134} }\n  - name: iii-stream   # streams\n    config:\n      port: ${STREAM_PORT:3112}\n      adapter:\n        name: kv\n\n        config: { store_method: file_based }\n  - name: iii-http-functions\nsandbox: {}\n",
+			want:     "workers:\n  - name: iii-worker-manager\n    config: { port: ${PORT:49134} }\n  - name: iii-stream   # streams\n    # moved\n  - name: iii-http-functions\nsandbox: {}\n",
 			stripped: true,
 		},
 		{
