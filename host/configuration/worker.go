@@ -10,6 +10,7 @@
 package configuration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -119,6 +120,10 @@ type Worker struct {
 	watchDone   chan struct{}
 
 	attached attachment
+
+	// events fans changes out to Subscribe callbacks and configuration
+	// triggers (events.go).
+	events hub
 }
 
 // New returns a worker over opts.Store. Call Open before serving calls.
@@ -172,6 +177,7 @@ func (w *Worker) Close() {
 		cancel()
 		<-done
 	}
+	w.events.close()
 }
 
 // SwapStore moves the worker to another store (config.yaml changed the
@@ -188,10 +194,15 @@ func (w *Worker) SwapStore(ctx context.Context, store Store) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	before := make(map[string]record, len(w.records))
+	for id, r := range w.records {
+		before[id] = *r
+	}
 	if err := w.loadLocked(ctx, store); err != nil {
 		w.startWatchLocked()
 		return err
 	}
+	w.emitSwapLocked(before)
 	w.log.Info("configuration store changed", "store", store.Describe())
 	w.store = store
 	w.startWatchLocked()
@@ -203,6 +214,38 @@ func (w *Worker) StoreDescription() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.store.Describe()
+}
+
+// emitSwapLocked reports what a store switch changed: an entry the new
+// store adds is registered, one whose value differs updated, one the
+// worker no longer knows deleted.
+func (w *Worker) emitSwapLocked(before map[string]record) {
+	ids := make([]string, 0, len(w.records)+len(before))
+	for id := range w.records {
+		ids = append(ids, id)
+	}
+	for id := range before {
+		if w.records[id] == nil {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		r := w.records[id]
+		old, had := before[id]
+		switch {
+		case r == nil:
+			w.events.emit(newEventLocked(EventDeleted, id, &old, old.value, nil))
+		case !had:
+			w.events.emit(newEventLocked(EventRegistered, id, r, nil, r.value))
+		case !bytes.Equal(old.value, r.value):
+			typ := EventUpdated
+			if r.value == nil {
+				typ = EventDeleted
+			}
+			w.events.emit(newEventLocked(typ, id, r, old.value, r.value))
+		}
+	}
 }
 
 func (w *Worker) loadLocked(ctx context.Context, store Store) error {
@@ -265,10 +308,12 @@ func (w *Worker) applyChange(c Change) {
 		if r == nil {
 			return
 		}
+		old := r.value
 		r.value, r.stored = nil, false
 		if !r.registered() {
 			delete(w.records, c.ID)
 		}
+		w.events.emit(newEventLocked(EventDeleted, c.ID, r, old, nil))
 		w.log.Info("configuration file removed; the entry has no value now", "id", c.ID, "file", c.Source)
 	default:
 		if r != nil && r.registered() {
@@ -278,14 +323,18 @@ func (w *Worker) applyChange(c Change) {
 				return
 			}
 		}
+		typ := EventUpdated
 		if r == nil {
+			typ = EventRegistered
 			r = &record{}
 			w.records[c.ID] = r
 		}
 		if !r.registered() {
 			r.name, r.description = c.Entry.Name, c.Entry.Description
 		}
+		old := r.value
 		r.value, r.stored = c.Entry.Value, true
+		w.events.emit(newEventLocked(typ, c.ID, r, old, r.value))
 		w.log.Info("configuration file edit applied", "id", c.ID, "file", c.Source)
 	}
 }
@@ -414,11 +463,17 @@ func (w *Worker) register(ctx context.Context, req RegisterRequest, ensure bool)
 		}
 		next.stored = true
 	}
+	typ := EventUpdated
+	var old json.RawMessage
 	if r == nil {
+		typ = EventRegistered
 		r = &record{}
 		w.records[req.ID] = r
+	} else {
+		old = r.value
 	}
 	*r = next
+	w.events.emit(newEventLocked(typ, req.ID, r, old, r.value))
 	w.log.Debug("configuration registered", "id", req.ID, "op", op)
 	return r.entry(req.ID), nil
 }
@@ -475,6 +530,7 @@ func (w *Worker) Set(ctx context.Context, id string, value json.RawMessage) (old
 		old = json.RawMessage("null")
 	}
 	r.value, r.stored = value, true
+	w.events.emit(newEventLocked(EventUpdated, id, r, old, value))
 	return old, value, nil
 }
 
