@@ -191,6 +191,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		s.shutdown()
 		return nil, err
 	}
+	s.stripSeededStreamBlock(ctx)
 	wm := workermanager.New(s.eng, s.log.Named("iii-worker-manager"))
 	s.wm.Store(wm)
 	if err := wm.Apply(ctx, cfg.Listeners); err != nil {

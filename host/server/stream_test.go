@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,7 +54,6 @@ func TestStreamWorkerReload(t *testing.T) {
 	writeConfig(t, path, with)
 	r := serve(t, path)
 	assert.Equal(t, r.s.StreamAddr(), "127.0.0.1:"+strconv.Itoa(streamPort))
-	assert.Equal(t, r.s.Config().Stream.FilePath, filepath.Join(dir, "data", "streams"))
 
 	w := dial(t, "127.0.0.1:"+strconv.Itoa(wmPort))
 	out, errb := w.call(t, "stream::set", `{"stream_name":"s","group_id":"g","item_id":"i","data":{"v":1}}`)
@@ -77,10 +77,13 @@ func TestStreamWorkerReload(t *testing.T) {
 	assert.Assert(t, errb == nil, "%+v", errb)
 	assert.Equal(t, string(out), `{"v":1}`)
 
-	// Changed (another port): restarted there, data kept.
+	// Changed at run time through its configuration entry (the file's
+	// block only seeded it): restarted on the new port, data kept.
 	p2 := freePort(t)
-	t.Setenv("STREAM_PORT", strconv.Itoa(p2))
-	writeConfig(t, path, with+"# moved again\n")
+	admin := dialAdmin(t, r)
+	value := fmt.Sprintf(`{"port": %d, "host": "127.0.0.1", "adapter": {"name": "kv", "config": {"file_path": "./data/streams", "save_interval_ms": 100}}}`, p2)
+	_, errb = admin.call(t, "configuration::set", `{"id": "iii-stream", "value": `+value+`}`)
+	assert.Assert(t, errb == nil, "%+v", errb)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		if got := r.s.StreamAddr(); got != "127.0.0.1:"+strconv.Itoa(p2) {
 			return poll.Continue("stream on %q", got)
@@ -90,6 +93,63 @@ func TestStreamWorkerReload(t *testing.T) {
 	out, errb = w.call(t, "stream::list", `{"stream_name":"s","group_id":"g"}`)
 	assert.Assert(t, errb == nil, "%+v", errb)
 	assert.Equal(t, string(out), `[{"v":1}]`)
+}
+
+// TestStreamConfigurationEntry: as in iii 0.26, the file's iii-stream block
+// seeds the configuration entry "iii-stream" and is then taken out of
+// config.yaml (a comment says where the value lives, everything else in the
+// file stays); the worker runs with the entry, a set of the entry moves it
+// at run time (a value it cannot start with leaves it where it was), and a
+// restarted engine runs with the entry, not with a block written back.
+func TestStreamConfigurationEntry(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	wmPort, p1 := freePort(t), freePort(t)
+	t.Setenv("STREAM_PORT", strconv.Itoa(p1))
+	head := "# my engine\n" + listenerConfig(wmPort)
+	writeConfig(t, path, head+streamEntry+"  - name: iii-http-functions\n")
+	r := serve(t, path)
+	assert.Equal(t, r.s.StreamAddr(), "127.0.0.1:"+strconv.Itoa(p1))
+
+	file, err := os.ReadFile(path)
+	assert.NilError(t, err)
+	want := head + "  - name: iii-stream\n    # 'iii-stream': value now lives in the configuration worker at " +
+		filepath.Join(dir, "config", "iii-stream.yaml") +
+		". Edit it at run time with `iii call configuration::set` (docs/stream.md); this block is no longer read.\n  - name: iii-http-functions\n"
+	assert.Equal(t, string(file), want)
+
+	admin := dialAdmin(t, r)
+	out, errb := admin.call(t, "configuration::get", `{"id": "iii-stream"}`)
+	assert.Assert(t, errb == nil, "%+v", errb)
+	assert.Assert(t, strings.Contains(string(out), fmt.Sprintf(`"port":%d`, p1)), "%s", out)
+
+	// A value the worker cannot start with (its port is taken) leaves it
+	// where it was.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	defer taken.Close()
+	_, errb = admin.call(t, "configuration::set", fmt.Sprintf(`{"id": "iii-stream", "value": {"port": %d}}`, taken.Addr().(*net.TCPAddr).Port))
+	assert.Assert(t, errb == nil, "%+v", errb)
+	p2 := freePort(t)
+	_, errb = admin.call(t, "configuration::set", fmt.Sprintf(`{"id": "iii-stream", "value": {"port": %d}}`, p2))
+	assert.Assert(t, errb == nil, "%+v", errb)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if got := r.s.StreamAddr(); got != "127.0.0.1:"+strconv.Itoa(p2) {
+			return poll.Continue("stream on %q", got)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Second))
+
+	// A schema violation is refused by the configuration worker itself.
+	_, errb = admin.call(t, "configuration::set", `{"id": "iii-stream", "value": {"port": "soon"}}`)
+	assert.Assert(t, errb != nil && errb.Code == "SCHEMA_INVALID", "%+v", errb)
+
+	// Restarted with a block written back: the entry wins.
+	r.cancel()
+	assert.NilError(t, r.stopped(t))
+	writeConfig(t, path, head+streamEntry)
+	r = serve(t, path)
+	assert.Equal(t, r.s.StreamAddr(), "127.0.0.1:"+strconv.Itoa(p2))
 }
 
 func TestStreamWorkerStartErrors(t *testing.T) {
