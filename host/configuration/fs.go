@@ -217,6 +217,30 @@ func (s *FSStore) Put(ctx context.Context, e StoredEntry) error {
 	return nil
 }
 
+// Delete implements Store: it removes <id>.yaml and syncs the directory.
+func (s *FSStore) Delete(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev, had := s.known[id]
+	// Forgotten before the removal: a poll that misses the file must
+	// already know it went away on purpose.
+	delete(s.known, id)
+	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if had {
+			s.known[id] = prev
+		}
+		return fmt.Errorf("remove %s: %w", s.path(id), err)
+	}
+	if d, err := os.Open(s.dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
+
 func writeAtomic(dir, path string, data []byte) error {
 	var suffix [6]byte
 	_, _ = rand.Read(suffix[:])

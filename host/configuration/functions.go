@@ -255,6 +255,12 @@ func (w *Worker) Attach(eng *engine.Engine) error {
 			return fmt.Errorf("register %s: %w", f.Def.ID, err)
 		}
 	}
+	w.trig.start(w, eng)
+	if err := lw.RegisterTriggerType(TriggerType, "Fires when a configuration entry is registered, updated or deleted (register, ensure, set, hand edits of its file, TTL expiry)", &w.trig); err != nil {
+		lw.Detach()
+		w.trig.stop()
+		return fmt.Errorf("register trigger type %s: %w", TriggerType, err)
+	}
 	w.attached.lw = lw
 	return nil
 }
@@ -263,6 +269,9 @@ func (w *Worker) detach() {
 	w.attached.mu.Lock()
 	defer w.attached.mu.Unlock()
 	if w.attached.lw != nil {
+		// The provider stops first, so the bindings the detach removes
+		// start no TTL countdown.
+		w.trig.stop()
 		w.attached.lw.Detach()
 		w.attached.lw = nil
 	}

@@ -14,6 +14,9 @@ type Store interface {
 	Load(ctx context.Context) (entries []StoredEntry, warnings []error, err error)
 	// Put writes one entry atomically.
 	Put(ctx context.Context, e StoredEntry) error
+	// Delete removes one entry; a missing entry is not an error. Like
+	// Put, it is not reported by Watch.
+	Delete(ctx context.Context, id string) error
 	// Watch reports changes made behind the worker's back (hand edits)
 	// until ctx ends. Writes made through Put are not reported.
 	Watch(ctx context.Context, fn func(Change))

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -58,6 +59,10 @@ type Options struct {
 	// Name is the worker name in the engine; "configuration" by default
 	// (config.yaml may call it configuration#<instance>).
 	Name string
+	// TTL is ttl_seconds: when positive, an entry that the last
+	// configuration trigger naming it left is deleted after TTL unless a
+	// trigger names it again first (see SetTTL).
+	TTL time.Duration
 }
 
 // Entry is a registered configuration as configuration::register returns
@@ -124,6 +129,8 @@ type Worker struct {
 	// events fans changes out to Subscribe callbacks and configuration
 	// triggers (events.go).
 	events hub
+	// trig serves the configuration trigger type (trigger.go).
+	trig triggers
 }
 
 // New returns a worker over opts.Store. Call Open before serving calls.
@@ -146,6 +153,7 @@ func New(opts Options) *Worker {
 	if w.name == "" {
 		w.name = config.TypeConfiguration
 	}
+	w.trig.w, w.trig.ttl = w, opts.TTL
 	return w
 }
 
@@ -625,6 +633,30 @@ func (w *Worker) ClearInMemory(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.inMemory, id)
+}
+
+// expire deletes an entry whose TTL ran out: its file and its
+// registration (the owner registers it again to bring it back). It fires
+// configuration:deleted. In-memory entries never expire.
+func (w *Worker) expire(ctx context.Context, id string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.records[id]
+	if r == nil {
+		return nil
+	}
+	if _, ok := w.inMemory[id]; ok {
+		return nil
+	}
+	if r.stored {
+		if err := w.store.Delete(ctx, id); err != nil {
+			return errf(CodeAdapterError, "delete %q from %s: %v", id, w.store.Describe(), err)
+		}
+	}
+	delete(w.records, id)
+	w.events.emit(newEventLocked(EventDeleted, id, r, r.value, nil))
+	w.log.Info("configuration expired: no trigger subscribed to it for ttl_seconds; deleted", "id", id)
+	return nil
 }
 
 func osPID() int { return os.Getpid() }

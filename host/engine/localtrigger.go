@@ -18,6 +18,11 @@ type TriggerBinding struct {
 	Namespace string
 	Config    json.RawMessage
 	Metadata  json.RawMessage
+	// RegistrantAdmin reports that the worker that registered the trigger
+	// holds the engine token (or is in-process): a provider whose events
+	// carry what only such a caller may read (the configuration worker's
+	// expanded values) checks it.
+	RegistrantAdmin bool
 }
 
 // TriggerProvider serves trigger types an in-process worker provides. The
@@ -56,7 +61,8 @@ func (l *LocalWorker) UnregisterTriggerType(id string) {
 
 func (b *binding) public() TriggerBinding {
 	return TriggerBinding{ID: b.id, TriggerType: b.triggerType, FunctionID: b.functionID, Namespace: b.namespace,
-		Config: clone(b.config), Metadata: clone(b.metadata)}
+		Config: clone(b.config), Metadata: clone(b.metadata),
+		RegistrantAdmin: b.originator == nil || b.originator.principal == nil || b.originator.principal.admin}
 }
 
 // addLocalRegister queues telling tt's in-process provider about b.
