@@ -225,3 +225,28 @@ func TestSubscribeAfterClose(t *testing.T) {
 	default:
 	}
 }
+
+// TestSubscribeSwapStore: a store switch reports the entries whose value
+// it changed.
+func TestSubscribeSwapStore(t *testing.T) {
+	ctx := context.Background()
+	f := newWorker(t, nil)
+	f.register(t, "http", portSchema, `{"port": 1}`)
+	f.register(t, "same", `{"type":"integer"}`, `7`)
+	_, err := f.w.Ensure(ctx, RegisterRequest{ID: "gone", Schema: json.RawMessage(`true`), InitialValue: json.RawMessage(`1`)})
+	assert.NilError(t, err)
+	var rec recorder
+	defer f.w.Subscribe(func(ev Event) { rec.add(eventLine(ev)) })()
+
+	other := filepath.Join(t.TempDir(), "other")
+	assert.NilError(t, os.MkdirAll(other, 0o755))
+	writeFile(t, filepath.Join(other, "http.yaml"), "id: http\nvalue: {port: 2}\n")
+	writeFile(t, filepath.Join(other, "same.yaml"), "id: same\nvalue: 7\n")
+	writeFile(t, filepath.Join(other, "new.yaml"), "id: new\nvalue: x\n")
+	assert.NilError(t, f.w.SwapStore(ctx, NewFSStore(FSOptions{Dir: other})))
+	rec.waitFor(t,
+		`configuration:deleted gone old=1 new=null`,
+		`configuration:updated http old={"port":1} new={"port":2}`,
+		`configuration:registered new old=null new="x"`,
+	)
+}
