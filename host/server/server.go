@@ -224,6 +224,7 @@ func (s *Server) startConfiguration(ctx context.Context, c config.Configuration)
 		Lookup:  s.workerLookup,
 		Store:   configuration.NewFSStore(configuration.FSOptions{Dir: c.Directory}),
 		Name:    c.Name,
+		TTL:     c.TTL,
 	})
 	if err := cw.Open(ctx); err != nil {
 		return nil, err
@@ -443,7 +444,12 @@ func (s *Server) reloadConfiguration(ctx context.Context, prev, next config.Conf
 		s.mu.Lock()
 		s.cw = cw
 		s.mu.Unlock()
+		// The stream worker's entry and its watch were the old worker's.
+		s.streamConfigurationReplaced(ctx)
 		return nil
+	}
+	if prev.TTL != next.TTL {
+		s.Configuration().SetTTL(next.TTL)
 	}
 	if prev.Directory != next.Directory {
 		s.mu.Lock()

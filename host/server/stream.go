@@ -73,10 +73,39 @@ func (s *Server) syncStreamLocked(ctx context.Context, next *config.Stream) (uns
 	}
 	c := *next
 	st.cfg = &c
-	if st.unsubscribe == nil && s.cw != nil {
-		st.unsubscribe = s.cw.Subscribe(s.streamEntryChanged)
+	if cw := s.Configuration(); st.unsubscribe == nil && cw != nil {
+		st.unsubscribe = cw.Subscribe(s.streamEntryChanged)
 	}
 	return nil, nil
+}
+
+// streamConfigurationReplaced moves the stream worker to a new
+// configuration worker (a reload renamed it): its entry is registered
+// there (seeded from the file if the new store holds none), watched there,
+// and applied.
+func (s *Server) streamConfigurationReplaced(ctx context.Context) {
+	st := &s.stream
+	st.mu.Lock()
+	old := st.unsubscribe
+	st.unsubscribe = nil
+	st.mu.Unlock()
+	if old != nil {
+		old() // the old worker's Close already ended it; this only tidies
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.w == nil || st.cfg == nil {
+		return
+	}
+	cw := s.Configuration()
+	if cw == nil {
+		return
+	}
+	run := s.streamSettings(ctx, st.cfg)
+	st.unsubscribe = cw.Subscribe(s.streamEntryChanged)
+	if *run != *st.run {
+		s.restartStreamLocked(ctx, run)
+	}
 }
 
 func (s *Server) startStreamLocked(ctx context.Context, run *config.Stream) error {
@@ -106,10 +135,11 @@ func (s *Server) stopStreamLocked(ctx context.Context) {
 // edit left a value the checks refuse) the file's settings serve, and
 // the log says why.
 func (s *Server) streamSettings(ctx context.Context, seed *config.Stream) *config.Stream {
-	if s.cw == nil {
+	cw := s.Configuration()
+	if cw == nil {
 		return seed
 	}
-	if _, err := s.cw.Ensure(ctx, configuration.RegisterRequest{
+	if _, err := cw.Ensure(ctx, configuration.RegisterRequest{
 		ID: config.StreamEntryID, Name: "Stream",
 		Description: "iii-stream settings: host/port of the stream socket, the connection auth function, and the built-in kv store (docs/stream.md).",
 		Schema:      config.StreamEntrySchema(), InitialValue: seed.SeedValue(),
@@ -117,7 +147,7 @@ func (s *Server) streamSettings(ctx context.Context, seed *config.Stream) *confi
 		s.log.Warn("cannot register the iii-stream configuration entry; running with config.yaml's settings", "error", err)
 		return seed
 	}
-	value, err := s.cw.Get(ctx, config.StreamEntryID, false)
+	value, err := cw.Get(ctx, config.StreamEntryID, false)
 	if err != nil || isNull(value) {
 		return seed
 	}
@@ -150,20 +180,31 @@ func (s *Server) streamEntryChanged(ev configuration.Event) {
 	if *next == *st.run {
 		return
 	}
-	ctx := context.Background()
+	if s.restartStreamLocked(context.Background(), next) {
+		s.log.Info("stream worker restarted with the changed iii-stream configuration entry", "addr", st.w.Addr())
+	}
+}
+
+// restartStreamLocked restarts the running stream worker with next, or
+// with the settings it had when next cannot start (a port in use); it
+// reports whether next is in force.
+func (s *Server) restartStreamLocked(ctx context.Context, next *config.Stream) bool {
+	st := &s.stream
 	prev, file := st.run, st.cfg
 	_ = st.w.Close(ctx)
 	st.w = nil
-	if err := s.startStreamLocked(ctx, next); err != nil {
-		s.log.Error("the stream worker cannot start with the changed iii-stream entry; back to its previous settings", "error", err)
-		if err := s.startStreamLocked(ctx, prev); err != nil {
-			s.log.Error("the stream worker cannot start again with its previous settings either; it is stopped", "error", err)
-			st.run = nil
-			return
-		}
+	err := s.startStreamLocked(ctx, next)
+	if err == nil {
+		return true
+	}
+	s.log.Error("the stream worker cannot start with its new settings; back to its previous ones", "error", err)
+	if err := s.startStreamLocked(ctx, prev); err != nil {
+		s.log.Error("the stream worker cannot start again with its previous settings either; it is stopped", "error", err)
+		st.run, st.cfg = nil, nil
+		return false
 	}
 	st.cfg = file
-	s.log.Info("stream worker restarted with the changed iii-stream configuration entry", "addr", st.w.Addr())
+	return false
 }
 
 // stripSeededStreamBlock takes the iii-stream block out of config.yaml
@@ -174,10 +215,11 @@ func (s *Server) stripSeededStreamBlock(ctx context.Context) {
 	s.mu.Lock()
 	cfg := s.cfg
 	s.mu.Unlock()
-	if cfg == nil || cfg.Stream == nil || s.cw == nil {
+	cw := s.Configuration()
+	if cfg == nil || cfg.Stream == nil || cw == nil {
 		return
 	}
-	if raw, err := s.cw.Get(ctx, config.StreamEntryID, true); err != nil || isNull(raw) {
+	if raw, err := cw.Get(ctx, config.StreamEntryID, true); err != nil || isNull(raw) {
 		return
 	}
 	data, err := os.ReadFile(s.path)

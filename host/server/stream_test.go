@@ -167,3 +167,37 @@ func TestStreamWorkerStartErrors(t *testing.T) {
 	_, err = Start(t.Context(), Options{ConfigPath: path, Version: "0.26.0"})
 	assert.ErrorContains(t, err, "INVALID_CONFIG")
 }
+
+// A reload that replaces the configuration worker (another name) moves the
+// stream worker's entry and its watch to the new one.
+func TestStreamEntryFollowsConfigurationWorker(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	wmPort, p1 := freePort(t), freePort(t)
+	t.Setenv("STREAM_PORT", strconv.Itoa(p1))
+	writeConfig(t, path, listenerConfig(wmPort)+streamEntry)
+	r := serve(t, path)
+	assert.Equal(t, r.s.StreamAddr(), "127.0.0.1:"+strconv.Itoa(p1))
+	before := r.s.Configuration()
+
+	stripped, err := os.ReadFile(path)
+	assert.NilError(t, err)
+	writeConfig(t, path, string(stripped)+"  - name: configuration#other\n")
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if r.s.Configuration() == before {
+			return poll.Continue("configuration worker not replaced yet")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Second))
+
+	p2 := freePort(t)
+	admin := dialAdmin(t, r)
+	_, errb := admin.call(t, "configuration::set", fmt.Sprintf(`{"id": "iii-stream", "value": {"port": %d}}`, p2))
+	assert.Assert(t, errb == nil, "%+v", errb)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if got := r.s.StreamAddr(); got != "127.0.0.1:"+strconv.Itoa(p2) {
+			return poll.Continue("stream on %q", got)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Second))
+}
