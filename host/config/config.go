@@ -171,9 +171,11 @@ type Sandbox struct {
 	// for a fleet.
 	Hosts string
 	// HostHeartbeatMS is sandbox.host_heartbeat_ms: how often the engine
-	// pings each fleet host's connection (a host silent for about three
-	// heartbeats is cut, so its sandboxes answer S301); 0 = the engine's
-	// default (250 ms). Fleet bindings only.
+	// pings the connection of each adapter that serves sandboxes over
+	// WebSocket, fleet hosts and single remote adapters alike (one silent
+	// for about three heartbeats is cut, so its sandboxes answer S301);
+	// 0 = the engine's default (250 ms). A change never restarts the
+	// adapter.
 	HostHeartbeatMS int64
 }
 
@@ -501,7 +503,6 @@ func (p *parser) engineToken(n *yaml.Node) (string, error) {
 
 func (p *parser) sandbox(n *yaml.Node) (*Sandbox, error) {
 	s := &Sandbox{Adapter: DefaultSandboxAdapter, Namespace: DefaultSandboxNamespace}
-	var heartbeatKey *yaml.Node
 	if yamlnode.IsNull(n) {
 		return s, nil
 	}
@@ -562,13 +563,9 @@ func (p *parser) sandbox(n *yaml.Node) (*Sandbox, error) {
 				return nil, err
 			}
 			s.HostHeartbeatMS = ms
-			heartbeatKey = k
 		default:
 			return nil, p.fail(CodeInvalidConfig, k, "unknown key %q in sandbox; it has only adapter, namespace, config, hosts and host_heartbeat_ms", k.Value)
 		}
-	}
-	if heartbeatKey != nil && s.Hosts == "" {
-		return nil, p.fail(CodeInvalidConfig, heartbeatKey, "sandbox.host_heartbeat_ms applies to a fleet of sandbox hosts; set sandbox.hosts too (docs/scale-out.md) or remove it")
 	}
 	return s, nil
 }

@@ -176,6 +176,7 @@ func TestParseSandboxDefaults(t *testing.T) {
 		{name: "every host", src: "sandbox: { hosts: '*' }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default", Hosts: "*"}},
 		{name: "named hosts", src: "sandbox: { hosts: [h2, h1, h2] }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default", Hosts: "h1,h2"}},
 		{name: "host heartbeat", src: "sandbox: { hosts: '*', host_heartbeat_ms: 1000 }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default", Hosts: "*", HostHeartbeatMS: 1000}},
+		{name: "heartbeat of a single adapter", src: "sandbox: { host_heartbeat_ms: 2000 }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default", HostHeartbeatMS: 2000}},
 		{name: "default from env", src: "sandbox: { namespace: '${NS:team-a}' }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "team-a"}},
 		{name: "config null", src: "sandbox: { config: }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default"}},
 		{name: "config empty", src: "sandbox: { config: {} }\n", want: &Sandbox{Adapter: "sandbox-libkrun", Namespace: "default", Config: "{}"}},
@@ -196,7 +197,6 @@ func TestParseSandboxDefaults(t *testing.T) {
 
 func TestParseSandboxHostHeartbeatRefused(t *testing.T) {
 	tests := []struct{ name, src, want string }{
-		{name: "without hosts", src: "sandbox: { host_heartbeat_ms: 500 }\n", want: "applies to a fleet"},
 		{name: "too small", src: "sandbox: { hosts: '*', host_heartbeat_ms: 10 }\n", want: "host_heartbeat_ms"},
 		{name: "not a number", src: "sandbox: { hosts: '*', host_heartbeat_ms: soon }\n", want: "host_heartbeat_ms"},
 	}

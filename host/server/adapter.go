@@ -24,7 +24,7 @@ import (
 func (s *Server) syncAdapter(ctx context.Context, next *config.Sandbox) {
 	s.adapterMu.Lock()
 	defer s.adapterMu.Unlock()
-	if prev := s.loaded; prev != nil && (next == nil || *prev != *next) {
+	if prev := s.loaded; prev != nil && (next == nil || adapterOf(*prev) != adapterOf(*next)) {
 		removed, err := s.ph.RemoveIfStartedBy(ctx, prev.Adapter, prev.Namespace, pluginhost.OriginConfig)
 		switch {
 		case err != nil:
@@ -72,6 +72,13 @@ func (s *Server) syncAdapter(ctx context.Context, next *config.Sandbox) {
 		s.loaded = copySandbox(next)
 		s.log.Error("the sandbox adapter config.yaml binds did not start", "adapter", next.Adapter, "namespace", next.Namespace, "error", err)
 	}
+}
+
+// adapterOf is what of a binding the adapter process depends on: the
+// heartbeat is the engine's business and never restarts it.
+func adapterOf(b config.Sandbox) config.Sandbox {
+	b.HostHeartbeatMS = 0
+	return b
 }
 
 // bindingRestartTimeout bounds bringing the bound adapter back.

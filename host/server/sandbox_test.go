@@ -231,6 +231,18 @@ func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(string(out), `"image_allowlist":["python","node"]`))
 
+	// A changed heartbeat is the engine's business: the adapter runs on.
+	write(file(bound("sandbox-hostdir", "python, node") + "  host_heartbeat_ms: 1000\n"))
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if c := s.Sandbox(); c != nil && c.HostHeartbeatMS == 1000 {
+			return poll.Success()
+		}
+		return poll.Continue("config.yaml not applied yet")
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
+	third := list()
+	assert.Assert(t, is.Len(third, 1))
+	assert.Check(t, third[0].State == "running" && third[0].PID == second[0].PID, "%+v", third[0])
+
 	// Another namespace: the old adapter stops and leaves the list.
 	write(file(strings.Replace(bound("sandbox-hostdir", "python"), "sandbox:\n", "sandbox:\n  namespace: other\n", 1)))
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
