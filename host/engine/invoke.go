@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -231,7 +232,14 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 	}
 	if r.action != nil && r.action.Type == protocol.ActionEnqueue {
 		// As iii: the target need not exist yet; the queue resolves it
-		// when it delivers.
+		// when it delivers, with the provider's rights. So a target that
+		// is not there to check may not be one of the ids privileged
+		// functions live under.
+		if f == nil && !a.principal.admin && reservedID(r.functionID) {
+			answer(&protocol.ErrorBody{Code: CodeForbidden, Message: "cannot enqueue " + r.functionID +
+				": it is not registered, and ids under " + strings.Join(reservedPrefixes, ", ") + " may be enqueued without the engine token only once their function exists"})
+			return false
+		}
 		e.enqueue(a, ns, r)
 		return false
 	}

@@ -268,6 +268,16 @@ func TestEnqueue(t *testing.T) {
 	}
 	owner.sync() // the target itself is never called by the engine
 
+	// Nor what is not there yet under a reserved prefix: the provider would
+	// deliver it with its rights once something privileged registers it.
+	code, _ = errBody(t, enqueue("q4b", "compose::later", nil))
+	assert.Equal(t, code, CodeForbidden)
+	select {
+	case f := <-got:
+		t.Fatalf("the provider got a refused enqueue: %v", f)
+	case <-time.After(100 * time.Millisecond):
+	}
+
 	caller.sendRaw(`{"type":"invokefunction","invocation_id":"q5","function_id":"job","action":{"type":"later"}}`)
 	code, _ = errBody(t, caller.expect("invocationresult"))
 	assert.Equal(t, code, protocol.CodeInvalidFrame)
