@@ -430,7 +430,29 @@ func (e *Engine) admitTrigger(o *worker, ns string, m *protocol.RegisterTrigger)
 	if reservedID(m.FunctionID) {
 		return &protocol.ErrorBody{Code: CodeForbidden, Message: "function '" + m.FunctionID + "' cannot be a trigger target of this connection (reserved to the engine token's holder)"}
 	}
-	return p.authorizeInvoke(ns, m.FunctionID, e.reg.get(ns, m.FunctionID))
+	if errb := p.authorizeInvoke(ns, m.FunctionID, e.reg.get(ns, m.FunctionID)); errb != nil {
+		return errb
+	}
+	// A trigger's condition function (config.condition_function_id, the
+	// convention of iii's trigger types) is called by the provider too,
+	// with the provider's rights: the same rule as the target.
+	if cond := conditionFunctionID(m.Config); cond != "" {
+		if reservedID(cond) {
+			return &protocol.ErrorBody{Code: CodeForbidden, Message: "function '" + cond + "' cannot be a trigger condition of this connection (reserved to the engine token's holder)"}
+		}
+		return p.authorizeInvoke(ns, cond, e.reg.get(ns, cond))
+	}
+	return nil
+}
+
+// conditionFunctionID is a trigger config's condition_function_id, "" when
+// it has none.
+func conditionFunctionID(config json.RawMessage) string {
+	var c struct {
+		ConditionFunctionID string `json:"condition_function_id"`
+	}
+	_ = json.Unmarshal(config, &c) // a config of another shape has none
+	return c.ConditionFunctionID
 }
 
 // admitTriggerType applies a non-admin connection's rules to a trigger

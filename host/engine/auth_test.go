@@ -120,6 +120,19 @@ func TestReservedIDsAndTriggerTargets(t *testing.T) {
 	anon.send(&protocol.RegisterTrigger{ID: "t2", TriggerType: "cron", FunctionID: "compose::up"})
 	res = anon.expect("triggerregistrationresult")
 	assert.Equal(t, res.obj("error").str("code"), CodeForbidden)
+
+	// Nor may its condition function, which the provider calls with its
+	// own rights (the configuration and stream triggers run in-process).
+	anon.send(&protocol.RegisterFunction{ID: "mine::on"})
+	anon.sync()
+	anon.send(&protocol.RegisterTrigger{ID: "t3", TriggerType: "configuration", FunctionID: "mine::on",
+		Config: json.RawMessage(`{"condition_function_id":"ops::restart"}`)})
+	res = anon.expect("triggerregistrationresult")
+	assert.Equal(t, res.obj("error").str("code"), CodeUnauthorized)
+	anon.send(&protocol.RegisterTrigger{ID: "t4", TriggerType: "stream", FunctionID: "mine::on",
+		Config: json.RawMessage(`{"stream_name":"s","condition_function_id":"engine::credentials::revoke"}`)})
+	res = anon.expect("triggerregistrationresult")
+	assert.Equal(t, res.obj("error").str("code"), CodeForbidden)
 }
 
 func TestCredentials(t *testing.T) {
