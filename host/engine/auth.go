@@ -49,6 +49,15 @@ var reservedPrefixes = []string{"engine::", "compose::", "configuration::", "san
 var streamIDs = []string{"stream::set", "stream::get", "stream::delete", "stream::list", "stream::list_groups",
 	"stream::list_all", "stream::send", "stream::update"}
 
+// privilegedByName reports ids that name privileged functions by their
+// form alone, whoever registers them: the reserved prefixes, the stream
+// worker's functions and sandbox adapters' worker::* operations (they boot
+// VMs from host directories). Where a function is not registered yet,
+// this is all there is to judge a call of it by.
+func privilegedByName(id string) bool {
+	return reservedID(id) || slices.Contains(streamIDs, id) || strings.Contains(id, "::worker::")
+}
+
 func reservedID(id string) bool {
 	for _, p := range reservedPrefixes {
 		if strings.HasPrefix(id, p) {

@@ -90,7 +90,6 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 		var eb *protocol.ErrorBody
 		msg := err.Error()
 		if asErrorBody(err, &eb) {
-			msg = eb.Message
 			if eb.Code == protocol.CodeFunctionNotFound {
 				msg = "No queue provider is installed. An enqueue action routes through the " + EnqueueProviderFunctionID +
 					" provider, which the standalone queue worker registers. Add it with `iii worker add queue`. (underlying: " + eb.Message + ")"

@@ -233,11 +233,11 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 	if r.action != nil && r.action.Type == protocol.ActionEnqueue {
 		// As iii: the target need not exist yet; the queue resolves it
 		// when it delivers, with the provider's rights. So a target that
-		// is not there to check may not be one of the ids privileged
-		// functions live under.
-		if f == nil && !a.principal.admin && reservedID(r.functionID) {
+		// is not there to check may not have a privileged function's name.
+		if f == nil && !a.principal.admin && privilegedByName(r.functionID) {
 			answer(&protocol.ErrorBody{Code: CodeForbidden, Message: "cannot enqueue " + r.functionID +
-				": it is not registered, and ids under " + strings.Join(reservedPrefixes, ", ") + " may be enqueued without the engine token only once their function exists"})
+				": it is not registered, and a privileged function's id (under " + strings.Join(reservedPrefixes, ", ") +
+				", stream::*, <adapter>::worker::*) may be enqueued without the engine token only once its function exists"})
 			return false
 		}
 		e.enqueue(a, ns, r)

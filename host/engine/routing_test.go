@@ -270,8 +270,10 @@ func TestEnqueue(t *testing.T) {
 
 	// Nor what is not there yet under a reserved prefix: the provider would
 	// deliver it with its rights once something privileged registers it.
-	code, _ = errBody(t, enqueue("q4b", "compose::later", nil))
-	assert.Equal(t, code, CodeForbidden)
+	for i, id := range []string{"compose::later", "sandbox-libkrun::worker::start", "sandbox-libkrun::host::h1::worker::start", "stream::set"} {
+		code, _ = errBody(t, enqueue(fmt.Sprintf("q4b%d", i), id, nil))
+		assert.Equal(t, code, CodeForbidden, id)
+	}
 	select {
 	case f := <-got:
 		t.Fatalf("the provider got a refused enqueue: %v", f)
