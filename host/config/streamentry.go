@@ -3,9 +3,10 @@ package config
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/iii-sandbox/iii/internal/yamlnode"
 )
 
 // In iii 0.26 the iii-stream worker keeps its settings as the
@@ -55,20 +56,10 @@ func StreamFromEntry(name string, value json.RawMessage, dir string) (*Stream, e
 	}
 	node := doc.Content[0]
 	if node.Kind != yaml.MappingNode {
-		return nil, &Error{Code: CodeInvalidConfig, Message: fmt.Sprintf("configuration entry %s: the value must be an object, not a %s", StreamEntryID, strings.ToLower(kindOf(node)))}
+		return nil, &Error{Code: CodeInvalidConfig, Message: fmt.Sprintf("configuration entry %s: the value must be an object, not a %s", StreamEntryID, yamlnode.KindName(node))}
 	}
 	p := &parser{name: "configuration entry " + StreamEntryID, dir: dir}
 	return p.stream(entry{Worker: Worker{Name: name, Type: TypeStream}, configNode: node}, nil)
-}
-
-func kindOf(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "list"
-	case yaml.ScalarNode:
-		return "value"
-	}
-	return "node"
 }
 
 // StreamEntrySchema is the entry's JSON Schema: the keys config.yaml

@@ -80,13 +80,6 @@ func str(p *string) string {
 	return *p
 }
 
-func nullIfNil(v json.RawMessage) json.RawMessage {
-	if v == nil {
-		return json.RawMessage("null")
-	}
-	return v
-}
-
 // custom calls a custom stream::<op>(<stream>) function when one is
 // registered in the default namespace (the SDK's createStream registers
 // them); ok is false when there is none.
@@ -151,7 +144,7 @@ func (w *Worker) set(ctx context.Context, call *engine.Call) (json.RawMessage, e
 	}
 	item := *in.ItemID
 	w.emit(ctx, *in.StreamName, *in.GroupID, &item, dataEvent(changeKind(r.OldValue), r.NewValue))
-	r.OldValue = nullIfNil(r.OldValue)
+	r.OldValue = orNull(r.OldValue)
 	return json.Marshal(r)
 }
 
@@ -167,10 +160,10 @@ func (w *Worker) get(ctx context.Context, call *engine.Call) (json.RawMessage, e
 func (w *Worker) getItem(ctx context.Context, streamName, groupID, itemID string) (json.RawMessage, error) {
 	req, _ := json.Marshal(map[string]string{"stream_name": streamName, "group_id": groupID, "item_id": itemID})
 	if res, isCustom, err := w.custom(ctx, "get", streamName, req); err != nil || isCustom {
-		return nullIfNil(res), err
+		return orNull(res), err
 	}
 	v, err := w.store.Get(streamName, groupID, itemID)
-	return nullIfNil(v), err
+	return orNull(v), err
 }
 
 func (w *Worker) delete(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
@@ -204,7 +197,7 @@ func (w *Worker) delete(ctx context.Context, call *engine.Call) (json.RawMessage
 	}
 	return json.Marshal(struct {
 		OldValue json.RawMessage `json:"old_value"`
-	}{nullIfNil(old)})
+	}{orNull(old)})
 }
 
 func (w *Worker) list(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
@@ -219,7 +212,7 @@ func (w *Worker) list(ctx context.Context, call *engine.Call) (json.RawMessage, 
 func (w *Worker) listGroup(ctx context.Context, streamName, groupID string) (json.RawMessage, error) {
 	req, _ := json.Marshal(map[string]string{"stream_name": streamName, "group_id": groupID})
 	if res, isCustom, err := w.custom(ctx, "list", streamName, req); err != nil || isCustom {
-		return nullIfNil(res), err
+		return orNull(res), err
 	}
 	vs, err := w.store.List(streamName, groupID)
 	if err != nil {
@@ -234,7 +227,7 @@ func (w *Worker) listGroups(ctx context.Context, call *engine.Call) (json.RawMes
 		return nil, err
 	}
 	if res, isCustom, err := w.custom(ctx, "list_groups", *in.StreamName, call.Data); err != nil || isCustom {
-		return nullIfNil(res), err
+		return orNull(res), err
 	}
 	gs, err := w.store.Groups(*in.StreamName)
 	if err != nil {
@@ -310,7 +303,7 @@ func (w *Worker) update(ctx context.Context, call *engine.Call) (json.RawMessage
 	}
 	item := *in.ItemID
 	w.emit(ctx, *in.StreamName, *in.GroupID, &item, dataEvent(changeKind(r.OldValue), r.NewValue))
-	r.OldValue = nullIfNil(r.OldValue)
+	r.OldValue = orNull(r.OldValue)
 	return json.Marshal(r)
 }
 
