@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -95,8 +96,10 @@ func (r *Router) fleetForward(ctx context.Context, b Binding, op string, data js
 			var created struct {
 				SandboxID string `json:"sandbox_id"`
 			}
-			if json.Unmarshal(out, &created) == nil && created.SandboxID != "" {
-				r.remember(created.SandboxID, host)
+			if json.Unmarshal(out, &created) == nil && created.SandboxID != "" && !r.claim(created.SandboxID, host, hosts) {
+				return nil, contract.NewError(contract.S300,
+					"sandbox host %q of adapter %q answered the create with sandbox id %s, which another connected host holds; the answer is dropped",
+					host, b.Adapter, created.SandboxID).ErrorBody()
 			}
 		}
 		return out, err
@@ -124,10 +127,19 @@ func (r *Router) fleetForward(ctx context.Context, b Binding, op string, data js
 			named.SandboxID, b.Adapter, strings.Join(hosts, ", ")).ErrorBody()
 	}
 	out, err := r.invokeHost(ctx, b, host, op, data)
-	if err == nil && op == contract.OpStop {
+	if (err == nil && op == contract.OpStop) || hasCode(err, contract.S002) {
+		// Stopped, or gone on its own (idle timeout): the host is asked
+		// again should the id come back.
 		r.forgetSandbox(named.SandboxID)
 	}
 	return out, err
+}
+
+// hasCode reports whether err is a sandbox error of code as it comes back
+// through the engine.
+func hasCode(err error, code contract.Code) bool {
+	var eb *protocol.ErrorBody
+	return errors.As(err, &eb) && eb.Code == string(code)
 }
 
 // invokeHost calls host's op; a host that is not connected is S301
@@ -186,6 +198,7 @@ func (r *Router) fleetList(ctx context.Context, b Binding, hosts []string) (json
 		}()
 	}
 	merged := []json.RawMessage{}
+	seen, answered := map[string]bool{}, map[string]bool{}
 	for range hosts {
 		res := <-results
 		if res.err != nil {
@@ -205,11 +218,14 @@ func (r *Router) fleetList(ctx context.Context, b Binding, hosts []string) (json
 				SandboxID string `json:"sandbox_id"`
 			}
 			if json.Unmarshal(s, &e) == nil && e.SandboxID != "" {
-				r.remember(e.SandboxID, res.host)
+				seen[e.SandboxID] = true
+				r.claim(e.SandboxID, res.host, hosts)
 			}
 		}
+		answered[res.host] = true
 		merged = append(merged, l.Sandboxes...)
 	}
+	r.forgetUnlisted(answered, seen)
 	return json.Marshal(map[string]any{"sandboxes": merged})
 }
 
@@ -231,13 +247,34 @@ func (r *Router) ownerOfSandbox(ctx context.Context, b Binding, hosts []string, 
 	return host, ok
 }
 
-func (r *Router) remember(id, host string) {
+// claim records that host holds sandbox id, unless another host among
+// the connected ones holds it already: a host cannot take over another's
+// sandbox by answering with its id. It reports whether host holds it now.
+func (r *Router) claim(id, host string, connected []string) bool {
 	r.fleet.mu.Lock()
 	defer r.fleet.mu.Unlock()
 	if r.fleet.owner == nil {
 		r.fleet.owner = map[string]string{}
 	}
+	if cur, ok := r.fleet.owner[id]; ok && cur != host && slices.Contains(connected, cur) {
+		r.log.Warn("a sandbox host claims a sandbox another connected host holds; ignored", "sandbox_id", id, "host", host, "holder", cur)
+		return false
+	}
 	r.fleet.owner[id] = host
+	return true
+}
+
+// forgetUnlisted drops what the router remembers of the answering hosts'
+// sandboxes that their lists no longer hold (ended on their own), so the
+// map does not grow for ever.
+func (r *Router) forgetUnlisted(answered, listed map[string]bool) {
+	r.fleet.mu.Lock()
+	defer r.fleet.mu.Unlock()
+	for id, host := range r.fleet.owner {
+		if answered[host] && !listed[id] {
+			delete(r.fleet.owner, id)
+		}
+	}
 }
 
 func (r *Router) forgetSandbox(id string) {
@@ -300,7 +337,7 @@ func (r *Router) refreshInfo(ctx context.Context, b Binding, hosts []string) {
 			fresh := hostInfo{at: time.Now(), free: -1, memory: -1}
 			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			if out, err := r.invokeHost(ictx, b, h, "adapter::info", json.RawMessage(`{}`)); err == nil {
+			if out, err := r.invokeHost(ictx, b, h, contract.OpAdapterInfo, json.RawMessage(`{}`)); err == nil {
 				fresh.free, fresh.memory = capacityOf(out)
 			}
 			r.fleet.mu.Lock()

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -68,7 +67,7 @@ func startFakeHostMajor(t *testing.T, te *testEnv, adapter, ns, name, registerAs
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			if !h.live[req.SandboxID] {
-				return nil, fmt.Errorf("%s has no sandbox %s", h.name, req.SandboxID)
+				return nil, contract.NewError(contract.S002, "%s has no sandbox %s", h.name, req.SandboxID).ErrorBody()
 			}
 			return map[string]any{"stdout": h.name, "exit_code": 0, "success": true}, nil
 		},
@@ -158,6 +157,38 @@ func TestFleet(t *testing.T) {
 	}
 	_, err := te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": uuid.NewString(), "cmd": "true"})
 	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S002)
+
+	// A host that lists another host's sandbox does not take it over.
+	var h1Sandbox string
+	for id, host := range owner {
+		if host == "h1" {
+			h1Sandbox = id
+		}
+	}
+	hosts["h3"].mu.Lock()
+	hosts["h3"].live[h1Sandbox] = true
+	hosts["h3"].mu.Unlock()
+	te.MustCall(t, "sandbox::list", map[string]any{})
+	res := te.MustCall(t, "sandbox::exec", map[string]any{"sandbox_id": h1Sandbox, "cmd": "true"})
+	assert.Check(t, is.Equal(res["stdout"], "h1"), "h3 took over h1's sandbox")
+	hosts["h3"].mu.Lock()
+	delete(hosts["h3"].live, h1Sandbox)
+	hosts["h3"].mu.Unlock()
+
+	// A sandbox that ends on its own is forgotten: S002, nothing kept.
+	hosts["h1"].mu.Lock()
+	delete(hosts["h1"].live, h1Sandbox)
+	hosts["h1"].mu.Unlock()
+	_, err = te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": h1Sandbox, "cmd": "true"})
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S002)
+	te.router.fleet.mu.Lock()
+	_, kept := te.router.fleet.owner[h1Sandbox]
+	te.router.fleet.mu.Unlock()
+	assert.Check(t, !kept, "the router still remembers an ended sandbox")
+	delete(owner, h1Sandbox)
+	hosts["h1"].mu.Lock()
+	hosts["h1"].live[uuid.NewString()] = true // keep h1 at four
+	hosts["h1"].mu.Unlock()
 
 	// h2 goes away: its sandboxes answer S301 naming it, at once.
 	assert.NilError(t, hosts["h2"].close())
