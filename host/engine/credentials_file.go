@@ -107,36 +107,19 @@ func encodeCredentialsFile(m map[[32]byte]persistedCredential) ([]byte, error) {
 // an empty set. A file that is a symbolic link or not a regular file, that
 // another user owns, or that the group or others may write is refused.
 func readCredentialsFile(path string) (map[[32]byte]persistedCredential, error) {
-	f, err := ownfile.OpenNoFollow(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return map[[32]byte]persistedCredential{}, nil
-		}
-		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			return nil, fmt.Errorf("the credentials file %s is a symbolic link; it must be a file of its own", path)
-		}
+	data, err := ownfile.Read(path, ownfile.Rules{MaxBytes: maxCredentialsFile, ForbiddenPerm: 0o022})
+	var refused *ownfile.RefusedError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return map[[32]byte]persistedCredential{}, nil
+	case errors.As(err, &refused) && refused.Why == ownfile.ForeignOwner:
+		return nil, fmt.Errorf("the credentials file %s %v: refusing credentials another user controls; fix its owner or delete it", path, refused)
+	case errors.As(err, &refused) && refused.Why == ownfile.OpenMode:
+		return nil, fmt.Errorf("the credentials file %s %v and so add credentials; refusing it (chmod 600 %s after checking its content, or delete it)", path, refused, path)
+	case errors.As(err, &refused):
+		return nil, fmt.Errorf("the credentials file %s %v", path, refused)
+	case err != nil:
 		return nil, fmt.Errorf("cannot read the credentials file: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the credentials file: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("the credentials file %s is not a regular file", path)
-	}
-	if uid, ok := ownfile.Owner(fi); ok && uid != os.Getuid() {
-		return nil, fmt.Errorf("the credentials file %s is owned by uid %d, not by this user (uid %d): refusing credentials another user controls; fix its owner or delete it", path, uid, os.Getuid())
-	}
-	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
-		return nil, fmt.Errorf("the credentials file %s has mode %04o: other users may change it and so add credentials; refusing it (chmod 600 %s after checking its content, or delete it)", path, perm, path)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxCredentialsFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the credentials file: %w", err)
-	}
-	if len(data) > maxCredentialsFile {
-		return nil, fmt.Errorf("the credentials file %s is larger than %d bytes", path, maxCredentialsFile)
 	}
 	m, err := parseCredentialsFile(data)
 	if err != nil {

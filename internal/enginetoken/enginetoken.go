@@ -16,7 +16,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -95,30 +94,13 @@ func Ensure(path string) (token string, created bool, err error) {
 // an optional final newline. A missing file is an error that
 // errors.Is(err, fs.ErrNotExist).
 func Read(path string) (string, error) {
-	f, err := ownfile.OpenNoFollow(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", err
-		}
-		if isSymlink(path) {
-			return "", fmt.Errorf("the engine token file %s is a symbolic link; it must be a file of its own (delete it and start the engine to make a new one)", path)
-		}
+	data, err := ownfile.Read(path, ownfile.Rules{MaxBytes: maxFileSize, ForbiddenPerm: 0o077})
+	var refused *ownfile.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		return "", fmt.Errorf("the engine token file %s %v: %s", path, refused, remedy(path, refused.Why))
+	case err != nil:
 		return "", fmt.Errorf("cannot read the engine token file: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("cannot read the engine token file: %w", err)
-	}
-	if err := checkFile(path, fi); err != nil {
-		return "", err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return "", fmt.Errorf("cannot read the engine token file: %w", err)
-	}
-	if len(data) > maxFileSize {
-		return "", fmt.Errorf("the engine token file %s is larger than %d bytes; it holds one token (delete it and start the engine to make a new one)", path, maxFileSize)
 	}
 	tok, err := parse(data)
 	if err != nil {
@@ -127,19 +109,16 @@ func Read(path string) (string, error) {
 	return tok, nil
 }
 
-// checkFile refuses a token file that is not a regular file, that another
-// user owns, or that others may read or write.
-func checkFile(path string, fi fs.FileInfo) error {
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("the engine token file %s is not a regular file", path)
+// remedy says what to do about a refused token file.
+func remedy(path string, why ownfile.Refusal) string {
+	switch why {
+	case ownfile.ForeignOwner:
+		return "refusing a token another user controls; delete it (or fix its owner) and start the engine again"
+	case ownfile.OpenMode:
+		return fmt.Sprintf("refusing it (chmod 600 %s, or delete it and restart the engine to make a new token)", path)
+	default:
+		return "delete it and start the engine to make a new one"
 	}
-	if uid, ok := ownfile.Owner(fi); ok && uid != os.Getuid() {
-		return fmt.Errorf("the engine token file %s is owned by uid %d, not by this user (uid %d): refusing a token another user controls; delete it (or fix its owner) and start the engine again", path, uid, os.Getuid())
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("the engine token file %s has mode %04o: other users may read or change it; refusing it (chmod 600 %s, or delete it and restart the engine to make a new token)", path, perm, path)
-	}
-	return nil
 }
 
 // parse reads a token file's content.
@@ -154,9 +133,4 @@ func parse(data []byte) (string, error) {
 		}
 	}
 	return s, nil
-}
-
-func isSymlink(path string) bool {
-	fi, err := os.Lstat(path)
-	return err == nil && fi.Mode()&fs.ModeSymlink != 0
 }

@@ -86,9 +86,9 @@ func TestReadRefuses(t *testing.T) {
 		mode          os.FileMode
 		want          string
 	}{
-		{"group-readable", "tok\n", 0o640, "has mode 0640: other users may read or change it"},
+		{"group-readable", "tok\n", 0o640, "has mode 0640: other users may read it"},
 		{"world-readable", "tok\n", 0o644, "chmod 600"},
-		{"world-writable", "tok\n", 0o602, "has mode 0602"},
+		{"world-writable", "tok\n", 0o602, "has mode 0602: other users may change it"},
 		{"empty", "", 0o600, "it is empty"},
 		{"two-lines", "a\nb\n", 0o600, "whitespace or a control character"},
 	} {

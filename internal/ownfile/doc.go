@@ -1,5 +1,6 @@
-// Package ownfile opens secret files the way the engine reads them (the
-// engine token, the persisted credentials): without following a final
-// symbolic link, and with the owner's uid at hand so a file another user
-// could have written is refused.
+// Package ownfile reads secret files the way iii reads them (the engine
+// token, the persisted credentials, a sandbox host's credential): without
+// following a final symbolic link, and refusing a file another user owns
+// or that other users may read or change, since its content then is not
+// the user's own.
 package ownfile

@@ -23,6 +23,7 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/contract/adapterjson"
 	"github.com/iii-sandbox/iii/host/pluginhost/schema"
+	"github.com/iii-sandbox/iii/internal/ownfile"
 	"github.com/iii-sandbox/iii/internal/taskgroup"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -139,11 +140,20 @@ func or(s, def string) string {
 	return s
 }
 
-// readCredential reads the token from path: the file's content, without
-// surrounding white space.
+// maxCredentialFile bounds what readCredential reads: a token is a line.
+const maxCredentialFile = 4096
+
+// readCredential reads the host's token from path: a file of this user's
+// that other users can neither read nor change (as the engine token).
 func readCredential(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
+	b, err := ownfile.Read(path, ownfile.Rules{MaxBytes: maxCredentialFile, ForbiddenPerm: 0o077})
+	var refused *ownfile.RefusedError
+	switch {
+	case errors.As(err, &refused) && refused.Why == ownfile.OpenMode:
+		return "", fmt.Errorf("the credential file %s %v: refusing a token other users can see (chmod 600 %s)", path, refused, path)
+	case errors.As(err, &refused):
+		return "", fmt.Errorf("the credential file %s %v", path, refused)
+	case err != nil:
 		return "", fmt.Errorf("read the credential file: %w", err)
 	}
 	tok := strings.TrimSpace(string(b))

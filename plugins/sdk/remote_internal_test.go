@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
@@ -86,6 +88,21 @@ func TestReadCredential(t *testing.T) {
 	assert.ErrorContains(t, err, "more than one line")
 	_, err = readCredential(filepath.Join(dir, "missing"))
 	assert.ErrorContains(t, err, "read the credential file")
+
+	// A token other users can see or change is refused, as is a link.
+	for _, mode := range []os.FileMode{0o640, 0o604, 0o620} {
+		p := write("open", "tok\n")
+		assert.NilError(t, os.Chmod(p, mode))
+		_, err = readCredential(p)
+		assert.ErrorContains(t, err, fmt.Sprintf("has mode %04o", mode))
+	}
+	link := filepath.Join(dir, "link")
+	assert.NilError(t, os.Symlink(write("target", "tok\n"), link))
+	_, err = readCredential(link)
+	assert.ErrorContains(t, err, "is a symbolic link")
+	big := write("big", strings.Repeat("x", maxCredentialFile+1))
+	_, err = readCredential(big)
+	assert.ErrorContains(t, err, "is larger than")
 }
 
 func TestReply(t *testing.T) {
