@@ -3,9 +3,9 @@ package configuration
 import (
 	"bytes"
 	"encoding/json"
-	"runtime"
-	"strconv"
 	"sync"
+
+	"github.com/iii-sandbox/iii/internal/dropqueue"
 )
 
 // Event types of the configuration trigger type and of Subscribe.
@@ -76,38 +76,24 @@ func (w *Worker) expanded(ev rawEvent) Event {
 // hub fans events out to the sinks: Subscribe callbacks and configuration
 // triggers. emit runs under w.mu (so events are queued in the order the
 // changes happened) and never blocks; each sink delivers from its own
-// goroutine, never under the worker's locks.
+// goroutine (a dropqueue), never under the worker's locks.
 type hub struct {
 	mu     sync.Mutex
 	sinks  map[*sink]struct{}
 	closed bool
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // every sink's goroutine, removed ones too
 }
 
-// sink is one subscriber's bounded queue and the goroutine draining it.
+// sink is one subscriber: the events it wants and its queue.
 type sink struct {
 	match   func(rawEvent) bool // nil = every event
 	deliver func(rawEvent)
 	onDrop  func(dropped int)
-
-	mu      sync.Mutex
-	queue   []rawEvent
-	dropped int
-	stopped bool
-	wake    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-	gid     uint64 // the delivering goroutine
-	gidSet  chan struct{}
-	stopOne sync.Once
+	q       *dropqueue.Queue[rawEvent]
 }
 
 // add starts a sink; false when the hub is closed.
 func (h *hub) add(s *sink) bool {
-	s.wake = make(chan struct{}, 1)
-	s.stop = make(chan struct{})
-	s.done = make(chan struct{})
-	s.gidSet = make(chan struct{})
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -116,12 +102,8 @@ func (h *hub) add(s *sink) bool {
 	if h.sinks == nil {
 		h.sinks = map[*sink]struct{}{}
 	}
+	s.q = dropqueue.Start(&h.wg, eventQueueLimit, s.deliver, s.onDrop)
 	h.sinks[s] = struct{}{}
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		s.run()
-	}()
 	return true
 }
 
@@ -130,7 +112,7 @@ func (h *hub) remove(s *sink) {
 	h.mu.Lock()
 	delete(h.sinks, s)
 	h.mu.Unlock()
-	s.halt()
+	s.q.Stop()
 }
 
 // emit queues ev for every sink that wants it. Called with w.mu held.
@@ -139,7 +121,7 @@ func (h *hub) emit(ev rawEvent) {
 	defer h.mu.Unlock()
 	for s := range h.sinks {
 		if s.match == nil || s.match(ev) {
-			s.push(ev)
+			s.q.Push(ev)
 		}
 	}
 }
@@ -152,96 +134,9 @@ func (h *hub) close() {
 	h.sinks = nil
 	h.mu.Unlock()
 	for s := range sinks {
-		s.halt()
+		s.q.Stop()
 	}
 	h.wg.Wait()
-}
-
-func (s *sink) push(ev rawEvent) {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		return
-	}
-	if len(s.queue) >= eventQueueLimit {
-		s.queue[0] = rawEvent{}
-		s.queue = s.queue[1:]
-		s.dropped++
-	}
-	s.queue = append(s.queue, ev)
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *sink) halt() {
-	s.stopOne.Do(func() {
-		s.mu.Lock()
-		s.stopped = true
-		s.queue = nil
-		s.mu.Unlock()
-		close(s.stop)
-	})
-}
-
-func (s *sink) run() {
-	defer close(s.done)
-	s.gid = goroutineID()
-	close(s.gidSet)
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.wake:
-		}
-		for {
-			s.mu.Lock()
-			if s.stopped || len(s.queue) == 0 {
-				s.mu.Unlock()
-				break
-			}
-			ev := s.queue[0]
-			s.queue[0] = rawEvent{}
-			s.queue = s.queue[1:]
-			dropped := s.dropped
-			s.dropped = 0
-			s.mu.Unlock()
-			if dropped > 0 && s.onDrop != nil {
-				s.onDrop(dropped)
-			}
-			s.deliver(ev)
-		}
-	}
-}
-
-// wait returns once the sink's goroutine has ended, unless called from
-// that goroutine (a callback cancelling itself), which cannot wait for
-// itself: then the current delivery is the last.
-func (s *sink) wait() {
-	select {
-	case <-s.done:
-		return
-	case <-s.gidSet:
-	}
-	if s.gid == goroutineID() {
-		return
-	}
-	<-s.done
-}
-
-// goroutineID reads the current goroutine's id from its stack header
-// ("goroutine 42 [running]:").
-func goroutineID() uint64 {
-	var buf [64]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	b = bytes.TrimPrefix(b, []byte("goroutine "))
-	if i := bytes.IndexByte(b, ' '); i > 0 {
-		b = b[:i]
-	}
-	id, _ := strconv.ParseUint(string(b), 10, 64)
-	return id
 }
 
 // Subscribe calls fn with every change to any entry from now on:
@@ -271,6 +166,6 @@ func (w *Worker) Subscribe(fn func(Event)) (cancel func()) {
 	}
 	return func() {
 		w.events.remove(s)
-		s.wait()
+		s.q.Wait()
 	}
 }

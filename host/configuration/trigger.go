@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -220,17 +221,11 @@ func (t *triggers) fire(bt *boundTrigger, raw rawEvent) {
 	}
 	ctx, cancel := context.WithTimeout(base, triggerCallTimeout)
 	defer cancel()
-	if cond := bt.cfg.ConditionFunctionID; cond != "" {
-		res, err := eng.Invoke(ctx, bt.b.Namespace, cond, payload)
-		if err != nil {
-			t.w.log.Warn("configuration trigger condition failed; skipping the trigger", "trigger", bt.b.ID, "condition_function_id", cond, "id", ev.ID, "error", err)
-			return
-		}
-		if bytes.Equal(bytes.TrimSpace(res), []byte("false")) {
-			return
-		}
-	}
-	if _, err := eng.InvokeWithMetadata(ctx, bt.b.Namespace, bt.b.FunctionID, payload, bt.b.Metadata); err != nil {
+	var condErr *engine.ConditionError
+	switch err := eng.Fire(ctx, bt.b, bt.cfg.ConditionFunctionID, payload); {
+	case errors.As(err, &condErr):
+		t.w.log.Warn("configuration trigger condition failed; skipping the trigger", "trigger", bt.b.ID, "condition_function_id", condErr.FunctionID, "id", ev.ID, "error", condErr.Err)
+	case err != nil:
 		t.w.log.Warn("configuration trigger failed", "trigger", bt.b.ID, "function_id", bt.b.FunctionID, "id", ev.ID, "event_type", ev.EventType, "error", err)
 	}
 }

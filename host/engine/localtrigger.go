@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -122,4 +123,37 @@ func (e *Engine) InvokeWithMetadata(ctx context.Context, namespace, functionID s
 		return nil, err
 	}
 	return e.invokeResolved(ctx, f, &Call{CallerAdmin: true, FunctionID: functionID, Namespace: namespace, Data: data, Metadata: metadata})
+}
+
+// ConditionError is Fire's error when the binding's condition function
+// failed (the trigger's function was then not called).
+type ConditionError struct {
+	FunctionID string
+	Err        error
+}
+
+func (e *ConditionError) Error() string {
+	return "condition function " + e.FunctionID + ": " + e.Err.Error()
+}
+
+func (e *ConditionError) Unwrap() error { return e.Err }
+
+// Fire is how an in-process provider delivers one event to a binding, as
+// upstream's providers do: when condition names a function it is called
+// first, and an answer of false skips the binding (any other answer lets
+// it run); then b's function is called with payload and b's metadata in
+// b's namespace. A failing condition skips the binding and is returned as
+// a *ConditionError.
+func (e *Engine) Fire(ctx context.Context, b TriggerBinding, condition string, payload json.RawMessage) error {
+	if condition != "" {
+		res, err := e.Invoke(ctx, b.Namespace, condition, payload)
+		if err != nil {
+			return &ConditionError{FunctionID: condition, Err: err}
+		}
+		if bytes.Equal(bytes.TrimSpace(res), []byte("false")) {
+			return nil
+		}
+	}
+	_, err := e.InvokeWithMetadata(ctx, b.Namespace, b.FunctionID, payload, b.Metadata)
+	return err
 }

@@ -181,7 +181,7 @@ func TestEngineTokenFileRefused(t *testing.T) {
 		mode          os.FileMode
 		want          string
 	}{
-		{"readable by others", "tok\n", 0o644, "has mode 0644: other users may read or change it"},
+		{"readable by others", "tok\n", 0o644, "has mode 0644: other users may read it"},
 		{"empty", "", 0o600, "it is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -105,9 +105,9 @@ type changeResult struct {
 }
 
 // emit tells the stream triggers and the subscribers about a change.
-func (w *Worker) emit(ctx context.Context, streamName, groupID string, id *string, inner json.RawMessage) {
+func (w *Worker) emit(streamName, groupID string, id *string, inner json.RawMessage) {
 	ev := &Event{Type: "stream", Timestamp: time.Now().UnixMilli(), StreamName: streamName, GroupID: groupID, ID: id, Event: inner}
-	w.fireStream(ctx, ev)
+	w.fireStream(ev)
 	w.hub.broadcast(ev)
 }
 
@@ -143,7 +143,7 @@ func (w *Worker) set(ctx context.Context, call *engine.Call) (json.RawMessage, e
 		r = changeResult{OldValue: old, NewValue: stored}
 	}
 	item := *in.ItemID
-	w.emit(ctx, *in.StreamName, *in.GroupID, &item, dataEvent(changeKind(r.OldValue), r.NewValue))
+	w.emit(*in.StreamName, *in.GroupID, &item, dataEvent(changeKind(r.OldValue), r.NewValue))
 	r.OldValue = orNull(r.OldValue)
 	return json.Marshal(r)
 }
@@ -193,7 +193,7 @@ func (w *Worker) delete(ctx context.Context, call *engine.Call) (json.RawMessage
 	}
 	if old != nil {
 		item := *in.ItemID
-		w.emit(ctx, *in.StreamName, *in.GroupID, &item, dataEvent("delete", old))
+		w.emit(*in.StreamName, *in.GroupID, &item, dataEvent("delete", old))
 	}
 	return json.Marshal(struct {
 		OldValue json.RawMessage `json:"old_value"`
@@ -264,7 +264,7 @@ func (w *Worker) send(ctx context.Context, call *engine.Call) (json.RawMessage, 
 	if err != nil {
 		return nil, err
 	}
-	w.emit(ctx, *in.StreamName, *in.GroupID, in.ID, customEvent(*in.Type, data))
+	w.emit(*in.StreamName, *in.GroupID, in.ID, customEvent(*in.Type, data))
 	return json.RawMessage("null"), nil
 }
 
@@ -302,7 +302,7 @@ func (w *Worker) update(ctx context.Context, call *engine.Call) (json.RawMessage
 		r = updateResult{OldValue: old, NewValue: updated, Errors: errs}
 	}
 	item := *in.ItemID
-	w.emit(ctx, *in.StreamName, *in.GroupID, &item, dataEvent(changeKind(r.OldValue), r.NewValue))
+	w.emit(*in.StreamName, *in.GroupID, &item, dataEvent(changeKind(r.OldValue), r.NewValue))
 	r.OldValue = orNull(r.OldValue)
 	return json.Marshal(r)
 }

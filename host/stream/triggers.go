@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"hash/fnv"
 	"sort"
 	"sync"
@@ -100,10 +101,10 @@ type dispatchJob struct {
 	payload  json.RawMessage
 }
 
-// fireStream queues ev for the stream triggers it concerns. A full queue
-// makes the caller wait (until ctx ends: the event's triggers are then
-// skipped and logged).
-func (w *Worker) fireStream(ctx context.Context, ev *Event) {
+// fireStream queues ev for the stream triggers it concerns. It never
+// waits: a dispatcher that is triggerQueue/dispatchers events behind drops
+// its oldest waiting event (logged).
+func (w *Worker) fireStream(ev *Event) {
 	ts := w.trig.matching(TriggerStream, ev.StreamName, ev.GroupID, ev.ID)
 	if len(ts) == 0 {
 		return
@@ -112,30 +113,29 @@ func (w *Worker) fireStream(ctx context.Context, ev *Event) {
 	if err != nil {
 		return
 	}
+	// The events of one stream always go to the same dispatcher, so its
+	// triggers see them in order.
 	h := fnv.New32a()
 	h.Write([]byte(ev.StreamName))
-	q := w.queues[h.Sum32()%uint32(len(w.queues))]
-	select {
-	case q <- dispatchJob{triggers: ts, payload: payload}:
-	case <-ctx.Done():
-		w.log.Warn("stream triggers skipped: the caller left while the trigger queue was full", "stream", ev.StreamName, "group", ev.GroupID)
-	case <-w.ctx.Done():
+	w.queues[h.Sum32()%uint32(len(w.queues))].Push(dispatchJob{triggers: ts, payload: payload})
+}
+
+// runJob runs one event's triggers in order.
+func (w *Worker) runJob(job dispatchJob) {
+	for _, bt := range job.triggers {
+		w.runTrigger(bt, job.payload)
 	}
 }
 
-// dispatchLoop runs the jobs of one queue in order: the events of one
-// stream always go to the same queue, so its triggers see them in order.
-func (w *Worker) dispatchLoop(queue chan dispatchJob) {
-	defer w.wg.Done()
-	for {
-		select {
-		case <-w.ctx.Done():
-			return
-		case job := <-queue:
-			for _, bt := range job.triggers {
-				w.runTrigger(bt, job.payload)
-			}
-		}
+func (w *Worker) logDropped(n int) {
+	w.log.Warn("stream triggers too slow: change events dropped", "dropped", n)
+}
+
+// stopDispatch ends the dispatchers (w.wg counts them): waiting events are
+// discarded, calls in flight end with w.ctx.
+func (w *Worker) stopDispatch() {
+	for _, q := range w.queues {
+		q.Stop()
 	}
 }
 
@@ -145,17 +145,15 @@ func (w *Worker) dispatchLoop(queue chan dispatchJob) {
 func (w *Worker) runTrigger(bt boundTrigger, payload json.RawMessage) {
 	ctx, cancel := context.WithTimeout(w.ctx, callTimeout)
 	defer cancel()
+	cond := ""
 	if nonEmpty(bt.cfg.ConditionFunctionID) {
-		res, err := w.eng.Invoke(ctx, bt.b.Namespace, *bt.cfg.ConditionFunctionID, payload)
-		if err != nil {
-			w.log.Warn("stream trigger condition failed", "trigger", bt.b.ID, "condition_function_id", *bt.cfg.ConditionFunctionID, "error", err)
-			return
-		}
-		if bytes.Equal(bytes.TrimSpace(res), []byte("false")) {
-			return
-		}
+		cond = *bt.cfg.ConditionFunctionID
 	}
-	if _, err := w.eng.InvokeWithMetadata(ctx, bt.b.Namespace, bt.b.FunctionID, payload, bt.b.Metadata); err != nil {
+	var condErr *engine.ConditionError
+	switch err := w.eng.Fire(ctx, bt.b, cond, payload); {
+	case errors.As(err, &condErr):
+		w.log.Warn("stream trigger condition failed", "trigger", bt.b.ID, "condition_function_id", condErr.FunctionID, "error", condErr.Err)
+	case err != nil:
 		w.log.Warn("stream trigger failed", "trigger", bt.b.ID, "function_id", bt.b.FunctionID, "error", err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/dropqueue"
 	"github.com/iii-sandbox/iii/internal/loopback"
 )
 
@@ -38,8 +39,10 @@ const (
 
 const (
 	// triggerQueue bounds the change events waiting for their stream
-	// triggers (over all dispatchers); a full queue makes the writer wait
-	// (backpressure).
+	// triggers (over all dispatchers). A writer never waits for triggers:
+	// beyond it the oldest waiting event of a dispatcher is dropped and a
+	// warning logged, so a trigger that writes to its own stream cannot
+	// stall on its own backlog.
 	triggerQueue = 1024
 	// dispatchers run stream triggers, each event's in order.
 	dispatchers = 4
@@ -88,7 +91,7 @@ type Worker struct {
 	cancel context.CancelFunc
 
 	trig   triggerSet
-	queues []chan dispatchJob // one per dispatcher
+	queues []*dropqueue.Queue[dispatchJob] // one per dispatcher
 	hub    hub
 	wg     sync.WaitGroup // dispatchers and the HTTP server
 
@@ -121,10 +124,7 @@ func Start(ctx context.Context, eng *engine.Engine, opts Options) (*Worker, erro
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.hub.init()
 	for range dispatchers {
-		q := make(chan dispatchJob, triggerQueue/dispatchers)
-		w.queues = append(w.queues, q)
-		w.wg.Add(1)
-		go w.dispatchLoop(q)
+		w.queues = append(w.queues, dropqueue.Start(&w.wg, triggerQueue/dispatchers, w.runJob, w.logDropped))
 	}
 	if err := w.attach(opts.Version); err != nil {
 		w.abort()
@@ -204,6 +204,7 @@ func (w *Worker) abort() {
 		w.lw.Detach()
 	}
 	w.cancel()
+	w.stopDispatch()
 	w.hub.close()
 	w.wg.Wait()
 	if err := w.store.Close(); err != nil {
@@ -225,6 +226,7 @@ func (w *Worker) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop the stream socket: %w", err))
 			_ = w.srv.Close()
 		}
+		w.stopDispatch()
 		w.hub.close()
 		w.wg.Wait()
 		if err := w.store.Close(); err != nil {

@@ -555,3 +555,79 @@ func TestEnqueueDropsOldest(t *testing.T) {
 	}
 	assert.DeepEqual(t, got, []string{"7", "8", "9"})
 }
+
+// TestTriggerWritingToItsOwnStream: a stream trigger that writes to the
+// stream it watches while that stream's dispatch backlog is full neither
+// stalls its own write nor anybody else's: writers never wait for
+// triggers; the oldest waiting events are dropped (logged) instead.
+func TestTriggerWritingToItsOwnStream(t *testing.T) {
+	f := start(t, Config{})
+	c := f.worker(t, "looper")
+	release := make(chan struct{})
+	echoed := make(chan error, 1)
+	var mu sync.Mutex
+	var seen []string
+	first := true
+	_, err := c.RegisterFunction(client.FunctionDef{ID: "t::loop"}, func(ctx context.Context, inv *client.Invocation) (any, error) {
+		var ev struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(inv.Data, &ev)
+		mu.Lock()
+		seen = append(seen, ev.ID)
+		wasFirst := first
+		first = false
+		mu.Unlock()
+		if wasFirst {
+			<-release
+			// The backlog is full now: write to the stream this trigger
+			// watches.
+			start := time.Now()
+			_, err := c.Call(ctx, "stream::set", map[string]any{"stream_name": "loop", "group_id": "g", "item_id": "echo", "data": 1})
+			if err == nil && time.Since(start) > 5*time.Second {
+				err = fmt.Errorf("the trigger's own write took %s", time.Since(start))
+			}
+			echoed <- err
+		}
+		return nil, nil
+	})
+	assert.NilError(t, err)
+	_, err = c.RegisterTrigger(client.TriggerDef{ID: "loop", TriggerType: TriggerStream, FunctionID: "t::loop", Config: json.RawMessage(`{"stream_name":"loop"}`)})
+	assert.NilError(t, err)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if len(f.w.trig.matching(TriggerStream, "loop", "g", ptr("x"))) == 0 {
+			return poll.Continue("trigger not bound yet")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(waitFor))
+
+	// Twice the backlog a dispatcher holds: no write waits for the
+	// blocked trigger.
+	n := 2 * triggerQueue / dispatchers
+	begin := time.Now()
+	for i := range n {
+		f.mustCall(t, "stream::set", fmt.Sprintf(`{"stream_name":"loop","group_id":"g","item_id":"i%d","data":%d}`, i, i))
+	}
+	assert.Assert(t, time.Since(begin) < 5*time.Second, "%d writes took %s", n, time.Since(begin))
+	close(release)
+	select {
+	case err := <-echoed:
+		assert.NilError(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("the trigger's write to its own stream stalled")
+	}
+	// The newest events are delivered in order, the trigger's own write last.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) == 0 || seen[len(seen)-1] != "echo" {
+			return poll.Continue("%d events delivered", len(seen))
+		}
+		return poll.Success()
+	}, poll.WithTimeout(waitFor))
+	mu.Lock()
+	defer mu.Unlock()
+	tail := seen[len(seen)-4:]
+	assert.DeepEqual(t, tail, []string{fmt.Sprintf("i%d", n-3), fmt.Sprintf("i%d", n-2), fmt.Sprintf("i%d", n-1), "echo"})
+	assert.Assert(t, len(seen) <= triggerQueue/dispatchers+2, "the oldest waiting events were dropped: %d delivered", len(seen))
+}
