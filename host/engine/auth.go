@@ -298,22 +298,12 @@ func (e *Engine) viaMiddleware(a *worker, p *principal, mw, ns string, r *invoke
 		"context":     p.session.Context,
 		"namespace":   ns,
 	})
-	id, fid := r.invocationID, r.functionID
-	reply := func(res json.RawMessage, errb *protocol.ErrorBody) {
-		if id != "" && !a.closing.Load() {
-			a.conn.send(appendResultFrame(nil, id, fid, res, errb, "", ""))
-		}
-	}
+	reply := resultSender(a, r.invocationID, r.functionID, "", "")
 	if err != nil {
 		reply(nil, &protocol.ErrorBody{Code: protocol.CodeInvocationFailed, Message: "encode middleware input: " + err.Error()})
 		return
 	}
-	if !e.tasks.Add() {
-		reply(nil, &protocol.ErrorBody{Code: protocol.CodeInvocationStopped, Message: "engine stopping"})
-		return
-	}
-	go func() {
-		defer e.tasks.Done()
+	started := e.tasks.Go(func() {
 		out, err := e.Invoke(a.ctx, ns, mw, in)
 		if err != nil {
 			var eb *protocol.ErrorBody
@@ -324,7 +314,10 @@ func (e *Engine) viaMiddleware(a *worker, p *principal, mw, ns string, r *invoke
 			return
 		}
 		reply(out, nil)
-	}()
+	})
+	if !started {
+		reply(nil, engineStopping())
+	}
 }
 
 func orNull(b []byte) []byte {

@@ -393,15 +393,13 @@ func (e *Engine) handleReattach(w *worker, m *protocol.Reattach) {
 	// Tear it down here rather than waiting for its read loop, so its
 	// leases are free before this connection's registrations arrive.
 	done := make(chan struct{})
-	if !e.tasks.Add() {
+	if !e.tasks.Go(func() {
+		old.teardown()
+		close(done)
+	}) {
 		old.teardown()
 		return
 	}
-	go func() {
-		defer e.tasks.Done()
-		old.teardown()
-		close(done)
-	}()
 	t := time.NewTimer(reattachEvictTimeout)
 	defer t.Stop()
 	select {

@@ -171,12 +171,7 @@ func newEngine(opts Options, slowConsumer time.Duration) *Engine {
 	}
 
 	for _, loop := range []func(){e.sweepChannels, e.watchWriters} {
-		if e.tasks.Add() {
-			go func() {
-				defer e.tasks.Done()
-				loop()
-			}()
-		}
+		e.tasks.Go(loop)
 	}
 	return e
 }

@@ -50,14 +50,13 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 		// Providers that predate namespaces refuse unknown fields.
 		in["namespace"] = ns
 	}
-	id, fid, tp, bg := r.invocationID, r.functionID, r.traceparent, r.baggage
+	send := resultSender(a, r.invocationID, r.functionID, r.traceparent, r.baggage)
+	void, fid, queue := r.invocationID == "", r.functionID, r.action.Queue
 	reply := func(res json.RawMessage, errb *protocol.ErrorBody) {
-		if errb != nil && id == "" {
-			e.log.Warn("enqueue failed", "worker_id", a.id, "function_id", fid, "queue", r.action.Queue, "code", errb.Code, "error", errb.Message)
+		if errb != nil && void {
+			e.log.Warn("enqueue failed", "worker_id", a.id, "function_id", fid, "queue", queue, "code", errb.Code, "error", errb.Message)
 		}
-		if id != "" && !a.closing.Load() {
-			a.conn.send(appendResultFrame(nil, id, fid, res, errb, tp, bg))
-		}
+		send(res, errb)
 	}
 	payload, err := json.Marshal(in)
 	if err != nil {
@@ -71,13 +70,7 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 			"%d enqueues are already waiting on the queue provider %s; try again later", maxEnqueuesInFlight, EnqueueProviderFunctionID)})
 		return
 	}
-	if !e.tasks.Add() {
-		<-e.enqueues
-		reply(nil, &protocol.ErrorBody{Code: protocol.CodeInvocationStopped, Message: "engine stopping"})
-		return
-	}
-	go func() {
-		defer e.tasks.Done()
+	started := e.tasks.Go(func() {
 		defer func() { <-e.enqueues }()
 		ctx, cancel := context.WithTimeout(e.ctx, enqueueTimeout)
 		defer cancel()
@@ -98,7 +91,11 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 			}
 		}
 		reply(nil, &protocol.ErrorBody{Code: CodeEnqueueError, Message: msg})
-	}()
+	})
+	if !started {
+		<-e.enqueues
+		reply(nil, engineStopping())
+	}
 }
 
 func nilIfEmpty(s string) any {

@@ -55,13 +55,7 @@ func (c *wsConn) watchLiveness() {
 	if !c.heartbeating.CompareAndSwap(false, true) {
 		return
 	}
-	if !c.e.tasks.Add() {
-		return
-	}
-	go func() {
-		defer c.e.tasks.Done()
-		c.heartbeatLoop()
-	}()
+	c.e.tasks.Go(c.heartbeatLoop)
 }
 
 func (c *wsConn) heartbeatLoop() {

@@ -115,31 +115,22 @@ func (e *Engine) invokeHTTP(ctx context.Context, f *function, data json.RawMessa
 // timeout, and the caller's read loop must not wait for it. The call ends
 // when the caller disconnects.
 func (e *Engine) invokeHTTPFor(a *worker, f *function, r *invokeRequest, data json.RawMessage) {
-	id, fid := r.invocationID, r.functionID
+	send := resultSender(a, r.invocationID, r.functionID, "", "")
+	void := r.invocationID == ""
 	// The frame's buffer is reused once this returns.
 	data = clone(data)
-	if !e.tasks.Add() {
-		if id != "" {
-			a.conn.send(appendResultFrame(nil, id, fid, nil, &protocol.ErrorBody{Code: protocol.CodeInvocationStopped, Message: "engine stopping"}, "", ""))
-		}
-		return
-	}
-	go func() {
-		defer e.tasks.Done()
+	started := e.tasks.Go(func() {
 		res, err := e.invokeHTTP(a.ctx, f, data)
-		if id == "" {
-			if err != nil {
-				e.log.Debug("void call failed", "function_id", f.id, "error", err)
-			}
-			return
+		switch {
+		case void && err != nil:
+			e.log.Debug("void call failed", "function_id", f.id, "error", err)
+		case err != nil:
+			send(nil, toErrorBody(err))
+		default:
+			send(res, nil)
 		}
-		if a.closing.Load() {
-			return
-		}
-		var errb *protocol.ErrorBody
-		if err != nil {
-			errb, res = toErrorBody(err), nil
-		}
-		a.conn.send(appendResultFrame(nil, id, fid, res, errb, "", ""))
-	}()
+	})
+	if !started {
+		send(nil, engineStopping())
+	}
 }

@@ -259,12 +259,8 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 			CallerAdmin: a.principal.admin, Data: clone(data), Metadata: clone(r.metadata), Traceparent: r.traceparent, Baggage: r.baggage}
 		var reply func(callResult)
 		if r.invocationID != "" {
-			id, fid := r.invocationID, r.functionID
-			reply = func(res callResult) {
-				if !a.closing.Load() {
-					a.conn.send(appendResultFrame(nil, id, fid, res.result, res.err, "", ""))
-				}
-			}
+			send := resultSender(a, r.invocationID, r.functionID, "", "")
+			reply = func(res callResult) { send(res.result, res.err) }
 		} else {
 			reply = func(res callResult) {
 				if res.err != nil {

@@ -152,3 +152,19 @@ func injectCaller(data json.RawMessage, workerID string) json.RawMessage {
 	out = appendString(out, workerID)
 	return append(out, '}')
 }
+
+// resultSender answers socket caller a's invocation id of function fid
+// with a result frame. It sends nothing for a void call (id "") or once a
+// is closing.
+func resultSender(a *worker, id, fid, traceparent, baggage string) func(json.RawMessage, *protocol.ErrorBody) {
+	return func(res json.RawMessage, errb *protocol.ErrorBody) {
+		if id != "" && !a.closing.Load() {
+			a.conn.send(appendResultFrame(nil, id, fid, res, errb, traceparent, baggage))
+		}
+	}
+}
+
+// engineStopping is the answer to a call the engine can no longer start.
+func engineStopping() *protocol.ErrorBody {
+	return &protocol.ErrorBody{Code: protocol.CodeInvocationStopped, Message: "engine stopping"}
+}

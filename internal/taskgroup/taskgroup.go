@@ -28,6 +28,19 @@ func (g *Group) Add() bool {
 	return true
 }
 
+// Go runs fn on a goroutine of its own as a counted task; false (fn does
+// not run) once Close was called.
+func (g *Group) Go(fn func()) bool {
+	if !g.Add() {
+		return false
+	}
+	go func() {
+		defer g.Done()
+		fn()
+	}()
+	return true
+}
+
 // Done ends a task Add counted.
 func (g *Group) Done() {
 	g.mu.Lock()

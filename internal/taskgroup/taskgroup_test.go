@@ -16,15 +16,17 @@ func TestWaitSeesEveryTaskEnd(t *testing.T) {
 	var g Group
 	assert.NilError(t, g.Wait(context.Background()), "an empty group waits for nothing")
 	release := make(chan struct{})
-	for range 3 {
+	for range 2 {
 		assert.Assert(t, g.Add())
 		go func() {
 			defer g.Done()
 			<-release
 		}()
 	}
+	assert.Assert(t, g.Go(func() { <-release }))
 	g.Close()
 	assert.Assert(t, !g.Add(), "a closed group refuses new tasks")
+	assert.Assert(t, !g.Go(func() { t.Error("a refused task ran") }))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
