@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -234,4 +235,32 @@ func TestHTTPFunctionCallStoppedWithItsOwner(t *testing.T) {
 	code, _ := errBody(t, caller.expect("invocationresult"))
 	assert.Equal(t, code, protocol.CodeInvocationStopped)
 	assert.Assert(t, time.Since(start) < 5*time.Second)
+}
+
+// Registrations racing the stop of iii-http-functions: once it is off and
+// the registrations have settled, no HTTP-invocation function is left.
+func TestHTTPFunctionsStopRacesRegistrations(t *testing.T) {
+	te := startEngine(t, Options{})
+	srv := httpEndpoints(t)
+	w := te.dial(t)
+	w.register(map[string]any{"name": "racer"})
+	inv, err := httpfn.New(httpfn.Options{Security: loopbackAllowed})
+	assert.NilError(t, err)
+	t.Cleanup(func() { te.SetHTTPFunctions(nil) })
+	// The engine applies the frames on the connection's goroutine while
+	// this one stops and restarts the worker.
+	for round := range 50 {
+		te.SetHTTPFunctions(inv)
+		for i := range 20 {
+			w.send(&protocol.RegisterFunction{ID: fmt.Sprintf("race::r%d-%d", round, i), Invocation: &protocol.HTTPInvocationRef{URL: srv.URL + "/echo"}})
+		}
+		te.SetHTTPFunctions(nil)
+	}
+	w.sendRaw(`{"type":"ping"}`)
+	for f := w.next(); f.typ() != "pong"; f = w.next() {
+		assert.Equal(t, f.typ(), "registrationrejected", "frame: %v", f)
+	}
+	for _, f := range te.reg.snapshot() {
+		assert.Assert(t, f.http == nil, "%s outlived iii-http-functions", f.id)
+	}
 }

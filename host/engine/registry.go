@@ -245,6 +245,13 @@ func (e *Engine) applyRegistration(w *worker, ns string, m protocol.Message) {
 		}
 		if err := e.registerFunction(w, f); err != nil {
 			e.log.Debug("registerfunction refused", "worker_id", w.id, "function_id", m.ID, "code", err.Code)
+			return
+		}
+		// SetHTTPFunctions(nil) may have swept the registry between the
+		// admission and the insert: an HTTP function must not outlive
+		// the worker that calls it.
+		if f.http != nil && e.httpFns.inv.Load() == nil && e.reg.unregister(w, ns, f.id) {
+			e.log.Info("HTTP-invocation function dropped: iii-http-functions stopped", "namespace", ns, "function_id", f.id, "worker_id", w.id)
 		}
 	case *protocol.UnregisterFunction:
 		id := m.ID
