@@ -72,6 +72,16 @@ func adapterDir() (string, error) {
 	return dir, nil
 }
 
+// removeAdapterDir removes what adapterDir built, once every test has run
+// (it serves every run of -count).
+func removeAdapterDir() {
+	composeBins.Lock()
+	defer composeBins.Unlock()
+	if composeBins.dir != "" {
+		_ = os.RemoveAll(composeBins.dir)
+	}
+}
+
 // TestComposeScripts runs testdata/compose/*.txtar: `iii compose` for real
 // (managed engines, attached engines, Node iii-sdk workers, the sandbox
 // adapters through the engine's plugin host). Variables:
@@ -90,7 +100,6 @@ func TestComposeScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(plugins) })
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)

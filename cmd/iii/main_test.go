@@ -40,6 +40,7 @@ type leakCheck struct{ m *testing.M }
 
 func (l leakCheck) Run() int {
 	code := l.m.Run()
+	removeAdapterDir()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
