@@ -22,6 +22,7 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/version"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -112,15 +113,8 @@ func setupScript(e *testscript.Env) error {
 
 // freePort returns a loopback port that was free a moment ago.
 func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	_, port, err := net.SplitHostPort(l.Addr().String())
-	if cerr := l.Close(); err == nil {
-		err = cerr
-	}
-	return port, err
+	p, err := loopback.FreePort()
+	return strconv.Itoa(p), err
 }
 
 // docRequestSchema is what `iii call -h test::doc` renders.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/host/config"
+	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -95,10 +96,9 @@ func writeConfig(t *testing.T, path, content string) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := loopback.FreePort()
 	assert.NilError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func listenerConfig(ports ...int) string {

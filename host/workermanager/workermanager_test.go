@@ -19,6 +19,7 @@ import (
 
 	"github.com/iii-sandbox/iii/host/config"
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -191,10 +192,9 @@ func TestServesEngine(t *testing.T) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := loopback.FreePort()
 	assert.NilError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // TestDNSRebinding: a loopback listener answers only requests that name the

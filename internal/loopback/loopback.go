@@ -34,3 +34,15 @@ func Addr(addr string) bool {
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
 }
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
+// tests and benchmark harnesses that start a server on a port of their
+// choosing (another process may still take it first).
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

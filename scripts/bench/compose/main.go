@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/benchstat"
 	"github.com/iii-sandbox/iii/internal/testkit/bins"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
@@ -79,15 +80,6 @@ func setup() (*env, error) {
 		sdkURL: sdk.URL, tmp: tmp}, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func run(rounds, n int) error {
 	e, err := setup()
 	if err != nil {
@@ -122,7 +114,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // composeUp times `iii compose --up` until it prints that the project is
 // up, then stops it with SIGINT.
 func (e *env) composeUp(round, n int) (time.Duration, error) {
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return 0, err
 	}
@@ -174,7 +166,7 @@ func (e *env) composeUp(round, n int) (time.Duration, error) {
 // byHand starts an engine and the same worker processes itself and polls
 // the engine until every worker is registered in the namespace.
 func (e *env) byHand(round, n int) (time.Duration, error) {
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return 0, err
 	}

@@ -27,7 +27,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +38,7 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/benchstat"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
@@ -338,12 +338,8 @@ func create(ctx context.Context, c *client.Client) (time.Duration, error) {
 }
 
 func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
+	p, err := loopback.FreePort()
+	return strconv.Itoa(p), err
 }
 
 func tail(s string, n int) string {

@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +28,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/internal/enginetoken"
+	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/benchstat"
 	"github.com/iii-sandbox/iii/internal/testkit/bins"
 	"github.com/iii-sandbox/iii/plugins/sdk/examples/hostdir"
@@ -85,7 +85,7 @@ func run() error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, err
 		}
-		port, err := freePort()
+		port, err := loopback.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -187,13 +187,4 @@ func run() error {
 			f50.Seconds()/s50.Seconds(), f99.Seconds()/s99.Seconds(), verdict)
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

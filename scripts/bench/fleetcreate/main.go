@@ -27,7 +27,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +40,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/internal/enginetoken"
+	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/bins"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
@@ -152,7 +152,7 @@ func (b *bench) setup() error {
 	if err := os.WriteFile(b.credFile, []byte(b.token), 0o600); err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return err
 	}
@@ -360,13 +360,4 @@ func cpuTimes() (busy, total uint64) {
 		}
 	}
 	return busy, total
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -60,6 +60,7 @@ import (
 	"time"
 
 	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/benchstat"
 	"github.com/iii-sandbox/iii/internal/testkit/bins"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
@@ -158,7 +159,7 @@ func run(o options) (err error) {
 	}
 	_ = os.Unsetenv(client.EnvEngineToken)
 
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return err
 	}
@@ -839,15 +840,6 @@ func tail(path string, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func randHex(n int) string {
