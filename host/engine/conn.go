@@ -64,6 +64,10 @@ type wsConn struct {
 	// heartbeating is set once the connection serves fleet functions
 	// (heartbeat.go).
 	heartbeating atomic.Bool
+	// received counts the bytes read from the socket: proof of life for
+	// the heartbeat while a large frame keeps a pong from arriving.
+	received *atomic.Int64
+	laneWait atomic.Bool // the read loop waits for a large-frame lane
 	outBytes     *semaphore.Weighted
 	listener     *listenerState
 }
@@ -79,7 +83,8 @@ func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, ls *listen
 		return
 	}
 
-	c, err := websocket.Accept(rw, r, nil)
+	received := new(atomic.Int64)
+	c, err := websocket.Accept(countingHijacker{rw, received}, r, nil)
 	if err != nil {
 		e.log.Debug("worker upgrade failed", "remote", r.RemoteAddr, "error", err)
 		ls.release()
@@ -117,6 +122,7 @@ func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, ls *listen
 		limits:     ls.limits,
 		outBytes:   semaphore.NewWeighted(ls.limits.QueuedBytesPerConnection),
 		listener:   ls,
+		received:   received,
 	}
 	w.conn = conn
 	e.addWorker(w)
@@ -203,7 +209,12 @@ func (c *wsConn) readFrame(buf []byte, r io.Reader) (_ []byte, held bool, err er
 	if err != nil || len(buf) < smallFrameBytes {
 		return buf, false, err
 	}
-	if held, err = c.e.inbound.acquire(c.w.ctx); err != nil {
+	// Waiting for a lane, this read loop reads nothing, pongs included:
+	// the heartbeat must not take that for a dead host.
+	c.laneWait.Store(true)
+	held, err = c.e.inbound.acquire(c.w.ctx)
+	c.laneWait.Store(false)
+	if err != nil {
 		return buf, held, err
 	}
 	cut := time.AfterFunc(c.e.slowConsumer, func() {

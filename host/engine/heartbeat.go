@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"bufio"
 	"context"
+	"net"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -70,12 +73,21 @@ func (c *wsConn) heartbeatLoop() {
 		case <-t.C:
 		}
 		every := c.e.heartbeat.get()
+		before := c.received.Load()
 		ctx, cancel := context.WithTimeout(c.w.ctx, hostPongWindow*every)
 		err := c.c.Ping(ctx)
 		cancel()
 		if err != nil {
 			if c.w.ctx.Err() != nil {
 				return
+			}
+			// A host that is sending is alive: its pong may wait behind a
+			// large frame on its side. An engine write in progress holds
+			// our ping back (a write that stalls is watchWriters' to cut),
+			// and a read loop waiting for a large-frame lane reads no pong.
+			if c.received.Load() != before || c.writeStart.Load() != 0 || c.laneWait.Load() {
+				t.Reset(every)
+				continue
 			}
 			// CloseNow ends the read loop at once, which tears the
 			// worker down; a close handshake would wait on the dead link.
@@ -86,4 +98,37 @@ func (c *wsConn) heartbeatLoop() {
 		}
 		t.Reset(every)
 	}
+}
+
+// countingHijacker hands websocket.Accept a connection that counts the
+// bytes read from it into n.
+type countingHijacker struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (h countingHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := h.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, http.ErrNotSupported
+	}
+	c, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	return countingConn{c, h.n}, brw, nil
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (h countingHijacker) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }

@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -9,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"gotest.tools/v3/assert"
+
+	"github.com/iii-sandbox/iii/protocol"
 )
 
 // linkProxy forwards TCP to the engine and can be cut the way a pulled
@@ -132,4 +138,45 @@ func TestHostHeartbeatCutsSilentHost(t *testing.T) {
 	t.Logf("silent host dropped %v after the cut (heartbeat 50 ms)", time.Since(cutAt).Round(time.Millisecond))
 	// The plain worker, silent too, is not pinged and keeps its function.
 	assert.Assert(t, registered("plain::echo"), "a worker without fleet functions was dropped by the host heartbeat")
+}
+
+// A host whose pong cannot come back because it is busy sending a large
+// frame is alive: while its bytes keep arriving the heartbeat keeps it;
+// once it falls silent it is cut as any silent host.
+func TestHostHeartbeatKeepsSendingHost(t *testing.T) {
+	te := startEngine(t, Options{})
+	te.SetHostHeartbeat(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	// A bare client that never reads, so it answers no ping.
+	c, _, err := websocket.Dial(ctx, te.url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + testAdminToken}}})
+	assert.NilError(t, err)
+	defer c.CloseNow()
+	const fleetFn = "sandbox-x::host::h1::sandbox::exec"
+	for _, m := range []protocol.Message{
+		&protocol.RegisterFunction{ID: fleetFn},
+		&protocol.InvokeFunction{FunctionID: FnWorkersRegister, Data: json.RawMessage(`{"name":"sandbox-x-h1"}`), Action: &protocol.TriggerAction{Type: protocol.ActionVoid}},
+	} {
+		b, err := protocol.Encode(m)
+		assert.NilError(t, err)
+		assert.NilError(t, c.Write(ctx, websocket.MessageText, b))
+	}
+	registered := func() bool { return len(te.FunctionIDs(DefaultNamespace, fleetFn)) == 1 }
+	pollUntil(t, "the host's fleet function", registered)
+
+	// Twenty heartbeats' worth of one large frame, a chunk at a time.
+	w, err := c.Writer(ctx, websocket.MessageText)
+	assert.NilError(t, err)
+	_, err = w.Write([]byte(`{"type":"ping","pad":"`))
+	assert.NilError(t, err)
+	for range 50 {
+		_, err = w.Write(bytes.Repeat([]byte("x"), 2048))
+		assert.NilError(t, err)
+		time.Sleep(20 * time.Millisecond)
+		assert.Assert(t, registered(), "a host still sending was cut")
+	}
+	// Silent now, mid-frame: cut within a few heartbeats.
+	stoppedAt := time.Now()
+	pollUntil(t, "the silent host's fleet function to go", func() bool { return !registered() })
+	t.Logf("silent host dropped %v after it stopped sending (heartbeat 50 ms)", time.Since(stoppedAt).Round(time.Millisecond))
 }
