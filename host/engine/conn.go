@@ -68,8 +68,8 @@ type wsConn struct {
 	// the heartbeat while a large frame keeps a pong from arriving.
 	received *atomic.Int64
 	laneWait atomic.Bool // the read loop waits for a large-frame lane
-	outBytes     *semaphore.Weighted
-	listener     *listenerState
+	outBytes *semaphore.Weighted
+	listener *listenerState
 }
 
 func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, ls *listenerState) {
