@@ -61,6 +61,9 @@ type wsConn struct {
 	limits       Limits
 	regs         atomic.Int64
 	regsExceeded atomic.Bool
+	outBytes     *semaphore.Weighted
+	listener     *listenerState
+
 	// heartbeating is set once the connection serves fleet functions
 	// (heartbeat.go).
 	heartbeating atomic.Bool
@@ -68,8 +71,6 @@ type wsConn struct {
 	// the heartbeat while a large frame keeps a pong from arriving.
 	received *atomic.Int64
 	laneWait atomic.Bool // the read loop waits for a large-frame lane
-	outBytes *semaphore.Weighted
-	listener *listenerState
 }
 
 func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, ls *listenerState) {
