@@ -242,11 +242,14 @@ func (w *Worker) serveConn(ws *websocket.Conn, authCtx json.RawMessage) {
 		}
 	}
 	w.hub.remove(c)
-	cancel()
-	<-writerDone
 	if status == websocket.StatusPolicyViolation {
+		// Before cancel: cancelling the context of the last Read can make
+		// the library drop the connection before the close frame is out,
+		// and the client would see EOF instead of the reason.
 		_ = ws.Close(status, reason)
 	}
+	cancel()
+	<-writerDone
 	_ = ws.CloseNow()
 	w.leaveAll(c)
 }
