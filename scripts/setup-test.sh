@@ -12,17 +12,27 @@ if ! cmp -s "$nodesdk/package-lock.json" "$stamp" 2>/dev/null; then
   cp "$nodesdk/package-lock.json" "$stamp"
 fi
 
+# apt_install <command> <Debian package> <why>: installs the package when
+# the command is missing.
+apt_install() {
+  local cmd="$1" pkg="$2" why="$3"
+  command -v "$cmd" >/dev/null 2>&1 && return 0
+  if command -v apt-get >/dev/null 2>&1; then
+    local as_root=()
+    [ "$(id -u)" -eq 0 ] || as_root=(sudo)
+    echo "setup-test: installing $pkg"
+    export DEBIAN_FRONTEND=noninteractive
+    "${as_root[@]}" apt-get install -y -qq "$pkg" >/dev/null 2>&1 ||
+      { "${as_root[@]}" apt-get update -qq && "${as_root[@]}" apt-get install -y -qq "$pkg" >/dev/null; }
+  else
+    echo "setup-test: $cmd is missing; install $pkg $why" >&2
+  fi
+}
+
 # protoc, so the generated-code freshness test (contract/proto_test.go) runs
 # rather than skips; the Go generators are pinned by scripts/proto.sh.
-if ! command -v protoc >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1; then
-    as_root=()
-    [ "$(id -u)" -eq 0 ] || as_root=(sudo)
-    echo "setup-test: installing protobuf-compiler"
-    export DEBIAN_FRONTEND=noninteractive
-    "${as_root[@]}" apt-get install -y -qq protobuf-compiler >/dev/null 2>&1 ||
-      { "${as_root[@]}" apt-get update -qq && "${as_root[@]}" apt-get install -y -qq protobuf-compiler >/dev/null; }
-  else
-    echo "setup-test: protoc is missing; install protobuf-compiler to run the generated-code freshness test" >&2
-  fi
-fi
+apt_install protoc protobuf-compiler "to run the generated-code freshness test"
+
+# redis-server, which the iii-stream redis adapter's tests start on a free
+# loopback port (host/stream/redis_test.go); they fail without it.
+apt_install redis-server redis-server "to run the iii-stream redis adapter's tests"
