@@ -23,6 +23,9 @@ const (
 	// CodeCustomFailed: a custom stream::<op>(<stream>) function failed or
 	// answered something that is not the op's result.
 	CodeCustomFailed = "STREAM_CUSTOM_FAILED"
+	// CodeBackendUnavailable: the redis backend cannot reach its Redis (at
+	// start, within RedisDialTimeout) or a command to it failed.
+	CodeBackendUnavailable = "STREAM_BACKEND_UNAVAILABLE"
 	// CodeListenFailed: the stream socket cannot bind its host:port.
 	CodeListenFailed = "LISTEN_FAILED"
 )

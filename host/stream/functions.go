@@ -104,11 +104,17 @@ type changeResult struct {
 	NewValue json.RawMessage `json:"new_value"`
 }
 
-// emit tells the stream triggers and the subscribers about a change.
-func (w *Worker) emit(streamName, groupID string, id *string, inner json.RawMessage) {
+// emit tells this engine's stream triggers about a change, and the
+// backend's subscribers: with Redis those of every engine on it, this
+// engine's included (they get it back from the subscription, once). A
+// change that cannot be published is logged; the write stands (upstream's
+// rule).
+func (w *Worker) emit(ctx context.Context, streamName, groupID string, id *string, inner json.RawMessage) {
 	ev := &Event{Type: "stream", Timestamp: time.Now().UnixMilli(), StreamName: streamName, GroupID: groupID, ID: id, Event: inner}
 	w.fireStream(ev)
-	w.hub.broadcast(ev)
+	if err := w.store.Publish(ctx, ev); err != nil {
+		w.log.Warn("stream change not delivered to the subscribers", "stream", streamName, "group", groupID, "error", err)
+	}
 }
 
 func changeKind(old json.RawMessage) string {
@@ -136,14 +142,14 @@ func (w *Worker) set(ctx context.Context, call *engine.Call) (json.RawMessage, e
 			r.OldValue = nil
 		}
 	default:
-		old, stored, err := w.store.Set(*in.StreamName, *in.GroupID, *in.ItemID, in.Data)
+		old, stored, err := w.store.Set(ctx, *in.StreamName, *in.GroupID, *in.ItemID, in.Data)
 		if err != nil {
 			return nil, err
 		}
 		r = changeResult{OldValue: old, NewValue: stored}
 	}
 	item := *in.ItemID
-	w.emit(*in.StreamName, *in.GroupID, &item, dataEvent(changeKind(r.OldValue), r.NewValue))
+	w.emit(ctx, *in.StreamName, *in.GroupID, &item, dataEvent(changeKind(r.OldValue), r.NewValue))
 	r.OldValue = orNull(r.OldValue)
 	return json.Marshal(r)
 }
@@ -162,7 +168,7 @@ func (w *Worker) getItem(ctx context.Context, streamName, groupID, itemID string
 	if res, isCustom, err := w.custom(ctx, "get", streamName, req); err != nil || isCustom {
 		return orNull(res), err
 	}
-	v, err := w.store.Get(streamName, groupID, itemID)
+	v, err := w.store.Get(ctx, streamName, groupID, itemID)
 	return orNull(v), err
 }
 
@@ -187,13 +193,13 @@ func (w *Worker) delete(ctx context.Context, call *engine.Call) (json.RawMessage
 			old = r.OldValue
 		}
 	default:
-		if old, err = w.store.Delete(*in.StreamName, *in.GroupID, *in.ItemID); err != nil {
+		if old, err = w.store.Delete(ctx, *in.StreamName, *in.GroupID, *in.ItemID); err != nil {
 			return nil, err
 		}
 	}
 	if old != nil {
 		item := *in.ItemID
-		w.emit(*in.StreamName, *in.GroupID, &item, dataEvent("delete", old))
+		w.emit(ctx, *in.StreamName, *in.GroupID, &item, dataEvent("delete", old))
 	}
 	return json.Marshal(struct {
 		OldValue json.RawMessage `json:"old_value"`
@@ -214,7 +220,7 @@ func (w *Worker) listGroup(ctx context.Context, streamName, groupID string) (jso
 	if res, isCustom, err := w.custom(ctx, "list", streamName, req); err != nil || isCustom {
 		return orNull(res), err
 	}
-	vs, err := w.store.List(streamName, groupID)
+	vs, err := w.store.List(ctx, streamName, groupID)
 	if err != nil {
 		return nil, err
 	}
@@ -229,15 +235,18 @@ func (w *Worker) listGroups(ctx context.Context, call *engine.Call) (json.RawMes
 	if res, isCustom, err := w.custom(ctx, "list_groups", *in.StreamName, call.Data); err != nil || isCustom {
 		return orNull(res), err
 	}
-	gs, err := w.store.Groups(*in.StreamName)
+	gs, err := w.store.Groups(ctx, *in.StreamName)
 	if err != nil {
 		return nil, err
 	}
 	return json.Marshal(gs)
 }
 
-func (w *Worker) listAll(_ context.Context, _ *engine.Call) (json.RawMessage, error) {
-	all := w.store.All()
+func (w *Worker) listAll(ctx context.Context, _ *engine.Call) (json.RawMessage, error) {
+	all, err := w.store.All(ctx)
+	if err != nil {
+		return nil, err
+	}
 	return json.Marshal(struct {
 		Stream []Meta `json:"stream"`
 		Count  int    `json:"count"`
@@ -249,22 +258,22 @@ func (w *Worker) send(ctx context.Context, call *engine.Call) (json.RawMessage, 
 	if err != nil {
 		return nil, err
 	}
-	if err := w.store.checkGroup(*in.StreamName, *in.GroupID); err != nil {
+	if err := w.limits.checkGroup(*in.StreamName, *in.GroupID); err != nil {
 		return nil, err
 	}
 	if in.ID != nil {
-		if err := w.store.checkID("id", *in.ID); err != nil {
+		if err := w.limits.checkID("id", *in.ID); err != nil {
 			return nil, err
 		}
 	}
-	if err := w.store.checkID("type", *in.Type); err != nil {
+	if err := w.limits.checkID("type", *in.Type); err != nil {
 		return nil, err
 	}
-	data, err := w.store.compactValue(in.Data)
+	data, err := w.limits.compactValue(in.Data)
 	if err != nil {
 		return nil, err
 	}
-	w.emit(*in.StreamName, *in.GroupID, in.ID, customEvent(*in.Type, data))
+	w.emit(ctx, *in.StreamName, *in.GroupID, in.ID, customEvent(*in.Type, data))
 	return json.RawMessage("null"), nil
 }
 
@@ -295,14 +304,14 @@ func (w *Worker) update(ctx context.Context, call *engine.Call) (json.RawMessage
 		if err != nil {
 			return nil, err
 		}
-		old, updated, errs, err := w.store.Update(*in.StreamName, *in.GroupID, *in.ItemID, ops)
+		old, updated, errs, err := w.store.Update(ctx, *in.StreamName, *in.GroupID, *in.ItemID, ops)
 		if err != nil {
 			return nil, err
 		}
 		r = updateResult{OldValue: old, NewValue: updated, Errors: errs}
 	}
 	item := *in.ItemID
-	w.emit(*in.StreamName, *in.GroupID, &item, dataEvent(changeKind(r.OldValue), r.NewValue))
+	w.emit(ctx, *in.StreamName, *in.GroupID, &item, dataEvent(changeKind(r.OldValue), r.NewValue))
 	r.OldValue = orNull(r.OldValue)
 	return json.Marshal(r)
 }

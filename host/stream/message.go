@@ -140,3 +140,116 @@ type JoinLeave struct {
 	ID             *string         `json:"id"`
 	Context        json.RawMessage `json:"context"`
 }
+
+// eventOverhead is what an Event adds around its value: ids, timestamp,
+// field names and escaping.
+const eventOverhead = 16 << 10
+
+// DecodeEvent reads a change event another engine (or this one) published
+// on Redis: upstream's StreamWrapperMessage, type "stream", with ids within
+// limits and an inner event of a kind this package sends (create, update,
+// delete, sync, unauthorized, or a custom event). The inner event is
+// re-encoded compact, so what reaches a client is always well-formed. It
+// never panics, whatever the input.
+func DecodeEvent(payload []byte, limits Limits) (*Event, error) {
+	l := limits.withDefaults()
+	if len(payload) > l.ValueBytes+eventOverhead {
+		return nil, fmt.Errorf("the event is %d bytes; at most %d are allowed", len(payload), l.ValueBytes+eventOverhead)
+	}
+	var raw struct {
+		Type       *string         `json:"type"`
+		Timestamp  *int64          `json:"timestamp"`
+		StreamName *string         `json:"streamName"`
+		GroupID    *string         `json:"groupId"`
+		ID         *string         `json:"id"`
+		Event      json.RawMessage `json:"event"`
+	}
+	if err := json.Unmarshal(payload, &raw); err != nil {
+		return nil, fmt.Errorf("not a stream event: %w", err)
+	}
+	if raw.Type == nil || *raw.Type != "stream" {
+		return nil, errors.New(`type must be "stream"`)
+	}
+	if raw.Timestamp == nil {
+		return nil, errors.New("timestamp is missing")
+	}
+	ev := &Event{Type: "stream", Timestamp: *raw.Timestamp}
+	for _, f := range []struct {
+		name string
+		v    *string
+		dst  *string
+	}{{"streamName", raw.StreamName, &ev.StreamName}, {"groupId", raw.GroupID, &ev.GroupID}} {
+		if f.v == nil {
+			return nil, fmt.Errorf("%s is missing", f.name)
+		}
+		if err := l.checkID(f.name, *f.v); err != nil {
+			return nil, err
+		}
+		*f.dst = *f.v
+	}
+	if raw.ID != nil {
+		if err := l.checkID("id", *raw.ID); err != nil {
+			return nil, err
+		}
+		id := *raw.ID
+		ev.ID = &id
+	}
+	inner, err := decodeInnerEvent(raw.Event, l)
+	if err != nil {
+		return nil, err
+	}
+	ev.Event = inner
+	return ev, nil
+}
+
+// decodeInnerEvent checks and re-encodes an Event's event field.
+func decodeInnerEvent(b json.RawMessage, l Limits) (json.RawMessage, error) {
+	var in struct {
+		Type  *string         `json:"type"`
+		Data  json.RawMessage `json:"data"`
+		Event *struct {
+			Type *string         `json:"type"`
+			Data json.RawMessage `json:"data"`
+		} `json:"event"`
+	}
+	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
+		return nil, errors.New("event is missing")
+	}
+	if err := json.Unmarshal(b, &in); err != nil || in.Type == nil {
+		return nil, errors.New("event must be an object with a type")
+	}
+	value := func(d json.RawMessage) (json.RawMessage, error) {
+		if d == nil {
+			return nil, errors.New("event.data is missing")
+		}
+		v, err := l.compactValue(d)
+		if err != nil {
+			return nil, fmt.Errorf("event.data: %w", err)
+		}
+		return v, nil
+	}
+	switch kind := *in.Type; kind {
+	case "sync", "create", "update", "delete":
+		v, err := value(in.Data)
+		if err != nil {
+			return nil, err
+		}
+		return dataEvent(kind, v), nil
+	case "unauthorized":
+		return unauthorizedEvent, nil
+	case "event":
+		if in.Event == nil || in.Event.Type == nil {
+			return nil, errors.New("event.event must be an object with a type")
+		}
+		if err := l.checkID("event.event.type", *in.Event.Type); err != nil {
+			return nil, err
+		}
+		v, err := value(in.Event.Data)
+		if err != nil {
+			return nil, err
+		}
+		return customEvent(*in.Event.Type, v), nil
+	default:
+		return nil, fmt.Errorf("event.type %q is not sync, create, update, delete, event or unauthorized", truncate([]byte(kind)))
+	}
+}

@@ -97,3 +97,103 @@ func FuzzUpdateOps(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeEvent(t *testing.T) {
+	small := Limits{IDBytes: 8, ValueBytes: 32}
+	tests := []struct {
+		name, payload, want, err string
+	}{
+		{name: "create", payload: `{"type":"stream","timestamp":1,"streamName":"chat","groupId":"r1","id":"m1","event":{"type":"create","data":{ "t" : 1 }}}`,
+			want: `{"type":"stream","timestamp":1,"streamName":"chat","groupId":"r1","id":"m1","event":{"type":"create","data":{"t":1}}}`},
+		{name: "upstream group event, extra fields ignored", payload: `{"type":"stream","timestamp":2,"streamName":"chat","groupId":"r1","id":null,"event":{"type":"sync","data":[]},"x":1}`,
+			want: `{"type":"stream","timestamp":2,"streamName":"chat","groupId":"r1","id":null,"event":{"type":"sync","data":[]}}`},
+		{name: "custom", payload: `{"type":"stream","timestamp":3,"streamName":"c","groupId":"g","event":{"type":"event","event":{"type":"typing","data":null}}}`,
+			want: `{"type":"stream","timestamp":3,"streamName":"c","groupId":"g","id":null,"event":{"type":"event","event":{"type":"typing","data":null}}}`},
+		{name: "unauthorized", payload: `{"type":"stream","timestamp":3,"streamName":"c","groupId":"g","event":{"type":"unauthorized"}}`,
+			want: `{"type":"stream","timestamp":3,"streamName":"c","groupId":"g","id":null,"event":{"type":"unauthorized"}}`},
+		{name: "not json", payload: `not json`, err: "not a stream event"},
+		{name: "array", payload: `[]`, err: "not a stream event"},
+		{name: "wrong type", payload: `{"type":"queue","timestamp":1,"streamName":"c","groupId":"g","event":{"type":"create","data":1}}`, err: `type must be "stream"`},
+		{name: "no timestamp", payload: `{"type":"stream","streamName":"c","groupId":"g","event":{"type":"create","data":1}}`, err: "timestamp is missing"},
+		{name: "float timestamp", payload: `{"type":"stream","timestamp":1.5,"streamName":"c","groupId":"g","event":{"type":"create","data":1}}`, err: "not a stream event"},
+		{name: "no group", payload: `{"type":"stream","timestamp":1,"streamName":"c","event":{"type":"create","data":1}}`, err: "groupId is missing"},
+		{name: "long id", payload: `{"type":"stream","timestamp":1,"streamName":"c","groupId":"g","id":"123456789","event":{"type":"create","data":1}}`, err: "id is 9 bytes"},
+		{name: "no event", payload: `{"type":"stream","timestamp":1,"streamName":"c","groupId":"g"}`, err: "event is missing"},
+		{name: "unknown kind", payload: `{"type":"stream","timestamp":1,"streamName":"c","groupId":"g","event":{"type":"explode","data":1}}`, err: `event.type "explode"`},
+		{name: "no data", payload: `{"type":"stream","timestamp":1,"streamName":"c","groupId":"g","event":{"type":"update"}}`, err: "event.data is missing"},
+		{name: "value too large", payload: `{"type":"stream","timestamp":1,"streamName":"c","groupId":"g","event":{"type":"update","data":"` + strings.Repeat("x", 40) + `"}}`, err: "at most 32 are allowed"},
+		{name: "custom without type", payload: `{"type":"stream","timestamp":1,"streamName":"c","groupId":"g","event":{"type":"event","event":{"data":1}}}`, err: "event.event must be an object with a type"},
+		{name: "oversized", payload: `{"type":"stream","pad":"` + strings.Repeat("x", 32+eventOverhead) + `"}`, err: "the event is"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, err := DecodeEvent([]byte(tc.payload), small)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				return
+			}
+			assert.NilError(t, err)
+			got, err := json.Marshal(ev)
+			assert.NilError(t, err)
+			assert.Equal(t, string(got), tc.want)
+		})
+	}
+}
+
+// FuzzDecodeEvent: any pub/sub message decodes or is refused, never a
+// panic; what decodes keeps the id and value rules and decodes again to
+// the same event once encoded (what a client receives is well-formed).
+func FuzzDecodeEvent(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"stream","timestamp":1,"streamName":"chat","groupId":"r1","id":"m1","event":{"type":"create","data":{"t":1}}}`,
+		`{"type":"stream","timestamp":-9223372036854775808,"streamName":"c","groupId":"g","id":null,"event":{"type":"event","event":{"type":"x","data":[1,{"a":null}]}}}`,
+		`{"type":"stream","timestamp":3,"streamName":"c","groupId":"g","event":{"type":"unauthorized"}}`,
+		`{"type":"stream","timestamp":1,"streamName":"\ud800","groupId":"g","event":{"type":"sync","data":"\u0000"}}`,
+		`null`, `[]`, `{"event":{"type":"event","event":null}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	limits := Limits{IDBytes: 16, ValueBytes: 256}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		ev, err := DecodeEvent(payload, limits)
+		if err != nil {
+			return
+		}
+		ids := []string{ev.StreamName, ev.GroupID}
+		if ev.ID != nil {
+			ids = append(ids, *ev.ID)
+		}
+		for _, id := range ids {
+			if id == "" || len(id) > 16 || !utf8.ValidString(id) {
+				t.Fatalf("accepted id %q", id)
+			}
+		}
+		enc, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatalf("accepted event does not encode: %v", err)
+		}
+		again, err := DecodeEvent(enc, limits)
+		if err != nil {
+			t.Fatalf("re-encoded event %s refused: %v", enc, err)
+		}
+		enc2, _ := json.Marshal(again)
+		if string(enc) != string(enc2) {
+			t.Fatalf("not stable: %s then %s", enc, enc2)
+		}
+	})
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://localhost:6379":             "redis://localhost:6379",
+		"redis://:s3cret@cache:6379/1":       "redis://:xxxxx@cache:6379/1",
+		"rediss://default:s3cret@cache:6380": "rediss://default:xxxxx@cache:6380",
+		"redis://:s3cret@cache:port":         "redis://xxxxx@cache:port",
+		"redis://:s3c@ret@cache:port":        "redis://xxxxx@cache:port",
+		"unix:///run/redis.sock":             "unix:///run/redis.sock",
+		"::not a url:s3cret@host":            "xxxxx@host",
+		"redis://u:p%zz@h":                   "redis://xxxxx@h",
+	} {
+		assert.Equal(t, RedactURL(in), want, in)
+	}
+}

@@ -1,7 +1,7 @@
 package stream
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +12,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/iii-sandbox/iii/internal/atomicfile"
 )
@@ -152,48 +151,6 @@ func (s *Store) saveLoop(every time.Duration) {
 	}
 }
 
-// checkID validates one id.
-func (s *Store) checkID(what, id string) error {
-	switch {
-	case id == "":
-		return errorf(CodeInvalidInput, "%s is empty", what)
-	case len(id) > s.limits.IDBytes:
-		return errorf(CodeInvalidInput, "%s is %d bytes; at most %d are allowed", what, len(id), s.limits.IDBytes)
-	case !utf8.ValidString(id):
-		return errorf(CodeInvalidInput, "%s is not valid UTF-8", what)
-	}
-	return nil
-}
-
-func (s *Store) checkGroup(streamName, groupID string) error {
-	if err := s.checkID("stream_name", streamName); err != nil {
-		return err
-	}
-	return s.checkID("group_id", groupID)
-}
-
-func (s *Store) checkKey(streamName, groupID, itemID string) error {
-	if err := s.checkGroup(streamName, groupID); err != nil {
-		return err
-	}
-	return s.checkID("item_id", itemID)
-}
-
-// compactValue validates and compacts a value against ValueBytes.
-func (s *Store) compactValue(v json.RawMessage) (json.RawMessage, error) {
-	if len(v) > 4*s.limits.ValueBytes {
-		return nil, errorf(CodeValueTooLarge, "the value is over %d bytes; store smaller items", s.limits.ValueBytes)
-	}
-	var b bytes.Buffer
-	if err := json.Compact(&b, v); err != nil {
-		return nil, errorf(CodeInvalidInput, "the value is not JSON: %v", err)
-	}
-	if b.Len() > s.limits.ValueBytes {
-		return nil, errorf(CodeValueTooLarge, "the value is %d bytes as compact JSON; at most %d are allowed per item", b.Len(), s.limits.ValueBytes)
-	}
-	return b.Bytes(), nil
-}
-
 func cost(itemID string, v json.RawMessage) int64 {
 	return int64(len(itemID)+len(v)) + itemOverhead
 }
@@ -262,11 +219,11 @@ func (s *Store) changedLocked() {
 }
 
 // Set stores data as the item and returns the old value (nil: created).
-func (s *Store) Set(streamName, groupID, itemID string, data json.RawMessage) (old, stored json.RawMessage, err error) {
-	if err := s.checkKey(streamName, groupID, itemID); err != nil {
+func (s *Store) Set(_ context.Context, streamName, groupID, itemID string, data json.RawMessage) (old, stored json.RawMessage, err error) {
+	if err := s.limits.checkKey(streamName, groupID, itemID); err != nil {
 		return nil, nil, err
 	}
-	v, err := s.compactValue(data)
+	v, err := s.limits.compactValue(data)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -277,8 +234,8 @@ func (s *Store) Set(streamName, groupID, itemID string, data json.RawMessage) (o
 }
 
 // Get returns the item's value, or nil when it does not exist.
-func (s *Store) Get(streamName, groupID, itemID string) (json.RawMessage, error) {
-	if err := s.checkKey(streamName, groupID, itemID); err != nil {
+func (s *Store) Get(_ context.Context, streamName, groupID, itemID string) (json.RawMessage, error) {
+	if err := s.limits.checkKey(streamName, groupID, itemID); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -292,8 +249,8 @@ func (s *Store) Get(streamName, groupID, itemID string) (json.RawMessage, error)
 
 // Delete removes the item and returns its value (nil: there was none).
 // An emptied group, and an emptied stream, go too.
-func (s *Store) Delete(streamName, groupID, itemID string) (json.RawMessage, error) {
-	if err := s.checkKey(streamName, groupID, itemID); err != nil {
+func (s *Store) Delete(_ context.Context, streamName, groupID, itemID string) (json.RawMessage, error) {
+	if err := s.limits.checkKey(streamName, groupID, itemID); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -323,8 +280,8 @@ func (s *Store) Delete(streamName, groupID, itemID string) (json.RawMessage, err
 }
 
 // List returns the group's values in insertion order ([] when empty).
-func (s *Store) List(streamName, groupID string) ([]json.RawMessage, error) {
-	if err := s.checkGroup(streamName, groupID); err != nil {
+func (s *Store) List(_ context.Context, streamName, groupID string) ([]json.RawMessage, error) {
+	if err := s.limits.checkGroup(streamName, groupID); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -341,8 +298,8 @@ func (s *Store) List(streamName, groupID string) ([]json.RawMessage, error) {
 }
 
 // Groups returns the stream's group ids, sorted ([] when none).
-func (s *Store) Groups(streamName string) ([]string, error) {
-	if err := s.checkID("stream_name", streamName); err != nil {
+func (s *Store) Groups(_ context.Context, streamName string) ([]string, error) {
+	if err := s.limits.checkID("stream_name", streamName); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -362,7 +319,7 @@ type Meta struct {
 }
 
 // All returns every stream with its groups, sorted.
-func (s *Store) All() []Meta {
+func (s *Store) All(context.Context) ([]Meta, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []Meta{}
@@ -383,13 +340,13 @@ func (s *Store) All() []Meta {
 		}
 		return 0
 	})
-	return out
+	return out, nil
 }
 
 // Update applies ops to the item atomically and stores the result (the
 // item is created when missing). old is nil when it did not exist.
-func (s *Store) Update(streamName, groupID, itemID string, ops []UpdateOp) (old, updated json.RawMessage, errs []OpError, err error) {
-	if err := s.checkKey(streamName, groupID, itemID); err != nil {
+func (s *Store) Update(_ context.Context, streamName, groupID, itemID string, ops []UpdateOp) (old, updated json.RawMessage, errs []OpError, err error) {
+	if err := s.limits.checkKey(streamName, groupID, itemID); err != nil {
 		return nil, nil, nil, err
 	}
 	s.mu.Lock()
@@ -519,10 +476,10 @@ func (s *Store) load() error {
 	for _, st := range doc.Streams {
 		for _, g := range st.Groups {
 			for _, it := range g.Items {
-				if err := s.checkKey(st.Name, g.ID, it.ID); err != nil {
+				if err := s.limits.checkKey(st.Name, g.ID, it.ID); err != nil {
 					return corrupt("%v", err)
 				}
-				v, err := s.compactValue(it.Value)
+				v, err := s.limits.compactValue(it.Value)
 				if err != nil {
 					return corrupt("item %s/%s/%s: %v", st.Name, g.ID, it.ID, err)
 				}

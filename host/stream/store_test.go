@@ -31,57 +31,57 @@ func openMem(t *testing.T, l Limits) *Store {
 
 func TestStoreOperations(t *testing.T) {
 	s := openMem(t, Limits{})
-	old, stored, err := s.Set("chat", "room-1", "m1", json.RawMessage(` { "text" : "hi" } `))
+	old, stored, err := s.Set(t.Context(), "chat", "room-1", "m1", json.RawMessage(` { "text" : "hi" } `))
 	assert.NilError(t, err)
 	assert.Assert(t, old == nil, "created")
 	assert.Equal(t, string(stored), `{"text":"hi"}`, "stored compact")
 
-	old, _, err = s.Set("chat", "room-1", "m1", json.RawMessage(`{"text":"hello"}`))
+	old, _, err = s.Set(t.Context(), "chat", "room-1", "m1", json.RawMessage(`{"text":"hello"}`))
 	assert.NilError(t, err)
 	assert.Equal(t, string(old), `{"text":"hi"}`)
-	_, _, err = s.Set("chat", "room-1", "m0", json.RawMessage(`0`))
+	_, _, err = s.Set(t.Context(), "chat", "room-1", "m0", json.RawMessage(`0`))
 	assert.NilError(t, err)
-	_, _, err = s.Set("chat", "room-2", "m1", json.RawMessage(`null`))
+	_, _, err = s.Set(t.Context(), "chat", "room-2", "m1", json.RawMessage(`null`))
 	assert.NilError(t, err)
-	_, _, err = s.Set("audit", "a", "x", json.RawMessage(`[1,2]`))
+	_, _, err = s.Set(t.Context(), "audit", "a", "x", json.RawMessage(`[1,2]`))
 	assert.NilError(t, err)
 
-	v, err := s.Get("chat", "room-1", "m1")
+	v, err := s.Get(t.Context(), "chat", "room-1", "m1")
 	assert.NilError(t, err)
 	assert.Equal(t, string(v), `{"text":"hello"}`)
-	v, err = s.Get("chat", "room-1", "nope")
+	v, err = s.Get(t.Context(), "chat", "room-1", "nope")
 	assert.NilError(t, err)
 	assert.Assert(t, v == nil)
 
-	list, err := s.List("chat", "room-1")
+	list, err := s.List(t.Context(), "chat", "room-1")
 	assert.NilError(t, err)
 	assert.DeepEqual(t, list, []json.RawMessage{json.RawMessage(`{"text":"hello"}`), json.RawMessage(`0`)}) // insertion order
-	empty, err := s.List("chat", "none")
+	empty, err := s.List(t.Context(), "chat", "none")
 	assert.NilError(t, err)
 	assert.Equal(t, len(empty), 0)
 	assert.Assert(t, empty != nil, "[] not null")
 
-	groups, err := s.Groups("chat")
+	groups, err := s.Groups(t.Context(), "chat")
 	assert.NilError(t, err)
 	assert.DeepEqual(t, groups, []string{"room-1", "room-2"})
-	assert.DeepEqual(t, s.All(), []Meta{{ID: "audit", Groups: []string{"a"}}, {ID: "chat", Groups: []string{"room-1", "room-2"}}})
+	assert.DeepEqual(t, all(t, s), []Meta{{ID: "audit", Groups: []string{"a"}}, {ID: "chat", Groups: []string{"room-1", "room-2"}}})
 
-	old, err = s.Delete("chat", "room-2", "m1")
+	old, err = s.Delete(t.Context(), "chat", "room-2", "m1")
 	assert.NilError(t, err)
 	assert.Equal(t, string(old), "null")
-	old, err = s.Delete("chat", "room-2", "m1")
+	old, err = s.Delete(t.Context(), "chat", "room-2", "m1")
 	assert.NilError(t, err)
 	assert.Assert(t, old == nil, "nothing left to delete")
-	groups, _ = s.Groups("chat")
+	groups, _ = s.Groups(t.Context(), "chat")
 	assert.DeepEqual(t, groups, []string{"room-1"}) // an emptied group goes
 
 	// Deleting everything gives the bytes back.
 	for _, k := range [][3]string{{"chat", "room-1", "m1"}, {"chat", "room-1", "m0"}, {"audit", "a", "x"}} {
-		_, err := s.Delete(k[0], k[1], k[2])
+		_, err := s.Delete(t.Context(), k[0], k[1], k[2])
 		assert.NilError(t, err)
 	}
 	assert.Equal(t, s.bytes, int64(0))
-	assert.DeepEqual(t, s.All(), []Meta{})
+	assert.DeepEqual(t, all(t, s), []Meta{})
 }
 
 func TestStoreLimits(t *testing.T) {
@@ -102,7 +102,7 @@ func TestStoreLimits(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := s.Set(tc.stream, tc.group, tc.item, json.RawMessage(tc.value))
+			_, _, err := s.Set(t.Context(), tc.stream, tc.group, tc.item, json.RawMessage(tc.value))
 			assert.Equal(t, codeOf(t, err), tc.code)
 		})
 	}
@@ -110,7 +110,7 @@ func TestStoreLimits(t *testing.T) {
 	var err error
 	n := 0
 	for n = 0; n < 100; n++ {
-		if _, _, err = s.Set("s", "g", string(rune('a'+n)), json.RawMessage(`"0123456789"`)); err != nil {
+		if _, _, err = s.Set(t.Context(), "s", "g", string(rune('a'+n)), json.RawMessage(`"0123456789"`)); err != nil {
 			break
 		}
 	}
@@ -118,11 +118,11 @@ func TestStoreLimits(t *testing.T) {
 	assert.Assert(t, n > 2 && n < 10, "%d items fit", n)
 	assert.Assert(t, s.bytes <= 600)
 	// Overwriting with the same size still fits; deleting makes room.
-	_, _, err = s.Set("s", "g", "a", json.RawMessage(`"9876543210"`))
+	_, _, err = s.Set(t.Context(), "s", "g", "a", json.RawMessage(`"9876543210"`))
 	assert.NilError(t, err)
-	_, err = s.Delete("s", "g", "a")
+	_, err = s.Delete(t.Context(), "s", "g", "a")
 	assert.NilError(t, err)
-	_, _, err = s.Set("s", "g", "new", json.RawMessage(`"0123456789"`))
+	_, _, err = s.Set(t.Context(), "s", "g", "new", json.RawMessage(`"0123456789"`))
 	assert.NilError(t, err)
 }
 
@@ -130,11 +130,11 @@ func TestStorePersists(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "streams")
 	s, err := OpenStore(dir, time.Hour, Limits{})
 	assert.NilError(t, err)
-	_, _, err = s.Set("chat", "room-1", "b", json.RawMessage(`{"n":1}`))
+	_, _, err = s.Set(t.Context(), "chat", "room-1", "b", json.RawMessage(`{"n":1}`))
 	assert.NilError(t, err)
-	_, _, err = s.Set("chat", "room-1", "a", json.RawMessage(`"x"`))
+	_, _, err = s.Set(t.Context(), "chat", "room-1", "a", json.RawMessage(`"x"`))
 	assert.NilError(t, err)
-	_, _, _, err = s.Update("counters", "g", "c", []UpdateOp{{Type: "increment", Path: []string{"n"}, By: 5}})
+	_, _, _, err = s.Update(t.Context(), "counters", "g", "c", []UpdateOp{{Type: "increment", Path: []string{"n"}, By: 5}})
 	assert.NilError(t, err)
 	assert.NilError(t, s.Close())
 
@@ -146,10 +146,10 @@ func TestStorePersists(t *testing.T) {
 
 	s2, err := OpenStore(dir, 0, Limits{})
 	assert.NilError(t, err)
-	list, err := s2.List("chat", "room-1")
+	list, err := s2.List(t.Context(), "chat", "room-1")
 	assert.NilError(t, err)
 	assert.DeepEqual(t, list, []json.RawMessage{json.RawMessage(`{"n":1}`), json.RawMessage(`"x"`)})
-	v, err := s2.Get("counters", "g", "c")
+	v, err := s2.Get(t.Context(), "counters", "g", "c")
 	assert.NilError(t, err)
 	assert.Equal(t, string(v), `{"n":5}`)
 	assert.Equal(t, s2.bytes, s.bytes, "the account is rebuilt")
@@ -161,7 +161,7 @@ func TestStoreSaveLoop(t *testing.T) {
 	s, err := OpenStore(dir, 20*time.Millisecond, Limits{})
 	assert.NilError(t, err)
 	defer s.Close()
-	_, _, err = s.Set("s", "g", "i", json.RawMessage(`1`))
+	_, _, err = s.Set(t.Context(), "s", "g", "i", json.RawMessage(`1`))
 	assert.NilError(t, err)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -192,4 +192,11 @@ func TestStoreRefusesCorruptFile(t *testing.T) {
 			assert.Equal(t, string(data), tc.content, "the file is left as it was")
 		})
 	}
+}
+
+func all(t *testing.T, s *Store) []Meta {
+	t.Helper()
+	m, err := s.All(t.Context())
+	assert.NilError(t, err)
+	return m
 }

@@ -5,9 +5,12 @@
 // listener (port 3112 by default, loopback unless configured otherwise) on
 // which clients join a group or an item and receive every change.
 //
-// The store is the built-in kv adapter: in memory, or persisted as one JSON
-// file written atomically (Store). Everything a client can send is bounded
-// (Limits). docs/stream.md describes the protocol.
+// The items live in a backend: the built-in kv adapter, in memory or
+// persisted as one JSON file written atomically (Store), or Redis, shared
+// with other engines (iii's or upstream's) that use the same Redis, whose
+// change events then reach every engine's subscribers (redis.go).
+// Everything a client can send, and everything read back from Redis, is
+// bounded (Limits). docs/stream.md describes the protocol.
 package stream
 
 import (
@@ -61,6 +64,10 @@ type Config struct {
 	// AuthFunction, when set, is called at every WebSocket upgrade; a
 	// failure refuses the connection.
 	AuthFunction string
+	// Backend is BackendKV ("" too) or BackendRedis.
+	Backend string
+	// RedisURL is the redis backend's Redis ("" = DefaultRedisURL).
+	RedisURL string
 	// StoreDir is where the kv store persists; "" keeps it in memory.
 	StoreDir string
 	// SaveInterval is how often a changed store is written (and at Close).
@@ -84,7 +91,7 @@ type Worker struct {
 	limits Limits
 	log    hclog.Logger
 	eng    *engine.Engine
-	store  *Store
+	store  backend
 	lw     *engine.LocalWorker
 
 	ctx    context.Context // ends at Close
@@ -103,9 +110,10 @@ type Worker struct {
 	closeErr  error
 }
 
-// Start opens the store (loading what it persisted), registers stream::*
-// and the trigger types with eng, and starts the listener. On error
-// nothing is left running.
+// Start opens the backend (loading what the kv store persisted, or
+// reaching Redis within RedisDialTimeout), registers stream::* and the
+// trigger types with eng, and starts the listener. On error nothing is left
+// running.
 func Start(ctx context.Context, eng *engine.Engine, opts Options) (*Worker, error) {
 	cfg := opts.Config
 	log := opts.Logger
@@ -117,12 +125,12 @@ func Start(ctx context.Context, eng *engine.Engine, opts Options) (*Worker, erro
 	}
 	w := &Worker{cfg: cfg, limits: cfg.Limits.withDefaults(), log: log, eng: eng}
 	w.trig.init()
+	w.hub.init()
 	var err error
-	if w.store, err = OpenStore(cfg.StoreDir, cfg.SaveInterval, w.limits); err != nil {
+	if w.store, err = w.openBackend(ctx); err != nil {
 		return nil, err
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
-	w.hub.init()
 	for range dispatchers {
 		w.queues = append(w.queues, dropqueue.Start(&w.wg, triggerQueue/dispatchers, w.runJob, w.logDropped))
 	}
@@ -151,12 +159,31 @@ func Start(ctx context.Context, eng *engine.Engine, opts Options) (*Worker, erro
 			log.Error("stream socket stopped", "error", err)
 		}
 	}()
-	where := "in memory"
-	if p := w.store.Path(); p != "" {
-		where = p
-	}
-	log.Info("stream worker started", "addr", w.addr, "store", where)
+	log.Info("stream worker started", "addr", w.addr, "adapter", backendName(cfg.Backend), "store", w.store.Where())
 	return w, nil
+}
+
+func backendName(b string) string {
+	if b == "" {
+		return BackendKV
+	}
+	return b
+}
+
+// openBackend opens the backend w.cfg names; the events it delivers go to
+// the worker's socket subscribers (w.hub, ready before).
+func (w *Worker) openBackend(ctx context.Context) (backend, error) {
+	switch w.cfg.Backend {
+	case "", BackendKV:
+		st, err := OpenStore(w.cfg.StoreDir, w.cfg.SaveInterval, w.limits)
+		if err != nil {
+			return nil, err
+		}
+		return kvBackend{Store: st, deliver: w.hub.broadcast}, nil
+	case BackendRedis:
+		return openRedis(ctx, w.cfg.RedisURL, w.limits, w.log, w.hub.broadcast)
+	}
+	return nil, errorf(CodeInvalidInput, "%s: adapter %q is not kv or redis", WorkerName, w.cfg.Backend)
 }
 
 // attach registers the worker, its functions and trigger types.
@@ -195,8 +222,9 @@ func (w *Worker) attach(version string) error {
 // Addr is the listener's bound address (host:port).
 func (w *Worker) Addr() string { return w.addr }
 
-// StorePath is the persisted store's file ("" in memory).
-func (w *Worker) StorePath() string { return w.store.Path() }
+// Store describes where the items live: the kv store's file, "in memory",
+// or the (redacted) Redis URL.
+func (w *Worker) Store() string { return w.store.Where() }
 
 // abort undoes a partial Start.
 func (w *Worker) abort() {
@@ -208,7 +236,7 @@ func (w *Worker) abort() {
 	w.hub.close()
 	w.wg.Wait()
 	if err := w.store.Close(); err != nil {
-		w.log.Error("save the stream store", "error", err)
+		w.log.Error("close the stream store", "error", err)
 	}
 }
 

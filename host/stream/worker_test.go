@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
@@ -36,13 +37,18 @@ type fixture struct {
 // iii-stream worker on a free loopback port; the test's cleanup stops both.
 func start(t *testing.T, cfg Config) *fixture {
 	t.Helper()
-	eng := engine.New(engine.Options{})
+	return startWith(t, engine.New(engine.Options{}), cfg, nil)
+}
+
+// startWith is start with the engine and the worker's logger given.
+func startWith(t *testing.T, eng *engine.Engine, cfg Config, log hclog.Logger) *fixture {
+	t.Helper()
 	srv := httptest.NewServer(eng.Handler())
 	f := &fixture{eng: eng, url: "ws" + strings.TrimPrefix(srv.URL, "http"), dir: cfg.StoreDir}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
 	}
-	w, err := Start(context.Background(), eng, Options{Config: cfg})
+	w, err := Start(context.Background(), eng, Options{Config: cfg, Logger: log})
 	assert.NilError(t, err)
 	f.w = w
 	t.Cleanup(func() {
@@ -81,39 +87,46 @@ func (f *fixture) worker(t *testing.T, name string) *client.Client {
 	return c
 }
 
+// functionCases is stream::*'s behaviour, call by call, from an empty
+// store; every backend gives these answers (redis_test.go runs it across
+// two engines sharing one Redis).
+var functionCases = []struct{ fn, payload, want string }{
+	{"stream::get", `{"stream_name":"chat","group_id":"r1","item_id":"m1"}`, `null`},
+	{"stream::set", `{"stream_name":"chat","group_id":"r1","item_id":"m1","data":{"text":"hi"}}`, `{"old_value":null,"new_value":{"text":"hi"}}`},
+	{"stream::set", `{"stream_name":"chat","group_id":"r1","item_id":"m1","data":{"text":"hello"}}`, `{"old_value":{"text":"hi"},"new_value":{"text":"hello"}}`},
+	{"stream::set", `{"stream_name":"chat","group_id":"r2","item_id":"m1","data":1}`, `{"old_value":null,"new_value":1}`},
+	{"stream::get", `{"stream_name":"chat","group_id":"r1","item_id":"m1"}`, `{"text":"hello"}`},
+	{"stream::list", `{"stream_name":"chat","group_id":"r1"}`, `[{"text":"hello"}]`},
+	{"stream::list", `{"stream_name":"chat","group_id":"none"}`, `[]`},
+	{"stream::list_groups", `{"stream_name":"chat"}`, `["r1","r2"]`},
+	{"stream::list_all", `{}`, `{"stream":[{"id":"chat","groups":["r1","r2"]}],"count":1}`},
+	{"stream::update", `{"stream_name":"chat","group_id":"r1","item_id":"c","ops":[{"type":"increment","path":"n","by":2},{"type":"merge","value":7}]}`,
+		`{"old_value":null,"new_value":{"n":2},"errors":[{"op_index":1,"code":"merge.value.not_an_object","message":"Merge value must be a JSON object"}]}`},
+	{"stream::update", `{"stream_name":"chat","group_id":"r1","item_id":"c","ops":[{"type":"increment","path":"n","by":2}]}`, `{"old_value":{"n":2},"new_value":{"n":4}}`},
+	{"stream::delete", `{"stream_name":"chat","group_id":"r2","item_id":"m1"}`, `{"old_value":1}`},
+	{"stream::delete", `{"stream_name":"chat","group_id":"r2","item_id":"m1"}`, `{"old_value":null}`},
+	{"stream::list_groups", `{"stream_name":"chat"}`, `["r1"]`},
+	{"stream::send", `{"stream_name":"chat","group_id":"r1","type":"typing","data":{"who":"ann"}}`, `null`},
+}
+
+// refusalCases are requests every backend refuses, with their codes.
+var refusalCases = []struct{ fn, payload, code string }{
+	{"stream::set", `[]`, CodeInvalidInput},
+	{"stream::set", `{"stream_name":"chat","group_id":"r1","item_id":"m1"}`, CodeInvalidInput},
+	{"stream::set", `{"stream_name":5,"group_id":"r1","item_id":"m1","data":1}`, CodeInvalidInput},
+	{"stream::get", `{"stream_name":"","group_id":"r1","item_id":"m1"}`, CodeInvalidInput},
+	{"stream::get", `{"stream_name":"chat","group_id":"` + strings.Repeat("g", 257) + `","item_id":"m1"}`, CodeInvalidInput},
+	{"stream::set", `{"stream_name":"chat","group_id":"r1","item_id":"big","data":"` + strings.Repeat("x", 2<<20) + `"}`, CodeValueTooLarge},
+	{"stream::update", `{"stream_name":"chat","group_id":"r1","item_id":"c","ops":[{"type":"boom"}]}`, CodeInvalidInput},
+	{"stream::send", `{"stream_name":"chat","group_id":"r1","data":1}`, CodeInvalidInput},
+}
+
 func TestFunctions(t *testing.T) {
 	f := start(t, Config{})
-	tests := []struct{ fn, payload, want string }{
-		{"stream::get", `{"stream_name":"chat","group_id":"r1","item_id":"m1"}`, `null`},
-		{"stream::set", `{"stream_name":"chat","group_id":"r1","item_id":"m1","data":{"text":"hi"}}`, `{"old_value":null,"new_value":{"text":"hi"}}`},
-		{"stream::set", `{"stream_name":"chat","group_id":"r1","item_id":"m1","data":{"text":"hello"}}`, `{"old_value":{"text":"hi"},"new_value":{"text":"hello"}}`},
-		{"stream::set", `{"stream_name":"chat","group_id":"r2","item_id":"m1","data":1}`, `{"old_value":null,"new_value":1}`},
-		{"stream::get", `{"stream_name":"chat","group_id":"r1","item_id":"m1"}`, `{"text":"hello"}`},
-		{"stream::list", `{"stream_name":"chat","group_id":"r1"}`, `[{"text":"hello"}]`},
-		{"stream::list", `{"stream_name":"chat","group_id":"none"}`, `[]`},
-		{"stream::list_groups", `{"stream_name":"chat"}`, `["r1","r2"]`},
-		{"stream::list_all", `{}`, `{"stream":[{"id":"chat","groups":["r1","r2"]}],"count":1}`},
-		{"stream::update", `{"stream_name":"chat","group_id":"r1","item_id":"c","ops":[{"type":"increment","path":"n","by":2},{"type":"merge","value":7}]}`,
-			`{"old_value":null,"new_value":{"n":2},"errors":[{"op_index":1,"code":"merge.value.not_an_object","message":"Merge value must be a JSON object"}]}`},
-		{"stream::update", `{"stream_name":"chat","group_id":"r1","item_id":"c","ops":[{"type":"increment","path":"n","by":2}]}`, `{"old_value":{"n":2},"new_value":{"n":4}}`},
-		{"stream::delete", `{"stream_name":"chat","group_id":"r2","item_id":"m1"}`, `{"old_value":1}`},
-		{"stream::delete", `{"stream_name":"chat","group_id":"r2","item_id":"m1"}`, `{"old_value":null}`},
-		{"stream::send", `{"stream_name":"chat","group_id":"r1","type":"typing","data":{"who":"ann"}}`, `null`},
-	}
-	for _, tc := range tests {
+	for _, tc := range functionCases {
 		assert.Equal(t, f.mustCall(t, tc.fn, tc.payload), tc.want, "%s %s", tc.fn, tc.payload)
 	}
-
-	refusals := []struct{ fn, payload, code string }{
-		{"stream::set", `[]`, CodeInvalidInput},
-		{"stream::set", `{"stream_name":"chat","group_id":"r1","item_id":"m1"}`, CodeInvalidInput},
-		{"stream::set", `{"stream_name":5,"group_id":"r1","item_id":"m1","data":1}`, CodeInvalidInput},
-		{"stream::get", `{"stream_name":"","group_id":"r1","item_id":"m1"}`, CodeInvalidInput},
-		{"stream::set", `{"stream_name":"chat","group_id":"r1","item_id":"big","data":"` + strings.Repeat("x", 2<<20) + `"}`, CodeValueTooLarge},
-		{"stream::update", `{"stream_name":"chat","group_id":"r1","item_id":"c","ops":[{"type":"boom"}]}`, CodeInvalidInput},
-		{"stream::send", `{"stream_name":"chat","group_id":"r1","data":1}`, CodeInvalidInput},
-	}
-	for _, tc := range refusals {
+	for _, tc := range refusalCases {
 		_, err := f.call(t, tc.fn, tc.payload)
 		assert.Equal(t, codeOf(t, err), tc.code, "%s %.80s", tc.fn, tc.payload)
 	}
