@@ -2,6 +2,7 @@ package config
 
 import (
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,13 @@ const (
 	DefaultStreamFilePath     = "./data/stream_store"
 	DefaultStreamSaveInterval = 5000 * time.Millisecond
 	DefaultStreamChannelSize  = 256
+	// DefaultStreamRedisURL is the redis adapter's redis_url when none is
+	// given (upstream's).
+	DefaultStreamRedisURL = "redis://localhost:6379"
+
+	// StreamAdapterRedis keeps the streams in Redis, shared by every
+	// engine (this one's or upstream's) on it.
+	StreamAdapterRedis = "redis"
 
 	// StoreFileBased persists the kv store under FilePath; StoreInMemory
 	// keeps it for the engine's lifetime only.
@@ -40,8 +48,11 @@ type Stream struct {
 	// AuthFunction is auth_function: called at each WebSocket upgrade; ""
 	// lets every client in.
 	AuthFunction string
-	Adapter      string // always "kv" in this engine
-	StoreMethod  string // StoreFileBased or StoreInMemory
+	Adapter      string // DefaultStreamAdapter ("kv") or StreamAdapterRedis
+	// RedisURL is the redis adapter's Redis (with Adapter "redis" only).
+	// It may hold a password: never print it as it is.
+	RedisURL    string
+	StoreMethod string // StoreFileBased or StoreInMemory
 	// FilePath is the kv store's directory (absolute); used when
 	// StoreMethod is StoreFileBased.
 	FilePath     string
@@ -103,12 +114,32 @@ func (p *parser) stream(e entry, prev *Stream) (*Stream, error) {
 			return nil, err
 		}
 		switch name {
-		case DefaultStreamAdapter:
-		case "redis", "bridge":
-			return nil, p.fail(CodeInvalidConfig, v, "%s.adapter.name %q is an upstream adapter this engine does not implement; use kv (the built-in store, file_based by default) or leave adapter out", path, name)
+		case DefaultStreamAdapter, StreamAdapterRedis:
+			s.Adapter = name
+		case "bridge":
+			return nil, p.fail(CodeInvalidConfig, v, "%s.adapter.name \"bridge\" is not supported: it forwards stream pub/sub to a pub/sub worker on a remote engine, which this engine does not have; use kv (the built-in store) or redis (several engines on one Redis)", path)
 		default:
-			return nil, p.fail(CodeInvalidConfig, v, "%s.adapter.name %q is not a stream adapter; the only adapter here is kv", path, name)
+			return nil, p.fail(CodeInvalidConfig, v, "%s.adapter.name %q is not a stream adapter; use kv (the built-in store) or redis (several engines on one Redis)", path, name)
 		}
+	}
+	if s.Adapter == StreamAdapterRedis {
+		rc, err := p.mapping(adapter["config"], path+".adapter.config", "redis_url")
+		if err != nil {
+			return nil, err
+		}
+		s.RedisURL = DefaultStreamRedisURL
+		if v := rc["redis_url"]; !yamlnode.IsNull(v) {
+			u, err := p.stringValue(v, path+".adapter.config.redis_url")
+			if err != nil {
+				return nil, err
+			}
+			if why := checkRedisURL(u); why != "" {
+				// Not quoted: it may hold a password.
+				return nil, p.fail(CodeInvalidConfig, v, "%s.adapter.config.redis_url %s", path, why)
+			}
+			s.RedisURL = u
+		}
+		return s, nil
 	}
 	kv, err := p.mapping(adapter["config"], path+".adapter.config", "store_method", "file_path", "save_interval_ms", "channel_size")
 	if err != nil {
@@ -149,6 +180,29 @@ func (p *parser) stream(e entry, prev *Stream) (*Stream, error) {
 		s.ChannelSize = int(n)
 	}
 	return s, nil
+}
+
+// checkRedisURL says what is wrong with a redis_url ("" when nothing is):
+// redis://[user:password@]host[:port][/db], rediss://… (TLS) or
+// unix:///path/to/socket.
+func checkRedisURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "is not a URL" // err quotes the URL, password and all
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+		if u.Host == "" {
+			return "names no host; write redis://host:6379"
+		}
+	case "unix":
+		if u.Path == "" {
+			return "names no socket; write unix:///path/to/redis.sock"
+		}
+	default:
+		return "is not a redis://, rediss:// or unix:// URL"
+	}
+	return ""
 }
 
 // checkStreamClash refuses an iii-stream port that a listener also binds.

@@ -40,6 +40,37 @@ func TestParseStream(t *testing.T) {
 				FilePath: "/var/lib/streams", SaveInterval: 250 * time.Millisecond, ChannelSize: 1024},
 		},
 		{
+			name: "redis",
+			src:  "workers:\n  - name: iii-stream\n    config: { adapter: { name: redis, config: { redis_url: 'redis://:pw@10.0.0.5:6380/2' } } }\n",
+			want: func() Stream {
+				s := defaults
+				s.Adapter = "redis"
+				s.RedisURL = "redis://:pw@10.0.0.5:6380/2"
+				return s
+			}(),
+		},
+		{
+			name: "redis_default_url",
+			src:  "workers:\n  - name: iii-stream\n    config: { adapter: { name: redis } }\n",
+			want: func() Stream { s := defaults; s.Adapter = "redis"; s.RedisURL = "redis://localhost:6379"; return s }(),
+		},
+		{
+			name: "redis_url_from_env",
+			src:  "workers:\n  - name: iii-stream\n    config: { adapter: { name: redis, config: { redis_url: '${REDIS_URL:redis://localhost:6379}' } } }\n",
+			env:  map[string]string{"REDIS_URL": "rediss://cache.internal:6380"},
+			want: func() Stream {
+				s := defaults
+				s.Adapter = "redis"
+				s.RedisURL = "rediss://cache.internal:6380"
+				return s
+			}(),
+		},
+		{
+			name: "redis_unix_socket",
+			src:  "workers:\n  - name: iii-stream\n    config: { adapter: { name: redis, config: { redis_url: 'unix:///run/redis.sock' } } }\n",
+			want: func() Stream { s := defaults; s.Adapter = "redis"; s.RedisURL = "unix:///run/redis.sock"; return s }(),
+		},
+		{
 			name: "relative_file_path",
 			src:  "workers:\n  - name: iii-stream#main\n    config: { adapter: { name: kv, config: { store_method: file_based, file_path: ./streams } } }\n",
 			want: func() Stream {
@@ -75,8 +106,14 @@ func TestParseStreamErrors(t *testing.T) {
 		{name: "port_string", src: "workers:\n  - name: iii-stream\n    config: { port: \"3112\" }\n", want: "whole number"},
 		{name: "bad_host", src: "workers:\n  - name: iii-stream\n    config: { host: 'a b' }\n", want: "not an IP address"},
 		{name: "blank_auth", src: "workers:\n  - name: iii-stream\n    config: { auth_function: ' ' }\n", want: "auth_function is blank"},
-		{name: "redis", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: redis, config: { redis_url: 'redis://localhost:6379' } } }\n", want: `"redis" is an upstream adapter this engine does not implement`},
-		{name: "bridge", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: bridge } }\n", want: `"bridge" is an upstream adapter`},
+		{name: "bridge", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: bridge } }\n", want: `"bridge" is not supported: it forwards stream pub/sub to a pub/sub worker on a remote engine, which this engine does not have; use kv (the built-in store) or redis`},
+		{name: "redis_kv_key", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: redis, config: { file_path: /x } } }\n", want: `unknown key "file_path"`},
+		{name: "redis_url_key", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: redis, config: { url: 'redis://h' } } }\n", want: `unknown key "url"`},
+		{name: "redis_url_scheme", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: redis, config: { redis_url: 'http://:s3cret@h:6379' } } }\n", want: "redis_url is not a redis://, rediss:// or unix:// URL"},
+		{name: "redis_url_no_host", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: redis, config: { redis_url: 'redis://' } } }\n", want: "names no host"},
+		{name: "redis_url_unparsable", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: redis, config: { redis_url: 'redis://:s3cret@h:port' } } }\n", want: "redis_url is not a URL"},
+		{name: "redis_url_number", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: redis, config: { redis_url: 6379 } } }\n", want: "redis_url"},
+		{name: "kv_redis_key", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: kv, config: { redis_url: 'redis://h' } } }\n", want: `unknown key "redis_url"`},
 		{name: "unknown_adapter", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: postgres } }\n", want: "not a stream adapter"},
 		{name: "adapter_unknown_key", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: kv, url: x } }\n", want: `unknown key "url"`},
 		{name: "kv_unknown_key", src: "workers:\n  - name: iii-stream\n    config: { adapter: { name: kv, config: { bogus: 1 } } }\n", want: `unknown key "bogus"`},
@@ -97,6 +134,7 @@ func TestParseStreamErrors(t *testing.T) {
 			assert.Equal(t, ce.Code, CodeInvalidConfig)
 			assert.Assert(t, is.Contains(ce.Message, tc.want))
 			assert.Assert(t, strings.HasPrefix(ce.Message, "config.yaml:"), ce.Message)
+			assert.Assert(t, !strings.Contains(ce.Message, "s3cret"), "a redis_url's password is never quoted: %s", ce.Message)
 		})
 	}
 }

@@ -21,14 +21,19 @@ import (
 const StreamEntryID = "iii-stream"
 
 // SeedValue is the entry value s seeds, in upstream's shape: {port, host,
-// auth_function?, adapter: {name, config: {store_method, file_path,
-// save_interval_ms, channel_size}}}. file_path is absolute (config.yaml's
-// relative one resolved against its directory).
+// auth_function?, adapter: {name: "kv", config: {store_method, file_path,
+// save_interval_ms, channel_size}}} or {..., adapter: {name: "redis",
+// config: {redis_url}}}. file_path is absolute (config.yaml's relative one
+// resolved against its directory).
 func (s Stream) SeedValue() json.RawMessage {
 	v := map[string]any{
 		"port": s.Port,
 		"host": s.Host,
-		"adapter": map[string]any{
+	}
+	if s.Adapter == StreamAdapterRedis {
+		v["adapter"] = map[string]any{"name": s.Adapter, "config": map[string]any{"redis_url": s.RedisURL}}
+	} else {
+		v["adapter"] = map[string]any{
 			"name": s.Adapter,
 			"config": map[string]any{
 				"store_method":     s.StoreMethod,
@@ -36,7 +41,7 @@ func (s Stream) SeedValue() json.RawMessage {
 				"save_interval_ms": s.SaveInterval.Milliseconds(),
 				"channel_size":     s.ChannelSize,
 			},
-		},
+		}
 	}
 	if s.AuthFunction != "" {
 		v["auth_function"] = s.AuthFunction
@@ -68,7 +73,7 @@ func StreamEntrySchema() json.RawMessage {
 	return json.RawMessage(fmt.Sprintf(`{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "title": "iii-stream",
-  "description": "WebSocket stream server settings: host/port binding, connection auth function, and the built-in kv store.",
+  "description": "WebSocket stream server settings: host/port binding, connection auth function, and the store (the built-in kv, or redis for several engines on one Redis).",
   "type": "object",
   "additionalProperties": false,
   "properties": {
@@ -76,23 +81,46 @@ func StreamEntrySchema() json.RawMessage {
     "host": {"type": "string", "minLength": 1, "default": %q, "description": "Interface the stream socket binds to; a change rebinds it."},
     "auth_function": {"type": ["string", "null"], "description": "Function called at each WebSocket upgrade to admit the client."},
     "adapter": {
-      "type": ["object", "null"],
-      "additionalProperties": false,
-      "properties": {
-        "name": {"const": %q, "description": "The built-in store (redis and bridge are not implemented here)."},
-        "config": {
-          "type": ["object", "null"],
+      "description": "The store. kv (the default): the built-in store of this engine. redis: the streams live in Redis and their change events travel over its pub/sub, so several engines (this one's or upstream iii's) on one Redis share them. bridge is not supported: it forwards stream pub/sub to a pub/sub worker on a remote engine, which this engine does not have.",
+      "oneOf": [
+        {"type": "null"},
+        {
+          "title": %q,
+          "type": "object",
           "additionalProperties": false,
           "properties": {
-            "store_method": {"enum": [%q, %q]},
-            "file_path": {"type": "string", "minLength": 1},
-            "save_interval_ms": {"type": "integer", "minimum": %d, "maximum": %d},
-            "channel_size": {"type": "integer", "minimum": 1, "maximum": %d}
+            "name": {"const": %q, "description": "The built-in store."},
+            "config": {
+              "type": ["object", "null"],
+              "additionalProperties": false,
+              "properties": {
+                "store_method": {"enum": [%q, %q]},
+                "file_path": {"type": "string", "minLength": 1},
+                "save_interval_ms": {"type": "integer", "minimum": %d, "maximum": %d},
+                "channel_size": {"type": "integer", "minimum": 1, "maximum": %d}
+              }
+            }
+          }
+        },
+        {
+          "title": %q,
+          "type": "object",
+          "additionalProperties": false,
+          "required": ["name"],
+          "properties": {
+            "name": {"const": %q, "description": "Streams in Redis, shared by every engine on it."},
+            "config": {
+              "type": ["object", "null"],
+              "additionalProperties": false,
+              "properties": {
+                "redis_url": {"type": "string", "minLength": 1, "default": %q, "description": "redis://[user:password@]host[:port][/db], rediss:// (TLS) or unix:///path. Write ${REDIS_URL} to keep a password out of the stored value."}
+              }
+            }
           }
         }
-      }
+      ]
     }
   }
-}`, DefaultStreamPort, DefaultStreamHost, DefaultStreamAdapter, StoreFileBased, StoreInMemory,
-		minStreamSaveMS, maxStreamSaveMS, maxStreamChannelCap))
+}`, DefaultStreamPort, DefaultStreamHost, DefaultStreamAdapter, DefaultStreamAdapter, StoreFileBased, StoreInMemory,
+		minStreamSaveMS, maxStreamSaveMS, maxStreamChannelCap, StreamAdapterRedis, StreamAdapterRedis, DefaultStreamRedisURL))
 }

@@ -27,13 +27,25 @@ func TestStreamEntryRoundTrip(t *testing.T) {
 	assert.Equal(t, got.StoreMethod, StoreFileBased)
 }
 
+// The redis adapter's value is upstream's {name: "redis", config: {redis_url}}.
+func TestStreamEntryRedis(t *testing.T) {
+	s := Stream{Name: "iii-stream", Host: "127.0.0.1", Port: 3112, Adapter: "redis", RedisURL: "redis://:pw@cache:6379/1",
+		StoreMethod: StoreFileBased, FilePath: "/srv/data/stream_store", SaveInterval: DefaultStreamSaveInterval, ChannelSize: DefaultStreamChannelSize}
+	assert.Equal(t, string(s.SeedValue()), `{"adapter":{"config":{"redis_url":"redis://:pw@cache:6379/1"},"name":"redis"},"host":"127.0.0.1","port":3112}`)
+	got, err := StreamFromEntry("iii-stream", s.SeedValue(), "/srv")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, *got, s)
+}
+
 func TestStreamEntryRefused(t *testing.T) {
 	tests := []struct{ name, value, want string }{
 		{"not an object", `[1, 2]`, "must be an object"},
 		{"not JSON", `{`, "not a JSON object"},
 		{"unknown key", `{"prot": 1}`, "unknown key"},
 		{"port out of range", `{"port": 70000}`, "port"},
-		{"redis", `{"adapter": {"name": "redis"}}`, "does not implement"},
+		{"bridge", `{"adapter": {"name": "bridge"}}`, "which this engine does not have"},
+		{"redis with a kv key", `{"adapter": {"name": "redis", "config": {"channel_size": 4}}}`, "unknown key"},
+		{"redis_url not redis", `{"adapter": {"name": "redis", "config": {"redis_url": "ftp://h"}}}`, "redis_url is not a redis://"},
 		{"bad store method", `{"adapter": {"config": {"store_method": "tape"}}}`, "store_method"},
 	}
 	for _, tc := range tests {

@@ -39,8 +39,12 @@ func streamConfig(c *config.Stream) stream.Config {
 	if c.StoreMethod == config.StoreInMemory {
 		dir = ""
 	}
-	return stream.Config{Host: c.Host, Port: c.Port, AuthFunction: c.AuthFunction, StoreDir: dir,
+	sc := stream.Config{Host: c.Host, Port: c.Port, AuthFunction: c.AuthFunction, Backend: stream.BackendKV, StoreDir: dir,
 		SaveInterval: c.SaveInterval, ChannelSize: c.ChannelSize}
+	if c.Adapter == config.StreamAdapterRedis {
+		sc.Backend, sc.RedisURL, sc.StoreDir = stream.BackendRedis, c.RedisURL, ""
+	}
+	return sc
 }
 
 // syncStream makes the running iii-stream worker match next: started,
@@ -141,7 +145,7 @@ func (s *Server) streamSettings(ctx context.Context, seed *config.Stream) *confi
 	}
 	if _, err := cw.Ensure(ctx, configuration.RegisterRequest{
 		ID: config.StreamEntryID, Name: "Stream",
-		Description: "iii-stream settings: host/port of the stream socket, the connection auth function, and the built-in kv store (docs/stream.md).",
+		Description: "iii-stream settings: host/port of the stream socket, the connection auth function, and the store: the built-in kv, or redis for several engines on one Redis (docs/stream.md).",
 		Schema:      config.StreamEntrySchema(), InitialValue: seed.SeedValue(),
 	}); err != nil {
 		s.log.Warn("cannot register the iii-stream configuration entry; running with config.yaml's settings", "error", err)

@@ -1,18 +1,24 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
 
+	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -163,7 +169,7 @@ func TestStreamWorkerStartErrors(t *testing.T) {
 	_, err = Start(t.Context(), Options{ConfigPath: path, Version: "0.26.0"})
 	assert.ErrorContains(t, err, "LISTEN_FAILED")
 
-	writeConfig(t, path, listenerConfig(freePort(t))+"  - name: iii-stream\n    config: { adapter: { name: redis } }\n")
+	writeConfig(t, path, listenerConfig(freePort(t))+"  - name: iii-stream\n    config: { adapter: { name: bridge } }\n")
 	_, err = Start(t.Context(), Options{ConfigPath: path, Version: "0.26.0"})
 	assert.ErrorContains(t, err, "INVALID_CONFIG")
 }
@@ -200,4 +206,131 @@ func TestStreamEntryFollowsConfigurationWorker(t *testing.T) {
 		}
 		return poll.Success()
 	}, poll.WithTimeout(20*time.Second))
+}
+
+// startRedis runs a redis-server of this test's own on a free loopback
+// port (scripts/setup-test.sh installs it) and returns its URL and a
+// client to look into it; the test's cleanup stops it.
+func startRedis(t *testing.T) (string, *redis.Client) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed: run scripts/setup-test.sh (it installs the Debian package redis-server)")
+	}
+	port := freePort(t)
+	dir := t.TempDir()
+	logf, err := os.Create(filepath.Join(dir, "redis.log"))
+	assert.NilError(t, err)
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	assert.NilError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), DisableIdentity: true})
+	t.Cleanup(func() {
+		_ = rdb.Close()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		_ = logf.Close()
+	})
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return poll.Continue("redis-server not answering yet: %v", err)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Second), poll.WithDelay(20*time.Millisecond))
+	return "redis://127.0.0.1:" + strconv.Itoa(port), rdb
+}
+
+// TestStreamConfigurationRedis: configuration::set of the iii-stream entry
+// moves the running worker from kv to redis and back, each time with that
+// store's data; a Redis that cannot be reached leaves it where it was and
+// the log names the URL without its password; bridge is refused by the
+// entry's schema.
+func TestStreamConfigurationRedis(t *testing.T) {
+	redisURL, rdb := startRedis(t)
+	assert.NilError(t, rdb.HSet(t.Context(), "stream:s:g", "i", `"from redis"`).Err())
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	wmPort, p1 := freePort(t), freePort(t)
+	t.Setenv("STREAM_PORT", strconv.Itoa(p1))
+	writeConfig(t, path, listenerConfig(wmPort)+streamEntry)
+	logs := &syncbuf.Buffer{}
+	r := &running{path: path, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	s, err := Start(ctx, Options{ConfigPath: path, Stderr: r.stderr, Logger: hclog.New(&hclog.LoggerOptions{Output: logs}), Version: "0.26.0"})
+	if err != nil {
+		cancel()
+		t.Fatalf("start: %v", err)
+	}
+	r.s = s
+	go func() { r.done <- s.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+
+	w := dial(t, "127.0.0.1:"+strconv.Itoa(wmPort))
+	_, errb := w.call(t, "stream::set", `{"stream_name":"s","group_id":"g","item_id":"i","data":"from kv"}`)
+	assert.Assert(t, errb == nil, "%+v", errb)
+	admin := dialAdmin(t, r)
+	waitItem := func(want string) {
+		t.Helper()
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			out, errb := w.call(t, "stream::get", `{"stream_name":"s","group_id":"g","item_id":"i"}`)
+			if errb != nil || string(out) != want {
+				return poll.Continue("stream::get answers %s (%+v)", out, errb)
+			}
+			return poll.Success()
+		}, poll.WithTimeout(20*time.Second))
+	}
+	kv := fmt.Sprintf(`{"port": %d, "host": "127.0.0.1", "adapter": {"name": "kv", "config": {"file_path": "./data/streams", "save_interval_ms": 100}}}`, p1)
+	tests := []struct {
+		name, value, want string
+	}{
+		{"kv to redis", fmt.Sprintf(`{"port": %d, "host": "127.0.0.1", "adapter": {"name": "redis", "config": {"redis_url": %q}}}`, p1, redisURL), `"from redis"`},
+		{"redis to kv", kv, `"from kv"`},
+		{"kv to redis again", fmt.Sprintf(`{"port": %d, "adapter": {"name": "redis", "config": {"redis_url": %q}}}`, p1, redisURL), `"from redis"`},
+	}
+	for _, tc := range tests {
+		_, errb = admin.call(t, "configuration::set", `{"id": "iii-stream", "value": `+tc.value+`}`)
+		assert.Assert(t, errb == nil, "%s: %+v", tc.name, errb)
+		waitItem(tc.want)
+	}
+	// On redis, a write lands in Redis.
+	_, errb = w.call(t, "stream::set", `{"stream_name":"s","group_id":"g","item_id":"j","data":{"n":1}}`)
+	assert.Assert(t, errb == nil, "%+v", errb)
+	v, err := rdb.HGet(t.Context(), "stream:s:g", "j").Result()
+	assert.NilError(t, err)
+	assert.Equal(t, v, `{"n":1}`)
+
+	// Unreachable: back to the previous settings (redis), password unsaid.
+	dead := fmt.Sprintf("redis://:s3cret@127.0.0.1:%d", freePort(t))
+	_, errb = admin.call(t, "configuration::set", fmt.Sprintf(`{"id": "iii-stream", "value": {"port": %d, "adapter": {"name": "redis", "config": {"redis_url": %q}}}}`, p1, dead))
+	assert.Assert(t, errb == nil, "%+v", errb)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if !strings.Contains(logs.String(), "back to its previous ones") || r.s.StreamAddr() == "" {
+			return poll.Continue("no fallback yet")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second))
+	assert.Assert(t, strings.Contains(logs.String(), "STREAM_BACKEND_UNAVAILABLE"), logs.String())
+	assert.Assert(t, strings.Contains(logs.String(), "redis://:xxxxx@127.0.0.1"), logs.String())
+	assert.Assert(t, !strings.Contains(logs.String(), "s3cret"), "the password is never logged")
+	waitItem(`"from redis"`)
+
+	// Back to kv, and bridge is refused by the schema.
+	_, errb = admin.call(t, "configuration::set", `{"id": "iii-stream", "value": `+kv+`}`)
+	assert.Assert(t, errb == nil, "%+v", errb)
+	waitItem(`"from kv"`)
+	_, errb = admin.call(t, "configuration::set", `{"id": "iii-stream", "value": {"adapter": {"name": "bridge"}}}`)
+	assert.Assert(t, errb != nil && errb.Code == "SCHEMA_INVALID", "%+v", errb)
 }
