@@ -202,6 +202,10 @@ type parser struct {
 	lookup LookupFunc
 	ph     *yamlnode.Shield
 	doc    yaml.Node // as parsed, placeholders still tokens
+	// written holds, for each scalar whose placeholders expandTree
+	// expanded, the text as written (placeholders restored): a secret
+	// given as ${VAR} is seeded into a configuration entry as written.
+	written map[*yaml.Node]string
 }
 
 // fail formats "<file>:<line>: message"; n may be nil for file-wide errors.

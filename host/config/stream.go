@@ -52,6 +52,10 @@ type Stream struct {
 	// RedisURL is the redis adapter's Redis (with Adapter "redis" only).
 	// It may hold a password: never print it as it is.
 	RedisURL    string
+	// RedisURLAsWritten is redis_url as config.yaml writes it when it
+	// holds ${...} placeholders ("" otherwise): the entry is seeded with
+	// it, so a password given as ${VAR} never reaches the entry's file.
+	RedisURLAsWritten string
 	StoreMethod string // StoreFileBased or StoreInMemory
 	// FilePath is the kv store's directory (absolute); used when
 	// StoreMethod is StoreFileBased.
@@ -138,6 +142,7 @@ func (p *parser) stream(e entry, prev *Stream) (*Stream, error) {
 				return nil, p.fail(CodeInvalidConfig, v, "%s.adapter.config.redis_url %s", path, why)
 			}
 			s.RedisURL = u
+			s.RedisURLAsWritten = p.written[v]
 		}
 		return s, nil
 	}

@@ -62,6 +62,7 @@ func TestParseStream(t *testing.T) {
 				s := defaults
 				s.Adapter = "redis"
 				s.RedisURL = "rediss://cache.internal:6380"
+				s.RedisURLAsWritten = "${REDIS_URL:redis://localhost:6379}"
 				return s
 			}(),
 		},

@@ -31,7 +31,12 @@ func (s Stream) SeedValue() json.RawMessage {
 		"host": s.Host,
 	}
 	if s.Adapter == StreamAdapterRedis {
-		v["adapter"] = map[string]any{"name": s.Adapter, "config": map[string]any{"redis_url": s.RedisURL}}
+		u := s.RedisURL
+		if s.RedisURLAsWritten != "" {
+			// The entry expands it on every read, as the file did.
+			u = s.RedisURLAsWritten
+		}
+		v["adapter"] = map[string]any{"name": s.Adapter, "config": map[string]any{"redis_url": u}}
 	} else {
 		v["adapter"] = map[string]any{
 			"name": s.Adapter,

@@ -2,10 +2,12 @@ package config
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 )
 
 // A Stream survives the trip through its entry value, and the value is read
@@ -61,4 +63,24 @@ func TestStreamEntrySchemaIsJSON(t *testing.T) {
 	var v map[string]any
 	assert.NilError(t, json.Unmarshal(StreamEntrySchema(), &v))
 	assert.Equal(t, v["type"], "object")
+}
+
+// A redis_url written with placeholders seeds the entry as written, so a
+// password from the environment never lands in the entry's file; the
+// worker runs with it expanded.
+func TestStreamSeedKeepsPlaceholders(t *testing.T) {
+	doc := "workers:\n  - name: iii-stream\n    config:\n      adapter:\n        name: redis\n        config: { redis_url: \"${REDIS_URL}\" }\n"
+	env := map[string]string{"REDIS_URL": "redis://:s3cret@127.0.0.1:6379/0"}
+	cfg, err := Parse([]byte(doc), ParseOptions{Name: "config.yaml", Dir: "/srv", Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	assert.NilError(t, err)
+	assert.Equal(t, cfg.Stream.RedisURL, "redis://:s3cret@127.0.0.1:6379/0")
+	seed := string(cfg.Stream.SeedValue())
+	assert.Assert(t, is.Contains(seed, `"redis_url":"${REDIS_URL}"`))
+	assert.Assert(t, !strings.Contains(seed, "s3cret"), seed)
+
+	// Written plainly, it is seeded plainly.
+	plain := strings.Replace(doc, `"${REDIS_URL}"`, `"redis://127.0.0.1:6379"`, 1)
+	cfg, err = Parse([]byte(plain), ParseOptions{Name: "config.yaml", Dir: "/srv"})
+	assert.NilError(t, err)
+	assert.Assert(t, is.Contains(string(cfg.Stream.SeedValue()), `"redis_url":"redis://127.0.0.1:6379"`))
 }

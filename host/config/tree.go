@@ -101,6 +101,7 @@ func (p *parser) expandTree(n *yaml.Node, path string, out *[]unresolvedVar) {
 			p.expandTree(n.Content[i+1], joinPath(path, n.Content[i].Value), out)
 		}
 	case yaml.ScalarNode:
+		asWritten := n.Value
 		value, found := p.ph.Replace(n.Value, func(text string) string {
 			v, unresolved := Expand(text, p.lookup, nil)
 			for _, name := range unresolved {
@@ -111,6 +112,10 @@ func (p *parser) expandTree(n *yaml.Node, path string, out *[]unresolvedVar) {
 		if !found {
 			return
 		}
+		if p.written == nil {
+			p.written = map[*yaml.Node]string{}
+		}
+		p.written[n] = p.ph.Restore(asWritten)
 		n.Value = value
 		if n.Style&(yaml.TaggedStyle|yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
 			n.Tag = ""

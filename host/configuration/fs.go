@@ -3,7 +3,6 @@ package configuration
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/iii-sandbox/iii/internal/atomicfile"
 )
 
 // Defaults of the fs store's watcher.
@@ -197,7 +198,7 @@ func (s *FSStore) Put(ctx context.Context, e StoredEntry) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", s.dir, err)
 	}
 	s.mu.Lock()
@@ -206,7 +207,7 @@ func (s *FSStore) Put(ctx context.Context, e StoredEntry) error {
 	// already know it is ours.
 	prev, had := s.known[e.ID]
 	s.known[e.ID] = hashOf(data)
-	if err := writeAtomic(s.dir, s.path(e.ID), data); err != nil {
+	if err := writeAtomic(s.path(e.ID), data); err != nil {
 		if had {
 			s.known[e.ID] = prev
 		} else {
@@ -241,31 +242,12 @@ func (s *FSStore) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-func writeAtomic(dir, path string, data []byte) error {
-	var suffix [6]byte
-	_, _ = rand.Read(suffix[:])
-	// A leading dot keeps the temporary file out of the watcher's view.
-	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(suffix[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
+// writeAtomic replaces path with data. Entry files are the user's own
+// (0600, in a 0700 directory): a value may hold a secret, e.g. a
+// redis_url with its password.
+func writeAtomic(path string, data []byte) error {
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		// Persist the rename itself; some filesystems refuse to sync a
-		// directory, which costs durability, not correctness.
-		_ = d.Sync()
-		_ = d.Close()
 	}
 	return nil
 }

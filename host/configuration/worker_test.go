@@ -541,3 +541,18 @@ func TestHandlers(t *testing.T) {
 		assertCode(t, err, tc.code)
 	}
 }
+
+// Entry files may hold secrets (a redis_url's password): only their owner
+// may read them.
+func TestFSStoreFilesArePrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "configuration")
+	st := NewFSStore(FSOptions{Dir: dir})
+	ctx := context.Background()
+	assert.NilError(t, st.Put(ctx, StoredEntry{ID: "secret", Value: json.RawMessage(`{"redis_url":"redis://:pw@127.0.0.1:6379"}`)}))
+	fi, err := os.Stat(filepath.Join(dir, "secret.yaml"))
+	assert.NilError(t, err)
+	assert.Equal(t, fi.Mode().Perm(), os.FileMode(0o600))
+	di, err := os.Stat(dir)
+	assert.NilError(t, err)
+	assert.Equal(t, di.Mode().Perm(), os.FileMode(0o700))
+}
