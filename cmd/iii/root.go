@@ -8,6 +8,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose/daemon"
 	"github.com/iii-sandbox/iii/host/server"
+	"github.com/iii-sandbox/iii/host/stream"
 	"github.com/iii-sandbox/iii/internal/version"
 )
 
@@ -65,6 +66,7 @@ func runEngine(cmd *cobra.Command, e env, configPath string) error {
 		level = hclog.Info
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "iii", Output: e.stderr, Level: level})
+	stream.RouteRedisLogs(logger)
 	// An engine `iii compose --up` started has a lifeline to it; Compose
 	// then starts the adapter it binds, with its layered configuration.
 	byCompose := e.getenv(daemon.EnvEngineLifeline) != ""

@@ -481,3 +481,18 @@ func (b *redisBackend) Publish(ctx context.Context, ev *Event) error {
 	}
 	return nil
 }
+
+// RouteRedisLogs sends the redis client library's own log lines (its
+// connection pool's dial retries, say) to log at debug level instead of
+// the process's stderr. The library keeps one logger per process, so the
+// program's entry point calls this once; the worker reports what matters
+// itself, with the URL's password redacted.
+func RouteRedisLogs(log hclog.Logger) {
+	redis.SetLogger(redisLog{log.Named("redis")})
+}
+
+type redisLog struct{ log hclog.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)))
+}
