@@ -51,12 +51,12 @@ type Stream struct {
 	Adapter      string // DefaultStreamAdapter ("kv") or StreamAdapterRedis
 	// RedisURL is the redis adapter's Redis (with Adapter "redis" only).
 	// It may hold a password: never print it as it is.
-	RedisURL    string
+	RedisURL string
 	// RedisURLAsWritten is redis_url as config.yaml writes it when it
 	// holds ${...} placeholders ("" otherwise): the entry is seeded with
 	// it, so a password given as ${VAR} never reaches the entry's file.
 	RedisURLAsWritten string
-	StoreMethod string // StoreFileBased or StoreInMemory
+	StoreMethod       string // StoreFileBased or StoreInMemory
 	// FilePath is the kv store's directory (absolute); used when
 	// StoreMethod is StoreFileBased.
 	FilePath     string
