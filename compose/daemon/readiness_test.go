@@ -30,8 +30,9 @@ func TestReadinessFailures(t *testing.T) {
 	}{
 		{name: "exits", mode: "exit", code: compose.CodeChildExitedBeforeRegistration,
 			message: []string{`container "w" exited (exit status 3) before it registered as worker "w" in namespace "rd"`, "last output:", "worker w gives up before registering"}},
-		{name: "never registers", mode: "hang", extra: "    startup_timeout: 1s\n", code: compose.CodeStartupTimeout,
-			message: []string{`container "w" did not register as worker "w" in namespace "rd" within 1s (startup_timeout)`, "worker w starting in namespace rd"}},
+		// Long enough for node to print its first line on a loaded machine.
+		{name: "never registers", mode: "hang", extra: "    startup_timeout: 4s\n", code: compose.CodeStartupTimeout,
+			message: []string{`container "w" did not register as worker "w" in namespace "rd" within 4s (startup_timeout)`, "worker w starting in namespace rd"}},
 		{name: "ignores the namespace", mode: "no-namespace", code: compose.CodeWorkerIgnoredNamespace,
 			message: []string{`container "w" registered as worker "w" in namespace "default" instead of "rd"`}},
 		{name: "wrong name", mode: "wrong-name", code: compose.CodeWorkerNameMismatch,
