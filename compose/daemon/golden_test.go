@@ -147,7 +147,7 @@ func TestErrorMessagesGolden(t *testing.T) {
 			return upIn(t, dir), nil
 		}},
 		{"STARTUP_TIMEOUT", func(t *testing.T) (error, []string) {
-			dir := proj(t, "  w:\n    worker: path://./w\n    startup_timeout: 300ms\n    scripts: { run: 'echo waiting; sleep 300' }\n", "w")
+			dir := proj(t, "  w:\n    worker: path://./w\n    startup_timeout: 2s\n    scripts: { run: 'echo waiting; sleep 300' }\n", "w")
 			return upIn(t, dir), nil
 		}},
 		{"SPAWN_FAILED", func(t *testing.T) (error, []string) {
