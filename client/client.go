@@ -379,7 +379,7 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 
 	s := newSession(c)
 	conn, resp, err := websocket.Dial(dctx, c.url, &websocket.DialOptions{
-		HTTPClient: c.httpClient,
+		HTTPClient: c.sessionHTTPClient(s),
 		HTTPHeader: c.workerHeader(),
 		OnPingReceived: func(context.Context, []byte) bool {
 			s.touch()

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
@@ -911,4 +913,50 @@ func TestCodeOf(t *testing.T) {
 	assert.Equal(t, CodeOf(fmt.Errorf("w: %w", &protocol.ErrorBody{Code: "A"})), "A")
 	assert.Equal(t, CodeOf(&Error{Code: "B"}), "B")
 	assert.Equal(t, CodeOf(&RejectionError{Code: "C"}), "C")
+}
+
+// A frame that takes longer than IdleTimeout to arrive is not silence: as
+// long as its bytes keep coming the connection stays; silence after it
+// still drops it.
+func TestSlowLargeFrameIsNotIdle(t *testing.T) {
+	p := newPeer(t)
+	o := testOptions()
+	o.PingInterval = time.Hour
+	o.IdleTimeout = 300 * time.Millisecond
+	o.Reconnect = ReconnectPolicy{Initial: time.Millisecond}
+	c, pc := connect(t, p, o)
+	got := make(chan json.RawMessage, 1)
+	_, err := c.RegisterFunction(FunctionDef{ID: "f::big"}, func(_ context.Context, inv *Invocation) (any, error) {
+		got <- inv.Data
+		return nil, nil
+	})
+	assert.NilError(t, err)
+	expect[*protocol.RegisterFunction](t, pc)
+
+	// One invocation frame trickled over about four idle windows.
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	w, err := pc.conn.Writer(ctx, websocket.MessageText)
+	assert.NilError(t, err)
+	_, err = w.Write([]byte(`{"type":"invokefunction","function_id":"f::big","data":"`))
+	assert.NilError(t, err)
+	for range 60 {
+		_, err = w.Write(bytes.Repeat([]byte("x"), 1024))
+		assert.NilError(t, err)
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err = w.Write([]byte(`"}`))
+	assert.NilError(t, err)
+	assert.NilError(t, w.Close())
+	select {
+	case data := <-got:
+		assert.Equal(t, len(data), 60*1024+2)
+	case <-time.After(waitLimit):
+		t.Fatal("the slow frame was not delivered")
+	}
+	// Silence now: dropped, and back on a new connection.
+	pc2 := p.accept(t)
+	pc.waitClosed(t)
+	pc2.greet(t, "w-2", "tok-2")
+	assert.Equal(t, expect[*protocol.Reattach](t, pc2).PreviousWorkerID, "w-1")
 }

@@ -56,6 +56,45 @@ func (s *session) start() {
 
 func (s *session) touch() { s.lastRead.Store(time.Now().UnixNano()) }
 
+// sessionHTTPClient is c's transport for the connection of session s,
+// which counts any bytes read from the engine as a sign of life: a large
+// frame that takes longer than IdleTimeout to arrive (a remote adapter
+// receiving a big fs::write over a slow link) is not silence, though no
+// whole frame and no ping gets through meanwhile.
+func (c *Client) sessionHTTPClient(s *session) *http.Client {
+	base, ok := c.httpClient.Transport.(*http.Transport)
+	if !ok {
+		return c.httpClient
+	}
+	t := base.Clone()
+	dial := t.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return touchingConn{conn, s}, nil
+	}
+	return &http.Client{Transport: t}
+}
+
+// touchingConn marks its session alive on every read that yields bytes.
+type touchingConn struct {
+	net.Conn
+	s *session
+}
+
+func (c touchingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.s.touch()
+	}
+	return n, err
+}
+
 func (s *session) setCause(err error) {
 	s.errOnce.Do(func() { s.err = err })
 }
