@@ -16,6 +16,13 @@ type Rules struct {
 	// for a secret no other user may read, 0o022 for a file whose content
 	// others must not be able to change.
 	ForbiddenPerm fs.FileMode
+	// FollowSymlinks reads through symbolic links (the target is checked)
+	// for a file that is only ever read: what a link could redirect a
+	// write to does not arise. Secret mounts (Kubernetes) are links.
+	FollowSymlinks bool
+	// RootMayOwn accepts a file root owns as well as this user's: root
+	// can read and change anything anyway, and mounted secrets are root's.
+	RootMayOwn bool
 }
 
 // Refusal names why a file was refused.
@@ -45,13 +52,18 @@ type RefusedError struct {
 func (e *RefusedError) Error() string { return e.Reason }
 
 // Read returns the content of the file at path, which must be a regular
-// file (not a symbolic link) owned by this user, without the forbidden
-// permission bits and at most MaxBytes long. A missing file is an error
+// file (not a symbolic link, unless the rules follow them) owned by this
+// user (or root, when the rules allow), without the forbidden permission
+// bits and at most MaxBytes long. A missing file is an error
 // that errors.Is(err, fs.ErrNotExist); a refused one is a *RefusedError.
 func Read(path string, r Rules) ([]byte, error) {
-	f, err := OpenNoFollow(path)
+	open := OpenNoFollow
+	if r.FollowSymlinks {
+		open = os.Open
+	}
+	f, err := open(path)
 	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
+		if !errors.Is(err, fs.ErrNotExist) && !r.FollowSymlinks {
 			if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
 				return nil, &RefusedError{Symlink, "is a symbolic link; it must be a file of its own"}
 			}
@@ -66,7 +78,7 @@ func Read(path string, r Rules) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, &RefusedError{NotRegular, "is not a regular file"}
 	}
-	if uid, ok := Owner(fi); ok && uid != os.Getuid() {
+	if uid, ok := Owner(fi); ok && uid != os.Getuid() && (uid != 0 || !r.RootMayOwn) {
 		return nil, &RefusedError{ForeignOwner, fmt.Sprintf("is owned by uid %d, not by this user (uid %d)", uid, os.Getuid())}
 	}
 	if perm := fi.Mode().Perm(); perm&r.ForbiddenPerm != 0 {

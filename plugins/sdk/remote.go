@@ -143,14 +143,22 @@ func or(s, def string) string {
 // maxCredentialFile bounds what readCredential reads: a token is a line.
 const maxCredentialFile = 4096
 
-// readCredential reads the host's token from path: a file of this user's
-// that other users can neither read nor change (as the engine token).
+// credentialFileRules are what a host's credential file must meet. It is
+// only read, so a link (a Kubernetes secret volume's files are links) is
+// followed and its target checked; root may own it (a mounted secret), and
+// its group may read it (the group of a secret volume's fsGroup), but
+// nobody else may, and only its owner may change it.
+func credentialFileRules() ownfile.Rules {
+	return ownfile.Rules{MaxBytes: maxCredentialFile, ForbiddenPerm: 0o027, FollowSymlinks: true, RootMayOwn: true}
+}
+
+// readCredential reads the host's token from path (credentialFileRules).
 func readCredential(path string) (string, error) {
-	b, err := ownfile.Read(path, ownfile.Rules{MaxBytes: maxCredentialFile, ForbiddenPerm: 0o077})
+	b, err := ownfile.Read(path, credentialFileRules())
 	var refused *ownfile.RefusedError
 	switch {
 	case errors.As(err, &refused) && refused.Why == ownfile.OpenMode:
-		return "", fmt.Errorf("the credential file %s %v: refusing a token other users can see (chmod 600 %s)", path, refused, path)
+		return "", fmt.Errorf("the credential file %s %v: refusing a token every user can see or someone else can change (chmod 600 %s, or 0440 with a group of its own; a Kubernetes secret volume: defaultMode 0440 or 0400)", path, refused, path)
 	case errors.As(err, &refused):
 		return "", fmt.Errorf("the credential file %s %v", path, refused)
 	case err != nil:

@@ -89,17 +89,31 @@ func TestReadCredential(t *testing.T) {
 	_, err = readCredential(filepath.Join(dir, "missing"))
 	assert.ErrorContains(t, err, "read the credential file")
 
-	// A token other users can see or change is refused, as is a link.
-	for _, mode := range []os.FileMode{0o640, 0o604, 0o620} {
-		p := write("open", "tok\n")
+	// A token every user can see, or others can change, is refused; its
+	// own group may read it (a secret volume's fsGroup).
+	for mode, refused := range map[os.FileMode]bool{0o604: true, 0o620: true, 0o602: true, 0o644: true, 0o640: false, 0o440: false, 0o400: false} {
+		p := write(fmt.Sprintf("mode%o", mode), "tok\n")
 		assert.NilError(t, os.Chmod(p, mode))
-		_, err = readCredential(p)
-		assert.ErrorContains(t, err, fmt.Sprintf("has mode %04o", mode))
+		tok, err := readCredential(p)
+		if refused {
+			assert.ErrorContains(t, err, fmt.Sprintf("has mode %04o", mode))
+		} else {
+			assert.NilError(t, err, "mode %04o", mode)
+			assert.Equal(t, tok, "tok")
+		}
 	}
+	// A link is read through (a Kubernetes secret volume's files are
+	// links), and its target is what is checked.
 	link := filepath.Join(dir, "link")
 	assert.NilError(t, os.Symlink(write("target", "tok\n"), link))
-	_, err = readCredential(link)
-	assert.ErrorContains(t, err, "is a symbolic link")
+	tok, err = readCredential(link)
+	assert.NilError(t, err)
+	assert.Equal(t, tok, "tok")
+	open := write("open-target", "tok\n")
+	assert.NilError(t, os.Chmod(open, 0o644))
+	assert.NilError(t, os.Symlink(open, filepath.Join(dir, "open-link")))
+	_, err = readCredential(filepath.Join(dir, "open-link"))
+	assert.ErrorContains(t, err, "has mode 0644")
 	big := write("big", strings.Repeat("x", maxCredentialFile+1))
 	_, err = readCredential(big)
 	assert.ErrorContains(t, err, "is larger than")
