@@ -85,7 +85,7 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 		if asErrorBody(err, &eb) {
 			if eb.Code == protocol.CodeFunctionNotFound {
 				msg = "No queue provider is installed. An enqueue action routes through the " + EnqueueProviderFunctionID +
-					" provider, which the standalone queue worker registers. Add it with `iii worker add queue` (this iii has no `iii worker`: declare the container `queue: {worker: package://queue}` in worker-compose.yaml and run `iii compose --up`). (underlying: " + eb.Message + ")"
+					" provider, which the standalone queue worker registers. Add it with `iii worker add queue`. This engine reserves engine::queue::enqueue to a worker connected with the engine token: start the queue worker with the token (docs/queues.md). (underlying: " + eb.Message + ")"
 			} else {
 				msg = eb.Code + ": " + eb.Message
 			}

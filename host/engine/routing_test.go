@@ -212,7 +212,7 @@ func TestEnqueue(t *testing.T) {
 	code, msg := errBody(t, enqueue("q1", "job", nil))
 	assert.Equal(t, code, CodeEnqueueError)
 	assert.Assert(t, strings.Contains(msg, "iii worker add queue"), msg)
-	assert.Assert(t, strings.Contains(msg, "package://queue"), "the message names a fix that works with this iii: %s", msg)
+	assert.Assert(t, strings.Contains(msg, "engine token"), "the message says what this engine needs of the provider: %s", msg)
 
 	// Only the engine token's holder may be the provider.
 	impostor := te.dial(t)
