@@ -5,19 +5,17 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/redis/go-redis/v9"
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
 
+	"github.com/iii-sandbox/iii/internal/testkit/redisserver"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -208,54 +206,14 @@ func TestStreamEntryFollowsConfigurationWorker(t *testing.T) {
 	}, poll.WithTimeout(20*time.Second))
 }
 
-// startRedis runs a redis-server of this test's own on a free loopback
-// port (scripts/setup-test.sh installs it) and returns its URL and a
-// client to look into it; the test's cleanup stops it.
-func startRedis(t *testing.T) (string, *redis.Client) {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is not installed: run scripts/setup-test.sh (it installs the Debian package redis-server)")
-	}
-	port := freePort(t)
-	dir := t.TempDir()
-	logf, err := os.Create(filepath.Join(dir, "redis.log"))
-	assert.NilError(t, err)
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	assert.NilError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), DisableIdentity: true})
-	t.Cleanup(func() {
-		_ = rdb.Close()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		_ = logf.Close()
-	})
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return poll.Continue("redis-server not answering yet: %v", err)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(20*time.Second), poll.WithDelay(20*time.Millisecond))
-	return "redis://127.0.0.1:" + strconv.Itoa(port), rdb
-}
-
 // TestStreamConfigurationRedis: configuration::set of the iii-stream entry
 // moves the running worker from kv to redis and back, each time with that
 // store's data; a Redis that cannot be reached leaves it where it was and
 // the log names the URL without its password; bridge is refused by the
 // entry's schema.
 func TestStreamConfigurationRedis(t *testing.T) {
-	redisURL, rdb := startRedis(t)
+	redis := redisserver.Start(t)
+	redisURL, rdb := redis.URL, redis.Client
 	assert.NilError(t, rdb.HSet(t.Context(), "stream:s:g", "i", `"from redis"`).Err())
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")

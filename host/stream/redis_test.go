@@ -5,18 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/redis/go-redis/v9"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
@@ -24,64 +18,12 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/internal/loopback"
+	"github.com/iii-sandbox/iii/internal/testkit/redisserver"
 )
 
 // These tests run the redis backend against a real redis-server, started
 // by each test on a free loopback port and stopped in its cleanup.
 // scripts/setup-test.sh installs it.
-
-// redisServer is a redis-server this test started.
-type redisServer struct {
-	url string
-	rdb *redis.Client // a plain client, to look at and tamper with Redis
-}
-
-func startRedis(t *testing.T) *redisServer {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is not installed: run scripts/setup-test.sh (it installs the Debian package redis-server); the iii-stream redis adapter is tested against a real Redis")
-	}
-	port, err := loopback.FreePort()
-	assert.NilError(t, err)
-	dir := t.TempDir()
-	logf, err := os.Create(filepath.Join(dir, "redis.log"))
-	assert.NilError(t, err)
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	assert.NilError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	s := &redisServer{url: fmt.Sprintf("redis://127.0.0.1:%d", port)}
-	s.rdb = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), DisableIdentity: true})
-	t.Cleanup(func() {
-		_ = s.rdb.Close()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(waitFor):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		_ = logf.Close()
-	})
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		select {
-		case err := <-exited:
-			exited <- err
-			out, _ := os.ReadFile(logf.Name())
-			return poll.Error(fmt.Errorf("redis-server exited (%v): %s", err, out))
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := s.rdb.Ping(ctx).Err(); err != nil {
-			return poll.Continue("redis-server not answering yet: %v", err)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(20*time.Second), poll.WithDelay(20*time.Millisecond))
-	return s
-}
 
 // logBuffer is an hclog output tests can read while the worker writes.
 type logBuffer struct {
@@ -102,10 +44,10 @@ func (l *logBuffer) String() string {
 }
 
 // startRedisEngine is start() with the redis backend and a readable log.
-func startRedisEngine(t *testing.T, r *redisServer, cfg Config) (*fixture, *logBuffer) {
+func startRedisEngine(t *testing.T, r *redisserver.Server, cfg Config) (*fixture, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
-	cfg.Backend, cfg.RedisURL = BackendRedis, r.url
+	cfg.Backend, cfg.RedisURL = BackendRedis, r.URL
 	eng := engine.New(engine.Options{})
 	f := startWith(t, eng, cfg, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}))
 	return f, logs
@@ -115,7 +57,7 @@ func startRedisEngine(t *testing.T, r *redisServer, cfg Config) (*fixture, *logB
 // as the kv store does, the calls alternating between them, so each sees
 // what the other wrote.
 func TestRedisFunctions(t *testing.T) {
-	r := startRedis(t)
+	r := redisserver.Start(t)
 	a, _ := startRedisEngine(t, r, Config{})
 	b, _ := startRedisEngine(t, r, Config{})
 	engines := []*fixture{a, b}
@@ -124,7 +66,7 @@ func TestRedisFunctions(t *testing.T) {
 		assert.Equal(t, f.mustCall(t, tc.fn, tc.payload), tc.want, "engine %d: %s %s", i%2, tc.fn, tc.payload)
 	}
 	// The layout is upstream's: one hash per group, the item's JSON text.
-	v, err := r.rdb.HGet(t.Context(), "stream:chat:r1", "c").Result()
+	v, err := r.Client.HGet(t.Context(), "stream:chat:r1", "c").Result()
 	assert.NilError(t, err)
 	assert.Equal(t, v, `{"n":4}`)
 	for i, tc := range refusalCases {
@@ -136,7 +78,7 @@ func TestRedisFunctions(t *testing.T) {
 // TestRedisUpdateIsAtomic: increments from two engines at once are all
 // counted (the WATCH/MULTI retry).
 func TestRedisUpdateIsAtomic(t *testing.T) {
-	r := startRedis(t)
+	r := redisserver.Start(t)
 	a, _ := startRedisEngine(t, r, Config{})
 	b, _ := startRedisEngine(t, r, Config{})
 	const each = 20
@@ -166,7 +108,7 @@ func TestRedisUpdateIsAtomic(t *testing.T) {
 // every write of both exactly once, and a stream trigger fires on the
 // engine that made the change only.
 func TestRedisEventsAcrossEngines(t *testing.T) {
-	r := startRedis(t)
+	r := redisserver.Start(t)
 	a, _ := startRedisEngine(t, r, Config{})
 	b, _ := startRedisEngine(t, r, Config{})
 
@@ -238,14 +180,14 @@ func TestRedisEventsAcrossEngines(t *testing.T) {
 
 // TestRedisRestartKeepsData: Redis holds the data, not the worker.
 func TestRedisRestartKeepsData(t *testing.T) {
-	r := startRedis(t)
+	r := redisserver.Start(t)
 	eng := engine.New(engine.Options{})
 	defer eng.Close(context.Background())
 	ctx := context.Background()
-	cfg := Config{Host: "127.0.0.1", Backend: BackendRedis, RedisURL: r.url}
+	cfg := Config{Host: "127.0.0.1", Backend: BackendRedis, RedisURL: r.URL}
 	w, err := Start(ctx, eng, Options{Config: cfg})
 	assert.NilError(t, err)
-	assert.Equal(t, w.Store(), r.url)
+	assert.Equal(t, w.Store(), r.URL)
 	_, err = eng.Invoke(ctx, "", "stream::set", json.RawMessage(`{"stream_name":"s","group_id":"g","item_id":"i","data":{"kept":true}}`))
 	assert.NilError(t, err)
 	assert.NilError(t, w.Close(ctx))
@@ -263,12 +205,12 @@ func TestRedisRestartKeepsData(t *testing.T) {
 // repairs the item; a pub/sub message that does not decode is logged and
 // dropped.
 func TestRedisUntrustedData(t *testing.T) {
-	r := startRedis(t)
+	r := redisserver.Start(t)
 	f, logs := startRedisEngine(t, r, Config{Limits: Limits{ValueBytes: 64}})
 	ctx := t.Context()
-	assert.NilError(t, r.rdb.HSet(ctx, "stream:bad:g", "junk", "not json", "big", `"`+strings.Repeat("x", 100)+`"`, "ok", `1`).Err())
-	assert.NilError(t, r.rdb.Set(ctx, "stream:bad:str", "a string, not a hash", 0).Err())
-	assert.NilError(t, r.rdb.HSet(ctx, "stream:nogroup", "i", `1`).Err())
+	assert.NilError(t, r.Client.HSet(ctx, "stream:bad:g", "junk", "not json", "big", `"`+strings.Repeat("x", 100)+`"`, "ok", `1`).Err())
+	assert.NilError(t, r.Client.Set(ctx, "stream:bad:str", "a string, not a hash", 0).Err())
+	assert.NilError(t, r.Client.HSet(ctx, "stream:nogroup", "i", `1`).Err())
 
 	refusals := []struct {
 		name, fn, payload, code, msg string
@@ -306,10 +248,10 @@ func TestRedisUntrustedData(t *testing.T) {
 	s.send(join("g", "chat", "r1", ""))
 	s.next()
 	for _, junk := range []string{"not json", `{"type":"stream"}`, `{"type":"stream","timestamp":1,"streamName":"chat","groupId":"r1","id":null,"event":{"type":"explode","data":1}}`} {
-		assert.NilError(t, r.rdb.Publish(ctx, RedisEventsChannel, junk).Err())
+		assert.NilError(t, r.Client.Publish(ctx, RedisEventsChannel, junk).Err())
 	}
 	upstream := `{"type":"stream","timestamp":1764619200000,"streamName":"chat","groupId":"r1","id":"m1","event":{"type":"update","data":{"from":"upstream"}}}`
-	assert.NilError(t, r.rdb.Publish(ctx, RedisEventsChannel, upstream).Err())
+	assert.NilError(t, r.Client.Publish(ctx, RedisEventsChannel, upstream).Err())
 	ev := s.next()
 	assert.Equal(t, ev["timestamp"], 1764619200000.0)
 	assert.DeepEqual(t, ev["event"], map[string]any{"type": "update", "data": map[string]any{"from": "upstream"}})
@@ -352,13 +294,13 @@ func TestRedisUnreachable(t *testing.T) {
 // subscribes again (and says events may have been missed), and later
 // changes reach its socket clients again.
 func TestRedisResubscribes(t *testing.T) {
-	r := startRedis(t)
+	r := redisserver.Start(t)
 	f, logs := startRedisEngine(t, r, Config{})
 	s, _, err := dialStream(t, f.w.Addr(), nil)
 	assert.NilError(t, err)
 	s.send(join("g", "chat", "r1", ""))
 	s.next()
-	assert.NilError(t, r.rdb.ClientKillByFilter(t.Context(), "TYPE", "pubsub").Err())
+	assert.NilError(t, r.Client.ClientKillByFilter(t.Context(), "TYPE", "pubsub").Err())
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		if !strings.Contains(logs.String(), "subscribed again to the stream events") {
 			return poll.Continue("not subscribed again yet")
