@@ -49,7 +49,10 @@ func TestNetworkPayloadKeepsSandboxAlive(t *testing.T) {
 			"idle_timeout_secs": int(idle / time.Second)}, &out)
 		return out.SandboxID
 	}
-	busy, quiet := create(), create()
+	// The quiet one first: under load a create can take longer than the
+	// idle timeout, and the busy one must get its exec before it idles.
+	quiet := create()
+	busy := create()
 	t.Cleanup(func() {
 		eng.call(t, "sandbox::stop", map[string]any{"sandbox_id": busy, "wait": true}, nil)
 	})
