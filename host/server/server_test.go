@@ -52,10 +52,16 @@ type running struct {
 // background; the test's cleanup stops it.
 func serve(t *testing.T, path string) *running {
 	t.Helper()
+	return serveLogged(t, path, hclog.NewNullLogger())
+}
+
+// serveLogged is serve with the server's log going to log.
+func serveLogged(t *testing.T, path string, log hclog.Logger) *running {
+	t.Helper()
 	r := &running{path: path, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	s, err := Start(ctx, Options{ConfigPath: path, Stderr: r.stderr, Logger: hclog.NewNullLogger(), Version: "0.26.0"})
+	s, err := Start(ctx, Options{ConfigPath: path, Stderr: r.stderr, Logger: log, Version: "0.26.0"})
 	if err != nil {
 		cancel()
 		t.Fatalf("start: %v", err)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -221,20 +220,7 @@ func TestStreamConfigurationRedis(t *testing.T) {
 	t.Setenv("STREAM_PORT", strconv.Itoa(p1))
 	writeConfig(t, path, listenerConfig(wmPort)+streamEntry)
 	logs := &syncbuf.Buffer{}
-	r := &running{path: path, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	s, err := Start(ctx, Options{ConfigPath: path, Stderr: r.stderr, Logger: hclog.New(&hclog.LoggerOptions{Output: logs}), Version: "0.26.0"})
-	if err != nil {
-		cancel()
-		t.Fatalf("start: %v", err)
-	}
-	r.s = s
-	go func() { r.done <- s.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-r.done
-	})
+	r := serveLogged(t, path, hclog.New(&hclog.LoggerOptions{Output: logs}))
 
 	w := dial(t, "127.0.0.1:"+strconv.Itoa(wmPort))
 	_, errb := w.call(t, "stream::set", `{"stream_name":"s","group_id":"g","item_id":"i","data":"from kv"}`)
