@@ -95,23 +95,10 @@ func TestThroughEngine(t *testing.T) {
 // engine token's holder gets the expansion.
 func TestSocketCallers(t *testing.T) {
 	const token = "cfg-test-token"
-	eng := engine.New(engine.Options{Logger: hclog.NewNullLogger(), Version: "0.26.0", AdminToken: func() string { return token }})
-	srv := httptest.NewServer(eng.Handler())
-	t.Cleanup(func() {
-		assert.NilError(t, eng.Close(context.Background()))
-		srv.Close()
-	})
-	f := newWorker(t, env{"HOME": "/home/engine-owner", "PORT": "7000"})
-	assert.NilError(t, f.w.Attach(eng))
-	u := "ws" + strings.TrimPrefix(srv.URL, "http")
+	sf := attachedOverSocket(t, token, env{"HOME": "/home/engine-owner", "PORT": "7000"})
+	eng, dial := sf.eng, sf.dial
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dial := func(name, tok string) *client.Client {
-		c, err := client.Dial(ctx, u, client.Options{Name: name, IgnoreEnv: true, Token: tok, Reconnect: client.ReconnectPolicy{Disable: true}})
-		assert.NilError(t, err)
-		t.Cleanup(func() { _ = c.Close(context.Background()) })
-		return c
-	}
 	admin, worker := dial("admin", token), dial("worker", "")
 
 	const value = `{"home":"${HOME}","port":"${PORT:3111}","dir":"${HOME}/data"}`
@@ -147,4 +134,37 @@ func TestSocketCallers(t *testing.T) {
 		assert.Check(t, ok, fn)
 		assert.Equal(t, priv, fn == FnRegister || fn == FnEnsure || fn == FnSet, fn)
 	}
+}
+
+// socketFixture is a configuration worker attached to a real engine served
+// on a loopback WebSocket, and a way to dial it as a worker presenting tok
+// ("" for none).
+type socketFixture struct {
+	*fixture
+	eng  *engine.Engine
+	dial func(name, tok string) *client.Client
+}
+
+// attachedOverSocket runs an engine whose token is token, with a worker
+// (environment vars) attached; the test's cleanup stops both.
+func attachedOverSocket(t *testing.T, token string, vars env) socketFixture {
+	t.Helper()
+	eng := engine.New(engine.Options{Logger: hclog.NewNullLogger(), Version: "0.26.0", AdminToken: func() string { return token }})
+	srv := httptest.NewServer(eng.Handler())
+	t.Cleanup(func() {
+		assert.NilError(t, eng.Close(context.Background()))
+		srv.Close()
+	})
+	f := newWorker(t, vars)
+	assert.NilError(t, f.w.Attach(eng))
+	u := "ws" + strings.TrimPrefix(srv.URL, "http")
+	dial := func(name, tok string) *client.Client {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := client.Dial(ctx, u, client.Options{Name: name, IgnoreEnv: true, Token: tok, Reconnect: client.ReconnectPolicy{Disable: true}})
+		assert.NilError(t, err)
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	return socketFixture{f, eng, dial}
 }

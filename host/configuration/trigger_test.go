@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,23 +55,10 @@ func payloadLine(t *testing.T, data json.RawMessage) string {
 // as its configuration::get would.
 func TestTriggerThroughSocket(t *testing.T) {
 	const token = "cfg-trigger-token"
-	eng := engine.New(engine.Options{Logger: hclog.NewNullLogger(), Version: "0.26.0", AdminToken: func() string { return token }})
-	srv := httptest.NewServer(eng.Handler())
-	t.Cleanup(func() {
-		assert.NilError(t, eng.Close(context.Background()))
-		srv.Close()
-	})
-	f := newWorker(t, env{"PORT": "7000"})
-	assert.NilError(t, f.w.Attach(eng))
-	u := "ws" + strings.TrimPrefix(srv.URL, "http")
+	sf := attachedOverSocket(t, token, env{"PORT": "7000"})
+	f, dial := sf.fixture, sf.dial
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dial := func(name, tok string) *client.Client {
-		c, err := client.Dial(ctx, u, client.Options{Name: name, IgnoreEnv: true, Token: tok, Reconnect: client.ReconnectPolicy{Disable: true}})
-		assert.NilError(t, err)
-		t.Cleanup(func() { _ = c.Close(context.Background()) })
-		return c
-	}
 	admin, worker := dial("admin", token), dial("worker", "")
 
 	recs := map[string]*recorder{}
