@@ -87,12 +87,7 @@ func TestStreamWorkerReload(t *testing.T) {
 	value := fmt.Sprintf(`{"port": %d, "host": "127.0.0.1", "adapter": {"name": "kv", "config": {"file_path": "./data/streams", "save_interval_ms": 100}}}`, p2)
 	_, errb = admin.call(t, "configuration::set", `{"id": "iii-stream", "value": `+value+`}`)
 	assert.Assert(t, errb == nil, "%+v", errb)
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if got := r.s.StreamAddr(); got != "127.0.0.1:"+strconv.Itoa(p2) {
-			return poll.Continue("stream on %q", got)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(20*time.Second))
+	waitStreamOn(t, r, p2)
 	out, errb = w.call(t, "stream::list", `{"stream_name":"s","group_id":"g"}`)
 	assert.Assert(t, errb == nil, "%+v", errb)
 	assert.Equal(t, string(out), `[{"v":1}]`)
@@ -136,12 +131,7 @@ func TestStreamConfigurationEntry(t *testing.T) {
 	p2 := freePort(t)
 	_, errb = admin.call(t, "configuration::set", fmt.Sprintf(`{"id": "iii-stream", "value": {"port": %d}}`, p2))
 	assert.Assert(t, errb == nil, "%+v", errb)
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if got := r.s.StreamAddr(); got != "127.0.0.1:"+strconv.Itoa(p2) {
-			return poll.Continue("stream on %q", got)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(20*time.Second))
+	waitStreamOn(t, r, p2)
 
 	// A schema violation is refused by the configuration worker itself.
 	_, errb = admin.call(t, "configuration::set", `{"id": "iii-stream", "value": {"port": "soon"}}`)
@@ -197,12 +187,7 @@ func TestStreamEntryFollowsConfigurationWorker(t *testing.T) {
 	admin := dialAdmin(t, r)
 	_, errb := admin.call(t, "configuration::set", fmt.Sprintf(`{"id": "iii-stream", "value": {"port": %d}}`, p2))
 	assert.Assert(t, errb == nil, "%+v", errb)
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if got := r.s.StreamAddr(); got != "127.0.0.1:"+strconv.Itoa(p2) {
-			return poll.Continue("stream on %q", got)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(20*time.Second))
+	waitStreamOn(t, r, p2)
 }
 
 // TestStreamConfigurationRedis: configuration::set of the iii-stream entry
@@ -277,4 +262,16 @@ func TestStreamConfigurationRedis(t *testing.T) {
 	waitItem(`"from kv"`)
 	_, errb = admin.call(t, "configuration::set", `{"id": "iii-stream", "value": {"adapter": {"name": "bridge"}}}`)
 	assert.Assert(t, errb != nil && errb.Code == "SCHEMA_INVALID", "%+v", errb)
+}
+
+// waitStreamOn waits until the server's stream socket listens on
+// 127.0.0.1:port (a configuration change restarts it there).
+func waitStreamOn(t *testing.T, r *running, port int) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if got := r.s.StreamAddr(); got != "127.0.0.1:"+strconv.Itoa(port) {
+			return poll.Continue("stream on %q", got)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Second))
 }
