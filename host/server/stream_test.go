@@ -185,6 +185,14 @@ func TestStreamEntryFollowsConfigurationWorker(t *testing.T) {
 
 	p2 := freePort(t)
 	admin := dialAdmin(t, r)
+	// The server registers the entry (and its schema) with the new worker
+	// just after the swap; set needs the schema.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if _, errb := admin.call(t, "configuration::schema", `{"id": "iii-stream"}`); errb != nil {
+			return poll.Continue("iii-stream not registered with the new worker yet: %+v", errb)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(20*time.Second))
 	_, errb := admin.call(t, "configuration::set", fmt.Sprintf(`{"id": "iii-stream", "value": {"port": %d}}`, p2))
 	assert.Assert(t, errb == nil, "%+v", errb)
 	waitStreamOn(t, r, p2)
