@@ -23,6 +23,9 @@
 //     scripted upstreams), closed and waited for at clean-up;
 //   - flood: a hostile worker's floods against a real engine process, for
 //     tests/flood and scripts/bench/flood.
+//   - waitfor: bounded waits (channel receive, close, WaitGroup, a blocking
+//     call) that fail the test naming what they waited for instead of
+//     hanging until the package timeout.
 //
 // Nothing here is product code: no package outside tests, scripts/bench and
 // plugins/sdk/sdktest imports these.
