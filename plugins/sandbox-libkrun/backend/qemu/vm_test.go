@@ -24,6 +24,7 @@ import (
 
 	"gotest.tools/v3/assert"
 
+	"github.com/iii-sandbox/iii/internal/hostfacts"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/initramfs"
@@ -444,10 +445,24 @@ func TestProbe(t *testing.T) {
 	start := time.Now()
 	res, err := p.Probe(ctx)
 	assert.NilError(t, err)
+	// What the host offered is a finding, not a failure: only TCG must boot.
+	t.Logf("host KVM: %s", hostfacts.ProbeKVM(""))
+	var findings strings.Builder
 	for _, r := range res.Results {
 		t.Logf("%s: ok=%v hello=%s reason=%q", r.Accel, r.OK, r.TimeToHello, r.Reason)
+		if r.OK {
+			fmt.Fprintf(&findings, "%s boots (hello in %s)\n", r.Accel, r.TimeToHello.Round(time.Millisecond))
+		} else {
+			fmt.Fprintf(&findings, "%s unusable (%s)\n", r.Accel, r.Reason)
+		}
 	}
 	t.Logf("probe took %s", time.Since(start))
+	// make test prints this at the end (scripts/testenv), so a failing run
+	// says which accelerator its VMs had.
+	if dir := os.Getenv("III_TEST_FACTS"); dir != "" {
+		assert.NilError(t, os.MkdirAll(dir, 0o755))
+		assert.NilError(t, os.WriteFile(filepath.Join(dir, "qemu-probe.txt"), []byte(findings.String()), 0o644))
+	}
 	var tcg *AccelResult
 	for i := range res.Results {
 		if res.Results[i].Accel == AccelTCG {
