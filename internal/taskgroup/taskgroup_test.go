@@ -8,6 +8,9 @@ import (
 
 	"go.uber.org/goleak"
 	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -33,7 +36,15 @@ func TestWaitSeesEveryTaskEnd(t *testing.T) {
 	assert.Assert(t, errors.Is(g.Wait(ctx), context.DeadlineExceeded), "tasks still run")
 
 	close(release)
-	assert.NilError(t, g.Wait(context.Background()))
+	assert.NilError(t, g.Wait(bounded(t)), "waiting for the released tasks")
+}
+
+// bounded is a context for a Wait that must return promptly: a hang fails
+// the test instead of stalling the package.
+func bounded(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Default)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // Waiting before Close works too, and the group can be waited on again.
@@ -41,13 +52,26 @@ func TestWaitBeforeClose(t *testing.T) {
 	var g Group
 	assert.Assert(t, g.Add())
 	done := make(chan error, 1)
-	go func() { done <- g.Wait(context.Background()) }()
-	time.Sleep(5 * time.Millisecond)
+	go func() { done <- g.Wait(bounded(t)) }()
+	// The waiter is parked once it has made the channel Done closes.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.zero == nil {
+			return poll.Continue("Wait has not started waiting")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(waitfor.Default), poll.WithDelay(time.Millisecond))
+	select {
+	case err := <-done:
+		t.Fatalf("Wait returned (%v) while a task was counted", err)
+	default:
+	}
 	g.Done()
-	assert.NilError(t, <-done)
+	assert.NilError(t, waitfor.Recv(t, done, waitfor.Default, "Wait to return after the last Done"))
 	assert.Assert(t, g.Add())
 	g.Done()
-	assert.NilError(t, g.Wait(context.Background()))
+	assert.NilError(t, g.Wait(bounded(t)))
 }
 
 func TestDoneWithoutAddPanics(t *testing.T) {
