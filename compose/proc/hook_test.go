@@ -10,6 +10,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestHookOutcomes(t *testing.T) {
@@ -59,6 +60,6 @@ func TestHookCancelled(t *testing.T) {
 		done <- Hook{Name: "pre_run", Container: "api", Command: "sleep 300", Env: testEnv(), StopGrace: 100 * time.Millisecond}.Run(ctx)
 	}()
 	cancel()
-	err := <-done
+	err := waitfor.Recv(t, done, waitfor.Default, "the cancelled hook to return")
 	assert.ErrorIs(t, err, context.Canceled)
 }

@@ -36,6 +36,10 @@ type Spec struct {
 	// DieWithParent asks the kernel to send SIGTERM to the child when
 	// Compose dies (Linux; elsewhere the lifeline pipe does this job).
 	DieWithParent bool
+
+	// onBusy, when set, is called after each start that failed with
+	// "text file busy", before the next attempt (tests observe it).
+	onBusy func(attempt int)
 }
 
 // Process is a process group Compose started (or adopted after a crash)
@@ -109,6 +113,9 @@ func Start(spec Spec) (*Process, error) {
 		if !errors.Is(err, syscall.ETXTBSY) || attempt == busyAttempts {
 			out.abort()
 			return nil, err
+		}
+		if spec.onBusy != nil {
+			spec.onBusy(attempt)
 		}
 		time.Sleep(time.Duration(attempt) * 10 * time.Millisecond)
 	}

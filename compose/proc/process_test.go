@@ -14,6 +14,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func testEnv(extra ...string) []string {
@@ -41,7 +43,7 @@ func TestStartEnvironmentIsBuilt(t *testing.T) {
 	p, err := Start(Spec{Command: "env; pwd", Dir: dir, Env: testEnv("GIVEN=yes"), Log: l})
 	assert.NilError(t, err)
 	assert.NilError(t, p.Wait(ctxT(t)))
-	<-p.OutputDone()
+	waitfor.Closed(t, p.OutputDone(), waitfor.Default, "the output copy to end")
 	assert.Equal(t, p.ExitStatus(), "exit status 0")
 	res, err := ReadLog(dir, "w", ReadOptions{Tail: 100})
 	assert.NilError(t, err)
@@ -111,7 +113,7 @@ func TestWaitDoesNotWaitForPipeHolders(t *testing.T) {
 	assert.NilError(t, p.Wait(ctxT(t)))
 	assert.Check(t, groupAlive(p.Pid), "the background sleep is still in the group")
 	assert.NilError(t, p.Stop(ctxT(t), time.Second))
-	<-p.OutputDone()
+	waitfor.Closed(t, p.OutputDone(), waitfor.Default, "the output copy to end once the group is stopped")
 	lines := TailLines(dir, "w", 10)
 	assert.DeepEqual(t, lines, []string{"started"})
 }
@@ -124,7 +126,10 @@ func TestAdoptAndStop(t *testing.T) {
 	assert.NilError(t, cmd.Start())
 	waited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(waited) }()
-	defer func() { _ = cmd.Process.Kill(); <-waited }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		waitfor.Closed(t, waited, waitfor.Default, "the adopted sleep to be reaped")
+	}()
 
 	birth, err := Birth(cmd.Process.Pid)
 	assert.NilError(t, err)
@@ -138,7 +143,7 @@ func TestAdoptAndStop(t *testing.T) {
 	// The adopter is not the parent, so the parent's Wait reaps; Stop only
 	// needs the group to empty.
 	assert.NilError(t, p.Stop(ctxT(t), time.Second))
-	<-waited
+	waitfor.Closed(t, waited, waitfor.Default, "the adopted sleep to be reaped by its parent")
 	assert.Check(t, p.Exited())
 	assert.Equal(t, Check(cmd.Process.Pid, birth), Gone)
 }
@@ -209,14 +214,18 @@ func TestStartWaitsOutTextFileBusy(t *testing.T) {
 	assert.NilError(t, err)
 	_, err = w.Write(data)
 	assert.NilError(t, err)
-	// The descriptor stays open through Start's first attempt.
 	_, err = exec.Command(bin).Output()
 	assert.Assert(t, errors.Is(err, syscall.ETXTBSY), "while open for writing: %v", err)
-	go func() {
-		time.Sleep(30 * time.Millisecond)
-		_ = w.Close()
-	}()
-	p, err := Start(Spec{Argv: []string{bin}, Dir: t.TempDir(), Env: testEnv()})
+	// The descriptor stays open until Start's first attempt has failed
+	// with "text file busy"; it is closed before the next.
+	var busy []int
+	p, err := Start(Spec{Argv: []string{bin}, Dir: t.TempDir(), Env: testEnv(), onBusy: func(attempt int) {
+		if len(busy) == 0 {
+			_ = w.Close()
+		}
+		busy = append(busy, attempt)
+	}})
 	assert.NilError(t, err)
+	assert.DeepEqual(t, busy, []int{1})
 	assert.NilError(t, p.Wait(ctxT(t)))
 }

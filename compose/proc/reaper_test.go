@@ -2,7 +2,6 @@ package proc
 
 import (
 	"bufio"
-	"context"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func selfExe(t *testing.T) string {
@@ -38,7 +39,7 @@ func TestReaperKillsOnLifelineEOF(t *testing.T) {
 	assert.NilError(t, err)
 	p, err := Start(Spec{Command: "trap '' TERM; sleep 300 & sleep 300; wait", Env: testEnv()})
 	assert.NilError(t, err)
-	defer p.Stop(context.Background(), 0)
+	defer p.Stop(ctxT(t), 0)
 	gone, err := Start(Spec{Command: "true", Env: testEnv()})
 	assert.NilError(t, err)
 	assert.NilError(t, gone.Wait(ctxT(t)))
@@ -51,7 +52,7 @@ func TestReaperKillsOnLifelineEOF(t *testing.T) {
 	r.w = nil
 	r.mu.Unlock()
 	waitGone(t, "the worker group", func() bool { return !groupAlive(p.Pid) })
-	<-r.Done()
+	waitfor.Closed(t, r.Done(), waitfor.Default, "the reaper to exit once its lifeline broke")
 	assert.NilError(t, p.Wait(ctxT(t)))
 }
 
@@ -62,7 +63,7 @@ func TestReaperExitKillsNothing(t *testing.T) {
 	assert.NilError(t, err)
 	p, err := Start(Spec{Command: "sleep 300", Env: testEnv()})
 	assert.NilError(t, err)
-	defer p.Stop(context.Background(), time.Second)
+	defer p.Stop(ctxT(t), time.Second)
 	assert.NilError(t, r.Track(p.Pid, p.Birth, PhaseWorker))
 	assert.NilError(t, r.Close(ctxT(t)))
 	assert.Check(t, groupAlive(p.Pid))
@@ -76,7 +77,7 @@ func TestReaperExitKillsNothing(t *testing.T) {
 	_ = r2.w.Close()
 	r2.w = nil
 	r2.mu.Unlock()
-	<-r2.Done()
+	waitfor.Closed(t, r2.Done(), waitfor.Default, "the reaper to exit once its lifeline broke")
 	assert.Check(t, groupAlive(p.Pid), "an untracked group survives the reaper")
 }
 
@@ -91,7 +92,10 @@ func TestSIGKILLedComposeLeavesNoWorker(t *testing.T) {
 	assert.NilError(t, err)
 	cmd.Stderr = os.Stderr
 	assert.NilError(t, cmd.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
+	var line string
+	waitfor.Func(t, waitfor.Default, "fake-compose to print its reaper and worker pids", func() {
+		line, err = bufio.NewReader(out).ReadString('\n')
+	})
 	assert.NilError(t, err)
 	f := strings.Fields(line)
 	assert.Equal(t, len(f), 2, line)
@@ -100,7 +104,7 @@ func TestSIGKILLedComposeLeavesNoWorker(t *testing.T) {
 	assert.Check(t, groupAlive(worker))
 
 	assert.NilError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
+	waitfor.Func(t, waitfor.Default, "the killed fake-compose to be reaped", func() { _ = cmd.Wait() })
 	waitGone(t, "the worker group", func() bool { return !groupAlive(worker) })
 	waitGone(t, "the reaper", func() bool { return !Alive(reaper) })
 }

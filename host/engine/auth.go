@@ -359,6 +359,9 @@ func (e *Engine) admitRegistration(w *worker, f *function) *protocol.ErrorBody {
 	if errb := p.admitSandboxHost(f); errb != nil {
 		return errb
 	}
+	if errb := e.admitAdapterName(p, f); errb != nil {
+		return errb
+	}
 	orig := f.id
 	if hook := p.hook(func(c *rbac.Config) string { return c.OnFunctionRegistrationFunctionID }); hook != "" {
 		rewrite, errb := e.callHook(w, hook, "registration of "+f.id, map[string]any{
@@ -387,6 +390,9 @@ func (e *Engine) admitRegistration(w *worker, f *function) *protocol.ErrorBody {
 		f.wireID = orig
 		// The rewritten id passes the same rules as the one asked for.
 		if errb := p.authorizeRegistration(f.id); errb != nil {
+			return errb
+		}
+		if errb := e.admitAdapterName(p, f); errb != nil {
 			return errb
 		}
 	}
@@ -569,15 +575,10 @@ func (e *Engine) AdapterOwnerOf(ns, adapter, id string) AdapterOwner {
 	}
 	o := AdapterOwner{Registered: true, WorkerID: f.owner.id}
 	p := f.owner.principal
-	switch {
-	case p == nil:
-	case p.admin:
-		o.Trusted = true
-	case p.cred != nil && p.cred.host != nil:
-		h := p.cred.host
-		o.Host = h.hostName
-		o.Trusted = !p.cred.revoked.Load() && h.namespace == ns && h.adapter == adapter && strings.HasPrefix(id, adapter+"::")
+	if p != nil && p.cred != nil && p.cred.host != nil {
+		o.Host = p.cred.host.hostName
 	}
+	o.Trusted = trustedAdapterOwner(p, ns, adapter, id)
 	return o
 }
 

@@ -160,6 +160,11 @@ func (e *Engine) IssueCredential(spec CredentialSpec) (string, *protocol.ErrorBo
 	if errb != nil {
 		return "", errb
 	}
+	if c.host != nil {
+		// Its adapter's names are the adapter's from now on (runs after
+		// the table's lock is released).
+		defer e.ProtectAdapter(c.host.adapter)
+	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", &protocol.ErrorBody{Code: protocol.CodeInvocationFailed, Message: "random: " + err.Error()}

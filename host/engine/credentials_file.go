@@ -159,6 +159,9 @@ func (e *Engine) UseCredentialsFile(path string) (loaded int, err error) {
 		c.persisted = true
 		e.creds.m[k] = c
 		loaded++
+		if c.host != nil {
+			defer e.ProtectAdapter(c.host.adapter)
+		}
 	}
 	if loaded > 0 {
 		e.log.Info("persisted credentials loaded", "file", path, "count", loaded)

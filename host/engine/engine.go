@@ -98,6 +98,9 @@ type Engine struct {
 
 	builtins *LocalWorker
 	creds    credentialTable
+	// adapters are the sandbox adapters whose names are protected
+	// (adapterguard.go).
+	adapters adapterSet
 	inbound  inboundBudget
 
 	heartbeat hostHeartbeat

@@ -247,6 +247,9 @@ func (e *Engine) applyRegistration(w *worker, ns string, m protocol.Message) {
 			e.log.Debug("registerfunction refused", "worker_id", w.id, "function_id", m.ID, "code", err.Code)
 			return
 		}
+		if e.recheckAdapterName(w, f) {
+			return
+		}
 		// SetHTTPFunctions(nil) may have swept the registry between the
 		// admission and the insert: an HTTP function must not outlive
 		// the worker that calls it.

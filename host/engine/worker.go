@@ -242,7 +242,9 @@ func (e *Engine) claimName(w *worker, ns, name string) *worker {
 	e.namesMu.Lock()
 	defer e.namesMu.Unlock()
 	if holder, ok := e.names[k]; ok && holder != w && !holder.closing.Load() {
-		return holder
+		if !e.adapterNameTakeover(w, holder, ns, name) {
+			return holder
+		}
 	}
 	if w.closing.Load() {
 		return nil

@@ -174,6 +174,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		s.shutdown()
 		return nil, err
 	}
+	// Installed adapters' names are theirs before any worker connects
+	// (docs/security.md, Adapter names).
+	for _, a := range s.ph.Installed() {
+		s.eng.ProtectAdapter(a)
+	}
 	if s.rt, err = router.New(s.eng, router.Options{
 		Logger:        s.log.Named(router.WorkerName),
 		ConfigBinding: s.sandboxBinding,
@@ -314,6 +319,8 @@ func (s *Server) setSandbox(b *config.Sandbox) {
 	}
 	s.eng.SetHostHeartbeat(time.Duration(b.HostHeartbeatMS) * time.Millisecond)
 	c := *b
+	// The bound adapter's names are its own, running or not.
+	s.eng.ProtectAdapter(c.Adapter)
 	s.sandbox.Store(&c)
 }
 
