@@ -7,6 +7,9 @@ import (
 
 	"go.uber.org/goleak"
 	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -33,33 +36,30 @@ func TestOrderAndDropOldest(t *testing.T) {
 	})
 	assert.Assert(t, q.Push(0))
 	// Wait until 0 is being delivered, so the queue is empty.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		q.mu.Lock()
-		n := len(q.queue)
-		q.mu.Unlock()
-		if n == 0 || time.Now().After(deadline) {
-			break
+		defer q.mu.Unlock()
+		if n := len(q.queue); n != 0 {
+			return poll.Continue("%d queued, 0 not taken yet", n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return poll.Success()
+	}, poll.WithTimeout(waitfor.Default), poll.WithDelay(time.Millisecond))
 	start := time.Now()
 	for v := 1; v <= 10; v++ {
 		assert.Assert(t, q.Push(v))
 	}
 	assert.Assert(t, time.Since(start) < time.Second, "Push waited for the consumer")
 	close(release)
-	for {
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n == 4 {
-			break
+		defer mu.Unlock()
+		if len(got) < 4 {
+			return poll.Continue("delivered %v, want 4 values", got)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return poll.Success()
+	}, poll.WithTimeout(waitfor.Default), poll.WithDelay(time.Millisecond))
 	q.Stop()
-	q.Wait()
+	waitfor.Func(t, waitfor.Default, "the stopped queue's consumer to end", q.Wait)
 	assert.DeepEqual(t, got, []int{0, 8, 9, 10})
 	assert.Equal(t, dropped, 7)
 	assert.Assert(t, !q.Push(11), "a stopped queue takes nothing")
@@ -80,7 +80,7 @@ func TestWaitFromWithinDelivery(t *testing.T) {
 	}, nil)
 	q.Push(1)
 	q.Push(2)
-	<-done
-	wg.Wait()
+	waitfor.Closed(t, done, waitfor.Default, "the delivery that stops its own queue to return from Wait")
+	waitfor.Group(t, &wg, waitfor.Default, "the queue's goroutine to end")
 	assert.Equal(t, calls, 1)
 }

@@ -12,6 +12,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestPathFollowsHome(t *testing.T) {
@@ -61,7 +63,7 @@ func TestEnsureConcurrent(t *testing.T) {
 			toks[i] = tok
 		}()
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, waitfor.Default, "the concurrent Ensure calls")
 	for _, tok := range toks {
 		assert.Equal(t, tok, toks[0])
 	}

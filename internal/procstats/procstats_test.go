@@ -2,11 +2,14 @@ package procstats
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"gotest.tools/v3/assert"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestReadCountsThisProcess(t *testing.T) {
@@ -23,8 +26,8 @@ func TestReadCountsThisProcess(t *testing.T) {
 			<-release
 		}()
 	}
-	for range extra {
-		<-started
+	for i := range extra {
+		waitfor.Recv(t, started, waitfor.Default, fmt.Sprintf("goroutine %d of %d to start", i+1, extra))
 	}
 	defer close(release)
 	if before.OpenFDs < 0 {

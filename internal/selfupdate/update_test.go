@@ -18,6 +18,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/iii-sandbox/iii/compose/packages"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 const testTarget = "x86_64-unknown-linux-gnu"
@@ -478,7 +479,10 @@ func TestUpdateInterrupted(t *testing.T) {
 		w.(http.Flusher).Flush()
 		<-r.Context().Done() // the rest never comes
 	}))
-	t.Cleanup(func() { srv.Close(); wg.Wait() })
+	t.Cleanup(func() {
+		srv.Close()
+		waitfor.Group(t, &wg, waitfor.Default, "the stalled download handler to end")
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	o := f.options(t)
