@@ -15,6 +15,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 const wait = 30 * time.Second
@@ -147,6 +149,6 @@ func TestStartSkipsNonJSONUnlessRejected(t *testing.T) {
 	p := s.Start(t, Script{Path: filepath.Join("testdata", "echo.mjs")}, map[string]any{"noise": true, "exit": true}, wait)
 	// The noise line is skipped; the job line arrives, then the exit.
 	assert.Equal(t, p.Line(t, wait)["job"].(map[string]any)["noise"], true)
-	<-p.Done()
+	waitfor.Closed(t, p.Done(), wait, "the script to exit after its job line")
 	assert.NilError(t, p.Err())
 }

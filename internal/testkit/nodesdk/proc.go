@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,12 +27,20 @@ type Script struct {
 
 // Proc is a running Script.
 type Proc struct {
+	t     testing.TB
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan map[string]any
 	done  chan struct{}
 	err   error
+	// quit is closed by Stop: lines nobody will read are dropped, so the
+	// reader cannot block on a full lines and hold up done.
+	quit     chan struct{}
+	quitOnce sync.Once
 }
+
+// killWait bounds the wait for a killed script's exit.
+const killWait = 10 * time.Second
 
 // Start runs script with job. When the test ends its stdin is closed (the
 // script then shuts its SDK down) and it is waited for, killed after
@@ -57,7 +66,7 @@ func (s SDK) Start(t testing.TB, script Script, job any, stopWait time.Duration)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &Proc{cmd: cmd, stdin: stdin, lines: make(chan map[string]any, 100), done: make(chan struct{})}
+	p := &Proc{t: t, cmd: cmd, stdin: stdin, lines: make(chan map[string]any, 100), done: make(chan struct{}), quit: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -69,7 +78,10 @@ func (s SDK) Start(t testing.TB, script Script, job any, stopWait time.Duration)
 				}
 				continue
 			}
-			p.lines <- m
+			select {
+			case p.lines <- m:
+			case <-p.quit:
+			}
 		}
 		p.err = cmd.Wait()
 		close(p.done)
@@ -87,11 +99,17 @@ func (s SDK) Start(t testing.TB, script Script, job any, stopWait time.Duration)
 // it to exit, killing it after wait.
 func (p *Proc) Stop(wait time.Duration) {
 	_ = p.stdin.Close()
+	p.quitOnce.Do(func() { close(p.quit) })
 	select {
 	case <-p.done:
 	case <-time.After(wait):
 		_ = p.cmd.Process.Kill()
-		<-p.done
+		select {
+		case <-p.done:
+		case <-time.After(killWait):
+			// A child of node's holding its stdout keeps the reader going.
+			p.t.Errorf("node (pid %d) killed after %s is still not done after another %s", p.cmd.Process.Pid, wait, killWait)
+		}
 	}
 }
 

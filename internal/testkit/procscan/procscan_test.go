@@ -14,6 +14,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // A real child naming a temporary directory is found while it runs and
@@ -46,7 +48,7 @@ func TestNamingFindsAChild(t *testing.T) {
 	assert.Check(t, is.DeepEqual(live[i].Args, []string{bin, "60"}))
 
 	cancel()
-	_ = cmd.Wait()
+	waitfor.Func(t, waitfor.Default, "the cancelled sleep to be reaped", func() { _ = cmd.Wait() })
 	assert.Check(t, is.Len(Naming(dir+"/"), 0))
 }
 
@@ -59,7 +61,12 @@ func TestStopped(t *testing.T) {
 	cmd := exec.Command("sleep", "60")
 	assert.NilError(t, cmd.Start())
 	pid := cmd.Process.Pid
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	reaped := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(reaped) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		waitfor.Closed(t, reaped, waitfor.Default, "the killed sleep to be reaped")
+	})
 
 	ok, why, err := Stopped(pid)
 	assert.NilError(t, err)
@@ -78,7 +85,7 @@ func TestStopped(t *testing.T) {
 	}, poll.WithTimeout(10*time.Second), poll.WithDelay(time.Millisecond))
 
 	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
+	waitfor.Closed(t, reaped, waitfor.Default, "the killed sleep to be reaped")
 	_, _, err = Stopped(pid)
 	assert.Check(t, err != nil, "a reaped process should be an error")
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"gotest.tools/v3/assert"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // Concurrent writers all land, whole, while a reader reads; the race
@@ -24,7 +26,7 @@ func TestConcurrentWrites(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, waitfor.Default, "the writers")
 	assert.Equal(t, b.String(), strings.Repeat("line\n", writers*lines))
 }
 

@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"testing"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // Serve accepts on ln until the test ends, running handle for each
@@ -42,7 +44,7 @@ func Serve(t testing.TB, ln net.Listener, handle func(net.Conn)) (accepted func(
 			_ = c.Close()
 		}
 		mu.Unlock()
-		wg.Wait()
+		waitfor.Group(t, &wg, waitfor.Default, "the accept loop and the connection handlers to return")
 	})
 	return func() int { mu.Lock(); defer mu.Unlock(); return n }
 }
