@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"gotest.tools/v3/assert"
 
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -122,7 +123,8 @@ func TestChannelReader(t *testing.T) {
 		r, err := c.OpenChannelReader(context.Background(), ref, WithTextHandler(func(s string) { texts = append(texts, s) }))
 		assert.NilError(t, err)
 		defer r.Close()
-		data, err := io.ReadAll(r)
+		var data []byte
+		waitfor.Func(t, waitLimit, "the channel's bytes to end", func() { data, err = io.ReadAll(r) })
 		assert.NilError(t, err)
 		assert.Assert(t, bytes.Equal(data, append(bytes.Repeat([]byte{7}, 100<<10), "tail"...)))
 		assert.DeepEqual(t, texts, []string{"hello", "bye"})
@@ -140,11 +142,13 @@ func TestChannelReader(t *testing.T) {
 		defer r.Close()
 		// Read part of the first message, then switch to whole messages.
 		head := make([]byte, 10)
-		_, err = io.ReadFull(r, head)
+		waitfor.Func(t, waitLimit, "the first 10 bytes", func() { _, err = io.ReadFull(r, head) })
 		assert.NilError(t, err)
 		var got []ChannelMessage
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
 		for {
-			m, err := r.ReadMessage(context.Background())
+			m, err := r.ReadMessage(ctx)
 			if err == io.EOF {
 				break
 			}
@@ -201,7 +205,7 @@ func TestCreateChannel(t *testing.T) {
 	res, err := json.Marshal(map[string]any{"writer": w, "reader": r})
 	assert.NilError(t, err)
 	pc.send(t, &protocol.InvocationResult{InvocationID: inv.InvocationID, Result: res})
-	got := <-done
+	got := waitfor.Recv(t, done, waitLimit, "the channel open to return")
 	assert.NilError(t, got.err)
 	assert.Equal(t, got.w, w)
 	assert.Equal(t, got.r, r)
@@ -213,5 +217,5 @@ func TestCreateChannel(t *testing.T) {
 	inv = expect[*protocol.InvokeFunction](t, pc)
 	assert.Equal(t, string(inv.Data), `{}`)
 	pc.send(t, &protocol.InvocationResult{InvocationID: inv.InvocationID, Result: json.RawMessage(`{"writer":1}`)})
-	assert.Equal(t, CodeOf((<-done).err), CodeHandshakeFailed)
+	assert.Equal(t, CodeOf(waitfor.Recv(t, done, waitLimit, "the channel open to fail").err), CodeHandshakeFailed)
 }

@@ -22,6 +22,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
 
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -331,7 +332,7 @@ func TestHandlerContextEndsWithConnection(t *testing.T) {
 	assert.NilError(t, err)
 	expect[*protocol.RegisterFunction](t, pc)
 	pc.send(t, &protocol.InvokeFunction{InvocationID: "i", FunctionID: "t::block"})
-	<-started
+	waitfor.Closed(t, started, waitLimit, "the handler to start")
 	assert.NilError(t, pc.conn.CloseNow())
 	select {
 	case err := <-ended:
@@ -339,7 +340,7 @@ func TestHandlerContextEndsWithConnection(t *testing.T) {
 	case <-time.After(waitLimit):
 		t.Fatal("handler context not cancelled")
 	}
-	<-c.Done()
+	waitfor.Closed(t, c.Done(), waitLimit, "the client to end with its connection")
 }
 
 func TestCallNamespaces(t *testing.T) {
@@ -493,7 +494,7 @@ func TestCallOutcomes(t *testing.T) {
 			assert.NilError(t, json.Unmarshal(inv.Data, &v))
 			pc.send(t, &protocol.InvocationResult{InvocationID: inv.InvocationID, Result: json.RawMessage(fmt.Sprint(v * v))})
 		}
-		wg.Wait()
+		waitfor.Group(t, &wg, waitLimit, "the concurrent calls to return")
 		close(errs)
 		for err := range errs {
 			t.Error(err)
@@ -512,7 +513,7 @@ func TestDisconnectFailsWrittenCalls(t *testing.T) {
 	assert.Equal(t, CodeOf(r.err), CodeConnectionLost)
 	assert.ErrorContains(t, r.err, "connection to the engine lost before x::pending answered")
 
-	<-c.Done()
+	waitfor.Closed(t, c.Done(), waitLimit, "the client to end once reconnecting gave up")
 	assert.Equal(t, CodeOf(c.Err()), CodeConnectionLost)
 	_, err := c.Call(context.Background(), "x::later", nil)
 	assert.Equal(t, CodeOf(err), CodeConnectionLost)
@@ -591,7 +592,7 @@ func TestReconnectReattachesAndReregisters(t *testing.T) {
 	assert.Equal(t, *inv.Namespace, "orders")
 	void := expect[*protocol.InvokeFunction](t, pc2)
 	assert.Equal(t, void.FunctionID, "x::queued-void")
-	assert.NilError(t, <-queuedVoid)
+	assert.NilError(t, waitfor.Recv(t, queuedVoid, waitLimit, "the queued void call to return"))
 	pc2.send(t, &protocol.InvocationResult{InvocationID: inv.InvocationID, Result: json.RawMessage(`"again"`)})
 	r = waitCall(t, queued)
 	assert.NilError(t, r.err)
@@ -648,13 +649,13 @@ func TestWorkerNamespaceConflictStops(t *testing.T) {
 
 	pc.send(t, &protocol.RegistrationRejected{Code: protocol.CodeWorkerNamespaceConflict, Namespace: "default",
 		WorkerName: "test-worker", OwnerWorkerID: "w-0"})
-	<-c.Done()
+	waitfor.Closed(t, c.Done(), waitLimit, "the rejected client to end")
 	var re *RejectionError
 	assert.Assert(t, errors.As(c.Err(), &re))
 	assert.Equal(t, re.Code, protocol.CodeWorkerNamespaceConflict)
 	assert.Equal(t, c.Err().Error(), `WORKER_NAMESPACE_CONFLICT: worker name "test-worker" is already in use in namespace "default" (by worker w-0); stop that worker or choose another name`)
 	assert.Assert(t, errors.As(waitCall(t, pending).err, &re))
-	assert.Assert(t, errors.As(<-reported, &re))
+	assert.Assert(t, errors.As(waitfor.Recv(t, reported, waitLimit, "the rejection to be reported"), &re))
 	pc.waitClosed(t)
 
 	closeClient(t, c)
@@ -674,7 +675,7 @@ func TestFunctionNamespaceConflictReported(t *testing.T) {
 	pc.send(t, &protocol.RegistrationRejected{Code: protocol.CodeFuncNamespaceConflict, Namespace: "orders",
 		FunctionID: "state::get", OwnerWorkerID: "w-9"})
 
-	got := <-reported
+	got := waitfor.Recv(t, reported, waitLimit, "the function rejection to be reported")
 	assert.Equal(t, got.Error(), `FUNCTION_NAMESPACE_CONFLICT: function "state::get" is already registered in namespace "orders" by worker w-9`)
 	assert.Equal(t, CodeOf(c.RegistrationError("state::get")), protocol.CodeFuncNamespaceConflict)
 	assert.NilError(t, c.RegistrationError("other"))
@@ -687,7 +688,7 @@ func TestFunctionNamespaceConflictReported(t *testing.T) {
 	assert.Assert(t, c.Err() == nil)
 
 	pc.send(t, &protocol.RegistrationRejected{Code: protocol.CodeFuncNamespaceConflict, Namespace: "x", FunctionID: "engine::mine"})
-	assert.Equal(t, (<-reported).Error(), `FUNCTION_NAMESPACE_CONFLICT: the engine refused function "engine::mine" in namespace "x" (engine::* ids belong to namespace "default")`)
+	assert.Equal(t, waitfor.Recv(t, reported, waitLimit, "the engine::* rejection to be reported").Error(), `FUNCTION_NAMESPACE_CONFLICT: the engine refused function "engine::mine" in namespace "x" (engine::* ids belong to namespace "default")`)
 }
 
 func TestConfirmRegistration(t *testing.T) {
@@ -840,7 +841,7 @@ func TestTriggers(t *testing.T) {
 	pc.send(t, &protocol.TriggerRegistrationResult{ID: "mine", TriggerType: "http", FunctionID: "f::a",
 		Error: &protocol.ErrorBody{Code: "bad_config", Message: "no such path"}})
 	var te *TriggerError
-	assert.Assert(t, errors.As(<-reported, &te))
+	assert.Assert(t, errors.As(waitfor.Recv(t, reported, waitLimit, "the trigger error to be reported"), &te))
 	assert.Equal(t, te.Error(), `trigger "mine" (http → f::a): bad_config: no such path`)
 	unregisterTrigger()
 	ut := expect[*protocol.UnregisterTrigger](t, pc)
@@ -895,7 +896,7 @@ func TestCloseWaitsForHandlers(t *testing.T) {
 	pending := callAsync(c, "x::never", nil)
 	expect[*protocol.InvokeFunction](t, pc)
 	pc.send(t, &protocol.InvokeFunction{InvocationID: "i", FunctionID: "f::slow"})
-	<-started
+	waitfor.Closed(t, started, waitLimit, "the slow handler to start")
 
 	closeClient(t, c)
 	assert.Assert(t, finished, "Close returned before the handler did")

@@ -21,6 +21,7 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -133,7 +134,7 @@ func TestEngineRegisterAndCall(t *testing.T) {
 	})
 	assert.NilError(t, err)
 	callEventually(t, caller, "math::sink", map[string]int{"warmup": 1})
-	<-got
+	waitfor.Recv(t, got, waitLimit, "the warm-up void call to reach the handler")
 	_, err = caller.Call(context.Background(), "math::sink", map[string]int{"n": 7}, Void())
 	assert.NilError(t, err)
 	select {
@@ -227,9 +228,10 @@ func TestEngineChannels(t *testing.T) {
 	r, err := c.OpenChannelReader(ctx, rref, WithTextHandler(func(s string) { texts = append(texts, s) }))
 	assert.NilError(t, err)
 	defer r.Close()
-	got, err := io.ReadAll(r)
+	var got []byte
+	waitfor.Func(t, waitLimit, "the channel's bytes to end", func() { got, err = io.ReadAll(r) })
 	assert.NilError(t, err)
-	assert.NilError(t, <-writeErr)
+	assert.NilError(t, waitfor.Recv(t, writeErr, waitLimit, "the channel writer to finish"))
 	assert.Assert(t, bytes.Equal(got, payload), "got %d bytes, want %d", len(got), len(payload))
 	assert.DeepEqual(t, texts, []string{"done"})
 
@@ -242,6 +244,7 @@ func TestEngineChannels(t *testing.T) {
 // client's side while the engine's side stays open, the way a dead network
 // path looks to the engine.
 type cutProxy struct {
+	t      testing.TB
 	l      net.Listener
 	target string
 	mu     sync.Mutex
@@ -254,7 +257,7 @@ func newCutProxy(t *testing.T, engineURL string) *cutProxy {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	assert.NilError(t, err)
-	p := &cutProxy{l: l, target: strings.TrimPrefix(engineURL, "ws://")}
+	p := &cutProxy{t: t, l: l, target: strings.TrimPrefix(engineURL, "ws://")}
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(p.close)
@@ -302,7 +305,7 @@ func (p *cutProxy) close() {
 		_ = c.Close()
 	}
 	p.mu.Unlock()
-	p.wg.Wait()
+	waitfor.Group(p.t, &p.wg, waitLimit, "the proxy's copy goroutines to end")
 }
 
 func TestEngineReconnectReattach(t *testing.T) {
@@ -371,7 +374,7 @@ func TestEngineInFlightCallFailsWhenOwnerDrops(t *testing.T) {
 	callEventually(t, caller, "slow::op", map[string]string{"mode": "warm"})
 
 	ch := callAsync(caller, "slow::op", map[string]string{"mode": "block"})
-	<-started
+	waitfor.Recv(t, started, waitLimit, "the blocking call to reach its handler")
 	closeClient(t, owner)
 	r := waitCall(t, ch)
 	assert.Equal(t, CodeOf(r.err), protocol.CodeInvocationStopped, "%v", r.err)
