@@ -15,6 +15,8 @@ import (
 	"go.uber.org/goleak"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestMain(m *testing.M) {
@@ -343,7 +345,7 @@ func TestWireCancelledCall(t *testing.T) {
 		done <- err
 	}()
 	cancel()
-	err = <-done
+	err = waitfor.Recv(t, done, waitfor.Default, "the cancelled Exec to return")
 	assert.Assert(t, errors.Is(err, context.Canceled), "got %T %v", err, err)
 	var e *Error
 	assert.Assert(t, !errors.As(err, &e), "a cancelled call is not a sandbox error")

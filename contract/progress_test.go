@@ -17,6 +17,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	pb "github.com/iii-sandbox/iii/contract/proto"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -207,6 +208,13 @@ func (g *gate) phases() []string {
 	return out
 }
 
+// closeRelay closes r, which drains it first: the test fails if that
+// hangs.
+func closeRelay(t *testing.T, r *ProgressRelay) {
+	t.Helper()
+	waitfor.Func(t, waitfor.Default, "the progress relay to drain and close", func() { r.Close(context.Background()) })
+}
+
 func pulled(n uint64) ProgressEvent {
 	return ProgressEvent{Phase: ProgressPulling}.WithBytes(n, 100)
 }
@@ -216,7 +224,7 @@ func TestProgressRelay(t *testing.T) {
 		g := newGate()
 		r := NewProgressRelay(g.send)
 		r.Report(pulled(1))
-		<-g.entered // pulled:1 is being sent; the rest queue up
+		waitfor.Recv(t, g.entered, waitfor.Default, "pulled:1 to be sent") // the rest queue up
 		for n := uint64(2); n <= 50; n++ {
 			r.Report(pulled(n))
 		}
@@ -224,7 +232,7 @@ func TestProgressRelay(t *testing.T) {
 		r.Report(ProgressEvent{Phase: ProgressBooting})
 		r.Report(ProgressEvent{Phase: ProgressReady})
 		close(g.release)
-		r.Close(context.Background())
+		closeRelay(t, r)
 		assert.DeepEqual(t, g.phases(), []string{"pulling:1", "pulling:50", ProgressUnpacking, ProgressBooting, ProgressReady})
 	})
 
@@ -232,12 +240,12 @@ func TestProgressRelay(t *testing.T) {
 		g := newGate()
 		r := NewProgressRelay(g.send)
 		r.Report(ProgressEvent{Phase: "p-start"})
-		<-g.entered
+		waitfor.Recv(t, g.entered, waitfor.Default, "the first send")
 		for i := range 2 * maxPendingProgress {
 			r.Report(ProgressEvent{Phase: fmt.Sprint("p", i)})
 		}
 		close(g.release)
-		r.Close(context.Background())
+		closeRelay(t, r)
 		got := g.phases()
 		assert.Equal(t, len(got), 1+maxPendingProgress)
 		assert.Equal(t, got[len(got)-1], fmt.Sprint("p", 2*maxPendingProgress-1))
@@ -248,13 +256,13 @@ func TestProgressRelay(t *testing.T) {
 		r := NewProgressRelay(g.send)
 		r.Report(ProgressEvent{Phase: ProgressBooting})
 		r.Report(ProgressEvent{Phase: ProgressReady})
-		<-g.entered
+		waitfor.Recv(t, g.entered, waitfor.Default, "the first send")
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		defer cancel()
 		r.Close(ctx) // returns: the send saw its context end
 		assert.Check(t, is.Len(g.phases(), 0))
 		r.Report(ProgressEvent{Phase: ProgressReady}) // after Close: dropped, no panic
-		r.Close(context.Background())
+		closeRelay(t, r)
 	})
 
 	t.Run("a failed send drops the rest", func(t *testing.T) {
@@ -263,10 +271,10 @@ func TestProgressRelay(t *testing.T) {
 		close(g.release)
 		r := NewProgressRelay(g.send)
 		r.Report(ProgressEvent{Phase: ProgressPulling})
-		<-g.entered
+		waitfor.Recv(t, g.entered, waitfor.Default, "the first send")
 		r.Report(ProgressEvent{Phase: ProgressBooting})
 		r.Report(ProgressEvent{Phase: ProgressReady})
-		r.Close(context.Background())
+		closeRelay(t, r)
 		got := g.phases()
 		assert.Assert(t, len(got) >= 1 && len(got) <= 2, "%v", got)
 		assert.Equal(t, got[0], ProgressPulling)
@@ -274,7 +282,7 @@ func TestProgressRelay(t *testing.T) {
 
 	t.Run("close with nothing reported", func(t *testing.T) {
 		r := NewProgressRelay(newGate().send)
-		r.Close(context.Background())
+		closeRelay(t, r)
 	})
 }
 

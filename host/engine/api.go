@@ -32,6 +32,9 @@ type Call struct {
 	// CallerAdmin reports that the caller holds the engine token (or is
 	// in-process).
 	CallerAdmin bool
+	// Caller is the caller's authority: an in-process handler that calls
+	// on for its caller passes it to Engine.InvokeAs.
+	Caller      Caller
 	Data        json.RawMessage
 	Metadata    json.RawMessage
 	Traceparent string

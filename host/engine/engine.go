@@ -106,6 +106,9 @@ type Engine struct {
 	heartbeat hostHeartbeat
 	// enqueues bounds the enqueue hand-overs in flight (enqueue.go).
 	enqueues chan struct{}
+	// enqueued remembers who enqueued which target, to check the queue
+	// provider's deliveries as them (authority.go).
+	enqueued delegations
 
 	// httpFns is the iii-http-functions worker (httpinvoke.go).
 	httpFns httpFunctions
@@ -243,7 +246,7 @@ func (e *Engine) waitTasks(ctx context.Context) error {
 // namespace "" means DefaultNamespace. Errors the function (or the engine)
 // returns come back as *protocol.ErrorBody; ctx ending returns ctx's error.
 func (e *Engine) Invoke(ctx context.Context, namespace, functionID string, data json.RawMessage) (json.RawMessage, error) {
-	return e.InvokeWithMetadata(ctx, namespace, functionID, data, nil)
+	return e.InvokeAs(ctx, Caller{p: adminPrincipal}, namespace, functionID, data, nil)
 }
 
 // CreateChannel is engine::channels::create for in-process users. The

@@ -52,6 +52,13 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 	}
 	send := resultSender(a, r.invocationID, r.functionID, r.traceparent, r.baggage)
 	void, fid, queue := r.invocationID == "", r.functionID, r.action.Queue
+	if !a.principal.admin && !e.enqueued.add(fnKey{ns, fid}, callerOf(a)) {
+		// The provider delivers later from its own connection; without a
+		// record of who enqueued, the delivery could not be checked as them.
+		send(nil, &protocol.ErrorBody{Code: CodeEnqueueError, Message: fmt.Sprintf(
+			"the engine already remembers %d enqueuers of distinct targets; enqueue with the engine token or to a target already enqueued", maxEnqueueDelegations)})
+		return
+	}
 	reply := func(res json.RawMessage, errb *protocol.ErrorBody) {
 		if errb != nil && void {
 			e.log.Warn("enqueue failed", "worker_id", a.id, "function_id", fid, "queue", queue, "code", errb.Code, "error", errb.Message)

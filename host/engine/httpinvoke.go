@@ -84,6 +84,10 @@ func (e *Engine) invokeHTTP(ctx context.Context, f *function, data json.RawMessa
 	if inv == nil || f.httpEP == nil {
 		return nil, httpNotInvokable(f)
 	}
+	if errb := e.httpRegistrantAllowed(f); errb != nil {
+		e.refused(callerOf(f.owner), "HTTP invocation", f.ns, f.id, errb)
+		return nil, errb
+	}
 	if n := e.httpFns.inflight.Add(1); n > MaxHTTPCalls {
 		e.httpFns.inflight.Add(-1)
 		return nil, &protocol.ErrorBody{Code: CodeLimitExceeded,
@@ -133,4 +137,25 @@ func (e *Engine) invokeHTTPFor(a *worker, f *function, r *invokeRequest, data js
 	if !started {
 		send(nil, engineStopping())
 	}
+}
+
+// httpRegistrantAllowed checks, when the engine is about to make an HTTP
+// invocation's request, that the worker that registered the function
+// could still register it: the request goes where the registrant chose
+// and with what it was allowed to attach, so it runs on its authority
+// (docs/security.md, "Authority when a call runs").
+func (e *Engine) httpRegistrantAllowed(f *function) *protocol.ErrorBody {
+	p := f.owner.principal
+	if p == nil || p.admin {
+		return nil
+	}
+	if p.cred != nil {
+		return &protocol.ErrorBody{Code: CodeForbidden,
+			Message: "function " + f.id + " was registered by a connection with an issued credential, which may not have the engine make HTTP requests"}
+	}
+	if a := f.http.Auth; len(a) > 0 && string(a) != "null" {
+		return &protocol.ErrorBody{Code: CodeForbidden,
+			Message: "function " + f.id + ": invocation.auth names environment variables of the engine, and its registrant does not hold the engine token"}
+	}
+	return nil
 }

@@ -219,6 +219,13 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 		ns = *r.namespace
 	}
 	f := e.reg.get(ns, r.functionID)
+	if a.delegations.Load() > 0 || e.enqueued.n.Load() > 0 {
+		// a may be a provider calling for another principal.
+		if errb := e.checkDelegated(a, ns, r.functionID, f); errb != nil {
+			answer(errb)
+			return false
+		}
+	}
 	if p := a.principal; !p.admin {
 		if errb := p.authorizeInvoke(ns, r.functionID, f); errb != nil {
 			e.log.Debug("invoke refused", "worker_id", a.id, "function_id", r.functionID, "namespace", ns, "code", errb.Code)
@@ -256,7 +263,7 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 		// The handler keeps its input beyond this frame, and the frame's
 		// buffer is reused: copy.
 		call := &Call{InvocationID: r.invocationID, FunctionID: r.functionID, Namespace: ns, CallerWorkerID: a.id,
-			CallerAdmin: a.principal.admin, Data: clone(data), Metadata: clone(r.metadata), Traceparent: r.traceparent, Baggage: r.baggage}
+			CallerAdmin: a.principal.admin, Caller: callerOf(a), Data: clone(data), Metadata: clone(r.metadata), Traceparent: r.traceparent, Baggage: r.baggage}
 		var reply func(callResult)
 		if r.invocationID != "" {
 			send := resultSender(a, r.invocationID, r.functionID, "", "")

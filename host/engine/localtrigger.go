@@ -24,7 +24,15 @@ type TriggerBinding struct {
 	// carry what only such a caller may read (the configuration worker's
 	// expanded values) checks it.
 	RegistrantAdmin bool
+	// caller is the registrant's authority: Fire runs the function and
+	// its condition as it (authority.go). A binding the engine did not
+	// hand over has none, and fires nothing.
+	caller Caller
 }
+
+// Caller is the authority of the worker that registered the trigger, for
+// Engine.InvokeAs: a provider calls what the binding names only as it.
+func (b TriggerBinding) Caller() Caller { return b.caller }
 
 // TriggerProvider serves trigger types an in-process worker provides. The
 // engine calls it outside its locks, once per binding that binds to or
@@ -63,7 +71,7 @@ func (l *LocalWorker) UnregisterTriggerType(id string) {
 func (b *binding) public() TriggerBinding {
 	return TriggerBinding{ID: b.id, TriggerType: b.triggerType, FunctionID: b.functionID, Namespace: b.namespace,
 		Config: clone(b.config), Metadata: clone(b.metadata),
-		RegistrantAdmin: b.originator == nil || b.originator.principal == nil || b.originator.principal.admin}
+		RegistrantAdmin: b.caller.Admin(), caller: b.caller}
 }
 
 // addLocalRegister queues telling tt's in-process provider about b.
@@ -106,25 +114,6 @@ func (e *Engine) HasFunction(ns, id string) bool {
 	return e.reg.get(ns, id) != nil
 }
 
-// InvokeWithMetadata is Invoke with the invocation metadata a trigger
-// carries (the function sees it as the call's metadata).
-func (e *Engine) InvokeWithMetadata(ctx context.Context, namespace, functionID string, data, metadata json.RawMessage) (json.RawMessage, error) {
-	if e.closed.Load() {
-		return nil, ErrClosed
-	}
-	if namespace == "" {
-		namespace = DefaultNamespace
-	}
-	if err := validNamespace(namespace); err != nil {
-		return nil, err
-	}
-	f, err := e.resolve(namespace, functionID)
-	if err != nil {
-		return nil, err
-	}
-	return e.invokeResolved(ctx, f, &Call{CallerAdmin: true, FunctionID: functionID, Namespace: namespace, Data: data, Metadata: metadata})
-}
-
 // ConditionError is Fire's error when the binding's condition function
 // failed (the trigger's function was then not called).
 type ConditionError struct {
@@ -142,11 +131,13 @@ func (e *ConditionError) Unwrap() error { return e.Err }
 // upstream's providers do: when condition names a function it is called
 // first, and an answer of false skips the binding (any other answer lets
 // it run); then b's function is called with payload and b's metadata in
-// b's namespace. A failing condition skips the binding and is returned as
-// a *ConditionError.
+// b's namespace. Both run as the worker that registered the trigger, and
+// are checked as its direct calls would be when they run (a refusal is
+// logged and returned; the function does not run). A failing condition
+// skips the binding and is returned as a *ConditionError.
 func (e *Engine) Fire(ctx context.Context, b TriggerBinding, condition string, payload json.RawMessage) error {
 	if condition != "" {
-		res, err := e.Invoke(ctx, b.Namespace, condition, payload)
+		res, err := e.InvokeAs(ctx, b.caller, b.Namespace, condition, payload, nil)
 		if err != nil {
 			return &ConditionError{FunctionID: condition, Err: err}
 		}
@@ -154,6 +145,6 @@ func (e *Engine) Fire(ctx context.Context, b TriggerBinding, condition string, p
 			return nil
 		}
 	}
-	_, err := e.InvokeWithMetadata(ctx, b.Namespace, b.FunctionID, payload, b.Metadata)
+	_, err := e.InvokeAs(ctx, b.caller, b.Namespace, b.FunctionID, payload, b.Metadata)
 	return err
 }

@@ -38,6 +38,11 @@ type binding struct {
 	originator       *worker
 	originNS         string
 	bound            *triggerType // nil while parked
+	// caller is the registrant's authority, captured at registration: the
+	// function and condition run as it (authority.go).
+	caller Caller
+	// delegatedTo is the socket provider that calls them for it.
+	delegatedTo *worker
 }
 
 // triggerRegistry holds trigger types and bindings. Trigger traffic is
@@ -123,6 +128,7 @@ func (b *binding) registerFrame() *protocol.RegisterTrigger {
 // the provider.
 func (b *binding) bindLocked(tt *triggerType, out *outbox) {
 	b.bound = tt
+	b.delegateLocked(tt)
 	if tt.local != nil {
 		out.addLocalRegister(b, tt)
 		return
@@ -137,6 +143,7 @@ func (b *binding) unbindLocked(out *outbox) {
 		} else {
 			out.add(b.bound.provider, &protocol.UnregisterTrigger{ID: b.id, TriggerType: b.triggerType})
 		}
+		b.undelegateLocked()
 		b.bound = nil
 	}
 }
@@ -190,6 +197,7 @@ func (e *Engine) registerTrigger(o *worker, ns string, m *protocol.RegisterTrigg
 	b := &binding{
 		id: m.ID, triggerType: m.TriggerType, functionID: m.FunctionID, config: m.Config, metadata: m.Metadata,
 		namespace: target, triggerNamespace: m.TriggerNamespace, originator: o, originNS: ns,
+		caller: Caller{p: o.principal, workerID: o.id, triggerID: m.ID},
 	}
 	t.bindings[b.id] = b
 	if tt := t.providerLocked(b); tt != nil {
@@ -225,6 +233,7 @@ func (e *Engine) triggerResult(p *worker, m *protocol.TriggerRegistrationResult)
 		return
 	}
 	if m.Error != nil {
+		b.undelegateLocked()
 		b.bound = nil
 		out.add(b.originator, &protocol.TriggerRegistrationResult{ID: b.id, TriggerType: b.triggerType, FunctionID: b.functionID, Error: m.Error})
 	}
@@ -279,7 +288,9 @@ func (e *Engine) addTriggerType(tt *triggerType) {
 		case old != nil && b.bound == old:
 			if old.provider == p {
 				// Same provider re-registering: the binding already knows.
+				b.undelegateLocked()
 				b.bound = tt
+				b.delegateLocked(tt)
 			} else {
 				b.unbindLocked(&out)
 				b.bindLocked(tt, &out)
@@ -321,6 +332,7 @@ func (t *triggerRegistry) removeTypeLocked(k ttKey, tt *triggerType, out *outbox
 		if b.bound != tt {
 			continue
 		}
+		b.undelegateLocked()
 		b.bound = nil
 		if next := t.providerLocked(b); next != nil {
 			b.bindLocked(next, out)

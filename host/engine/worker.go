@@ -63,6 +63,13 @@ type worker struct {
 
 	active atomic.Int64 // in-flight invocations routed to this worker
 
+	// delegated holds, under the trigger registry's lock, the bindings
+	// of other principals whose function or condition this worker, as
+	// their trigger type's provider, calls for them (authority.go);
+	// delegations counts them for the invoke path's gate.
+	delegated   map[fnKey][]*binding
+	delegations atomic.Int64
+
 	mu        sync.Mutex
 	phase     nsPhase
 	namespace string

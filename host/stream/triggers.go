@@ -174,7 +174,9 @@ func (w *Worker) joinLeave(ctx context.Context, typ string, ev JoinLeave) (unaut
 	}
 	for _, bt := range ts {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		res, err := w.eng.InvokeWithMetadata(cctx, bt.b.Namespace, bt.b.FunctionID, payload, bt.b.Metadata)
+		// As the worker that registered the trigger: a join trigger decides
+		// who may read, and must not run with the engine's rights.
+		res, err := w.eng.InvokeAs(cctx, bt.b.Caller(), bt.b.Namespace, bt.b.FunctionID, payload, bt.b.Metadata)
 		cancel()
 		if err != nil {
 			w.log.Warn(typ+" trigger failed", "trigger", bt.b.ID, "function_id", bt.b.FunctionID, "error", err)
