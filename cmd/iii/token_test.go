@@ -18,6 +18,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // nobodyUID is the uid the other user's commands run as.
@@ -68,7 +70,7 @@ func TestEngineTokenAcrossUsers(t *testing.T) {
 	assert.NilError(t, engine.Start())
 	t.Cleanup(func() {
 		_ = engine.Process.Signal(syscall.SIGINT)
-		_ = engine.Wait()
+		waitfor.Func(t, waitfor.Default, "the engine to exit on SIGINT", func() { _ = engine.Wait() })
 		if t.Failed() {
 			t.Logf("engine log:\n%s", engineLog.String())
 		}
