@@ -195,7 +195,7 @@ func (n *Network) serveDNSUDP(ctx context.Context, guest *gonet.UDPConn) {
 			return
 		}
 		n.st.dnsQueries.Add(1)
-		if r := n.dns.answer(ctx, buf[:m], false); r != nil {
+		if r := n.dns.answer(ctx, buf[:m], m, false); r != nil {
 			_ = guest.SetWriteDeadline(time.Now().Add(dnsIdle))
 			if _, err := guest.Write(r); err != nil {
 				return
@@ -212,12 +212,12 @@ func (n *Network) serveDNSTCP(ctx context.Context, guest *gonet.TCPConn) {
 	defer guest.Close()
 	for {
 		_ = guest.SetDeadline(time.Now().Add(dnsIdle))
-		q, err := readDNSTCP(guest)
+		q, size, err := readDNSQueryTCP(guest)
 		if err != nil {
 			return
 		}
 		n.st.dnsQueries.Add(1)
-		r := n.dns.answer(ctx, q, true)
+		r := n.dns.answer(ctx, q, size, true)
 		if r == nil {
 			return
 		}
