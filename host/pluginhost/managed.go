@@ -237,8 +237,12 @@ func (m *managed) publish(in *instance, down *contract.Error) error {
 			ResponseSchema: schema.Response(op),
 			// worker::* boots VMs from host directories and reports on them
 			// (paths, logs): only the engine token's holder (Compose) calls
-			// them. The sandbox operations stay open: sandbox::* routes them.
-			Privileged: contract.IsWorkerOp(op),
+			// them. The operations on sandboxes are privileged too:
+			// callers reach them through sandbox::*, whose router keeps
+			// each principal to its own sandboxes (docs/security.md); a
+			// direct call would see every caller's. adapter::info and
+			// catalog::list show no sandbox and stay open.
+			Privileged: op != contract.OpAdapterInfo && op != contract.OpCatalogList,
 		}
 		if err := w.RegisterFunction(def, m.handler(op, table[op], in, down)); err != nil {
 			w.Detach()

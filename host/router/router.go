@@ -84,6 +84,9 @@ type Router struct {
 	checked map[Binding]ownerCheck
 
 	fleet fleetState
+
+	// owned records who created each sandbox (tenancy.go).
+	owned owners
 }
 
 type ownerCheck struct {
@@ -121,7 +124,7 @@ func New(eng *engine.Engine, opts Options) (*Router, error) {
 			RequestSchema:  schema.Request(op),
 			ResponseSchema: schema.Response(op),
 		}
-		if err := w.RegisterFunction(def, r.forward(op)); err != nil {
+		if err := w.RegisterFunction(def, r.tenanted(op, r.forward(op))); err != nil {
 			w.Detach()
 			return nil, fmt.Errorf("register %s: %w", def.ID, err)
 		}
