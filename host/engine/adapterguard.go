@@ -126,7 +126,16 @@ func trustedAdapterOwner(p *principal, ns, adapter, id string) bool {
 // the reserved-name refusal).
 func (e *Engine) admitAdapterName(p *principal, f *function) *protocol.ErrorBody {
 	a, ok := e.adapterPrefixOf(f.id)
-	if !ok || trustedAdapterOwner(p, f.ns, a, f.id) {
+	if ok && trustedAdapterOwner(p, f.ns, a, f.id) {
+		// A sandbox host's operations on sandboxes are privileged, as the
+		// plugin host registers them: callers go through sandbox::*,
+		// whose router keeps each to its own sandboxes.
+		if p.cred != nil && p.cred.host != nil && !openAdapterOp(f.id) {
+			f.privileged = true
+		}
+		return nil
+	}
+	if !ok {
 		return nil
 	}
 	return &protocol.ErrorBody{Code: CodeForbidden, Message: "function ids under " + a + ":: are reserved to the sandbox adapter " + quote(a) +
@@ -161,4 +170,11 @@ func (e *Engine) adapterNameTakeover(w, holder *worker, ns, name string) bool {
 	e.log.Warn("worker name taken over by its sandbox adapter: the worker holding it is not the adapter's trusted owner",
 		"adapter", name, "namespace", ns, "worker_id", holder.id)
 	return true
+}
+
+// openAdapterOp reports the adapter operations that show no sandbox and
+// stay open to every caller: adapter::info and catalog::list (plain or a
+// fleet host's).
+func openAdapterOp(id string) bool {
+	return strings.HasSuffix(id, "::adapter::info") || strings.HasSuffix(id, "::catalog::list")
 }

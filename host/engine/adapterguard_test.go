@@ -62,9 +62,17 @@ func TestAdapterNamesOnlyTheirOwner(t *testing.T) {
 	})
 	t.Run("the adapter's sandbox host credential", func(t *testing.T) {
 		h := te.dialWith(t, bearerHeader(hostTok))
-		assert.DeepEqual(t, rejectedIDs(t, h, "p", "hostdir-h1", "hostdir::create", "hostdir::worker::start", "sandbox-libkrun::worker::start"),
+		assert.DeepEqual(t, rejectedIDs(t, h, "p", "hostdir-h1", "hostdir::create", "hostdir::adapter::info", "hostdir::worker::start", "sandbox-libkrun::worker::start"),
 			[]string{"sandbox-libkrun::worker::start"})
 		assert.Check(t, te.AdapterOwnerOf("p", "hostdir", "hostdir::create").Trusted)
+		// Its operations on sandboxes are privileged, as the plugin
+		// host's: a credential of the namespace cannot call them past the
+		// router's tenancy (adapter::info stays open).
+		vm := te.dialWith(t, bearerHeader(plain))
+		code, _ := errBody(t, vm.call("c1", "hostdir::create", ptr("p"), `{}`))
+		assert.Equal(t, code, CodeUnauthorized)
+		priv, ok := te.FunctionPrivileged("p", "hostdir::adapter::info")
+		assert.Check(t, ok && !priv)
 	})
 	t.Run("the engine token", func(t *testing.T) {
 		assert.DeepEqual(t, rejectedIDs(t, admin, "q", "admin-adapter", "hostdir::create", "sandbox-libkrun::worker::start"), []string(nil))
