@@ -114,7 +114,11 @@ func (s *Server) adapterStopped(adapter, namespace, startedBy string) {
 	s.comebacks.Add(1)
 	go func() {
 		defer s.comebacks.Done()
-		t := time.NewTimer(bindingComebackDelay)
+		delay := s.opts.comebackDelay
+		if delay <= 0 {
+			delay = bindingComebackDelay
+		}
+		t := time.NewTimer(delay)
 		defer t.Stop()
 		select {
 		case <-t.C:

@@ -24,6 +24,7 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/pluginhost"
 	"github.com/iii-sandbox/iii/internal/testkit/procscan"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -61,7 +62,7 @@ func TestSandboxRouterFollowsConfig(t *testing.T) {
 	t.Cleanup(func() {
 		if !stopped {
 			cancel()
-			<-served
+			waitfor.Recv(t, served, waitfor.Default, "the server to stop")
 		}
 	})
 
@@ -120,7 +121,7 @@ func TestSandboxRouterFollowsConfig(t *testing.T) {
 	assert.NilError(t, err)
 
 	cancel()
-	assert.NilError(t, <-served)
+	assert.NilError(t, waitfor.Recv(t, served, waitfor.Default, "the server to stop"))
 	stopped = true
 	assert.Equal(t, len(procscan.Naming(bins+"/")), 0, "no adapter process outlives the engine")
 }
@@ -169,7 +170,10 @@ func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := Start(ctx, Options{ConfigPath: path, Logger: hclog.NewNullLogger(), Version: "0.26.0", Finder: finder})
+	// A comeback delay short enough to wait past, long enough for a stop
+	// followed by a start to be well within it.
+	const comeback = 2 * time.Second
+	s, err := Start(ctx, Options{ConfigPath: path, Logger: hclog.NewNullLogger(), Version: "0.26.0", Finder: finder, comebackDelay: comeback})
 	assert.NilError(t, err)
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ctx) }()
@@ -276,7 +280,9 @@ func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
 	assert.NilError(t, err)
 	_, err = invoke("engine::adapters::start", fmt.Sprintf(`{"adapter":"sandbox-hostdir","config":{"image_allowlist":["node"],"state_dir":%q}}`, state))
 	assert.NilError(t, err)
-	time.Sleep(bindingComebackDelay + time.Second)
+	// Nothing to await: what is checked is that nothing happens, so wait
+	// past the comeback delay that would make it happen.
+	time.Sleep(comeback + time.Second)
 	assert.Check(t, is.Equal(list()[0].StartedBy, "call"), "a restart was taken back")
 
 	// When the one that took it over stops for good (Compose's --down),
@@ -296,8 +302,9 @@ func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
 	// Stopping the engine's own leaves it stopped.
 	_, err = invoke("engine::adapters::stop", `{"adapter":"sandbox-hostdir"}`)
 	assert.NilError(t, err)
-	time.Sleep(500 * time.Millisecond)
-	assert.Check(t, is.Equal(list()[0].State, "stopped"))
+	// As above: past the delay after which a comeback would have started it.
+	time.Sleep(comeback + time.Second)
+	assert.Check(t, is.Equal(list()[0].State, "stopped"), "the engine's own adapter, stopped, was started again")
 
 	// Not installed: no error, S301 saying how to install and start it.
 	write(file(bound("sandbox-missing", "python")))
@@ -315,6 +322,6 @@ func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
 	assert.Check(t, is.Contains(eb.Message, `iii call engine::adapters::start --json '{\"adapter\":\"sandbox-missing\",\"namespace\":\"default\",\"config\":{`))
 
 	cancel()
-	assert.NilError(t, <-served)
+	assert.NilError(t, waitfor.Recv(t, served, waitfor.Default, "the server to stop"))
 	assert.Equal(t, len(procscan.Naming(bins+"/")), 0, "no adapter process outlives the engine")
 }

@@ -54,6 +54,10 @@ type Options struct {
 	// the locked package and with its layered configuration, so the
 	// engine does not start it first.
 	AdapterByCompose bool
+
+	// comebackDelay replaces bindingComebackDelay (zero: that); tests
+	// shorten it so that waiting past it is cheap.
+	comebackDelay time.Duration
 }
 
 const (

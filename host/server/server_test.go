@@ -27,6 +27,7 @@ import (
 	"github.com/iii-sandbox/iii/host/config"
 	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -172,7 +173,7 @@ func dialToken(t *testing.T, addr, token string) *wsWorker {
 	}()
 	t.Cleanup(func() {
 		conn.CloseNow()
-		<-readerDone
+		waitfor.Closed(t, readerDone, waitfor.Default, "the frame reader to stop")
 	})
 	m := w.read(t)
 	_, ok := m.(*protocol.WorkerRegistered)
@@ -339,8 +340,7 @@ func TestInvalidReloadStops(t *testing.T) {
 			// Everything is down: the port refuses, the socket is closed.
 			_, derr := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 5*time.Second)
 			assert.Assert(t, derr != nil)
-			for range w.frames {
-			}
+			waitfor.Closed(t, w.frames, waitfor.Default, "the closed socket's frames to end")
 		})
 	}
 }
@@ -487,7 +487,7 @@ func TestGraceEnvOverride(t *testing.T) {
 		}
 		return poll.Success()
 	})
-	answered.Wait()
+	waitfor.Group(t, &answered, waitfor.Default, "the worker to answer the echo invocation")
 }
 
 func TestCleanStop(t *testing.T) {
@@ -507,7 +507,7 @@ func TestCleanStop(t *testing.T) {
 		return poll.Success()
 	})
 	cancel()
-	assert.NilError(t, <-done)
+	assert.NilError(t, waitfor.Recv(t, done, waitfor.Default, "Run to return after cancel"))
 	assert.Equal(t, stderr.String(), "")
 	_, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
 	assert.Assert(t, err != nil, "the listener is closed")
