@@ -180,7 +180,9 @@ func TestCredentials(t *testing.T) {
 	// Revoking closes its connections and refuses new ones.
 	f = admin.call("8", FnCredentialsRevoke, nil, `{"token":"`+tok+`"}`)
 	assert.Equal(t, f.obj("result")["revoked"], true)
-	assert.Assert(t, vm.waitClosed() != nil || true)
+	closed := vm.waitClosed()
+	assert.Equal(t, websocket.CloseStatus(closed), websocket.StatusPolicyViolation, "revoking closes the worker's connection: %v", closed)
+	assert.Check(t, is.Contains(closed.Error(), "credential revoked"))
 	pollUntil(t, "the revoked worker's functions are gone", func() bool { return !hasFn(te, "orders", "orders::place") })
 	refused := dialRefused(t, te.url, bearerHeader(tok))
 	assert.Equal(t, refused.obj("error").str("code"), CodeAuthError)

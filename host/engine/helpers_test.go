@@ -99,10 +99,14 @@ func (te *testEngine) dialWith(t *testing.T, h http.Header) *rawClient {
 	go rc.readLoop()
 	t.Cleanup(func() {
 		_ = c.CloseNow()
+		deadline := time.After(waitFor)
 		for {
 			select {
 			case <-rc.in: // unblock the read loop if nobody consumed
 			case <-rc.closed:
+				return
+			case <-deadline:
+				t.Errorf("the read loop of worker %s did not end within %s of closing its socket", rc.workerID, waitFor)
 				return
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -95,7 +96,7 @@ func TestLocalWorkerCalls(t *testing.T) {
 		Metadata: json.RawMessage(`{"m":1}`), Traceparent: "tp", Baggage: "bg"})
 	res := c.expect("invocationresult")
 	assert.DeepEqual(t, res.obj("result"), frame{"ok": true})
-	call := <-calls
+	call := waitfor.Recv(t, calls, waitFor, "the call from the socket worker to reach the handler")
 	assert.Equal(t, call.InvocationID, "l1")
 	assert.Equal(t, call.CallerWorkerID, c.workerID)
 	assert.Equal(t, call.Namespace, DefaultNamespace)
@@ -113,12 +114,12 @@ func TestLocalWorkerCalls(t *testing.T) {
 		code, msg := errBody(t, res)
 		assert.Equal(t, code, tc.code)
 		assert.Equal(t, msg, tc.msg)
-		<-calls
+		waitfor.Recv(t, calls, waitFor, "the failing call to reach the handler")
 	}
 
 	// Void from a socket worker: run, not answered.
 	c.send(&protocol.InvokeFunction{FunctionID: "sandbox::exec", Action: &protocol.TriggerAction{Type: protocol.ActionVoid}})
-	call = <-calls
+	call = waitfor.Recv(t, calls, waitFor, "the void call to reach the handler")
 	assert.Equal(t, call.InvocationID, "")
 	c.sync()
 
@@ -126,14 +127,14 @@ func TestLocalWorkerCalls(t *testing.T) {
 	out, err := te.Invoke(context.Background(), "", "sandbox::exec", json.RawMessage(`{}`))
 	assert.NilError(t, err)
 	assert.Equal(t, string(out), `{"ok":true}`)
-	call = <-calls
+	call = waitfor.Recv(t, calls, waitFor, "the in-process call to reach the handler")
 	assert.Equal(t, call.CallerWorkerID, "")
 	assert.Equal(t, string(call.Data), `{}`)
 	_, err = te.Invoke(context.Background(), "", "sandbox::exec", json.RawMessage(`{"fail":"coded"}`))
 	var eb *protocol.ErrorBody
 	assert.Assert(t, errors.As(err, &eb))
 	assert.Equal(t, eb.Code, "S301")
-	<-calls
+	waitfor.Recv(t, calls, waitFor, "the failing in-process call to reach the handler")
 
 	// A remote error reaches an in-process caller as *protocol.ErrorBody.
 	owner := te.dial(t)
@@ -143,7 +144,9 @@ func TestLocalWorkerCalls(t *testing.T) {
 		owner.send(&protocol.InvocationResult{InvocationID: in.str("invocation_id"), FunctionID: "remote::f",
 			Error: &protocol.ErrorBody{Code: "invocation_failed", Message: "remote boom"}})
 	}()
-	_, err = te.Invoke(context.Background(), "", "remote::f", json.RawMessage(`{}`))
+	rctx, rcancel := context.WithTimeout(context.Background(), waitFor)
+	defer rcancel()
+	_, err = te.Invoke(rctx, "", "remote::f", json.RawMessage(`{}`))
 	assert.Assert(t, errors.As(err, &eb))
 	assert.Equal(t, eb.Code, "invocation_failed")
 	assert.Equal(t, eb.Message, "remote boom")
@@ -164,23 +167,23 @@ func TestLocalWorkerDetachStopsInFlight(t *testing.T) {
 
 	c := te.dial(t)
 	c.send(&protocol.InvokeFunction{InvocationID: "d1", FunctionID: "slow::f"})
-	<-started
+	waitfor.Recv(t, started, waitFor, "the socket call to start")
 	inproc := make(chan error, 1)
 	go func() {
 		_, err := te.Invoke(context.Background(), "", "slow::f", nil)
 		inproc <- err
 	}()
-	<-started
+	waitfor.Recv(t, started, waitFor, "the in-process call to start")
 
 	lw.Detach()
 	res := c.expect("invocationresult")
 	code, _ := errBody(t, res)
 	assert.Equal(t, code, protocol.CodeInvocationStopped)
 	var eb *protocol.ErrorBody
-	assert.Assert(t, errors.As(<-inproc, &eb))
+	assert.Assert(t, errors.As(waitfor.Recv(t, inproc, waitFor, "the in-process call to be stopped"), &eb))
 	assert.Equal(t, eb.Code, protocol.CodeInvocationStopped)
-	<-cancelled
-	<-cancelled
+	waitfor.Recv(t, cancelled, waitFor, "the first handler to be cancelled")
+	waitfor.Recv(t, cancelled, waitFor, "the second handler to be cancelled")
 	c.sync() // the handlers' late results went nowhere
 
 	assert.ErrorContains(t, lw.RegisterFunction(FunctionDef{ID: "x"}, func(context.Context, *Call) (json.RawMessage, error) { return nil, nil }), "detached")
@@ -201,7 +204,7 @@ func TestInvokeContextCancelsLocalHandler(t *testing.T) {
 	defer cancel()
 	_, err = te.Invoke(ctx, "", "ctx::wait", nil)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Assert(t, <-handlerDone != nil)
+	assert.Assert(t, waitfor.Recv(t, handlerDone, waitFor, "the handler to see its context end") != nil)
 }
 
 func TestCloseFailsInFlightAndClosesSockets(t *testing.T) {
@@ -231,14 +234,14 @@ func TestCloseFailsInFlightAndClosesSockets(t *testing.T) {
 		return nil, ctx.Err()
 	}))
 	go func() { _, _ = e.Invoke(context.Background(), "", "l::f", nil) }()
-	hctx := <-handlerCtx
+	hctx := waitfor.Recv(t, handlerCtx, waitFor, "the in-process handler to start")
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	assert.NilError(t, e.Close(ctx))
 
 	var eb *protocol.ErrorBody
-	assert.Assert(t, errors.As(<-inproc, &eb))
+	assert.Assert(t, errors.As(waitfor.Recv(t, inproc, waitFor, "the in-process call to be stopped by Close"), &eb))
 	assert.Equal(t, eb.Code, protocol.CodeInvocationStopped)
 	assert.Assert(t, hctx.Err() != nil, "in-process handlers are cancelled")
 	// The socket caller hears invocation_stopped or just the close.
@@ -281,7 +284,7 @@ func TestLocalHandlerHandsReadingOver(t *testing.T) {
 	c := te.dial(t)
 	for i := range 3 {
 		c.send(&protocol.InvokeFunction{InvocationID: fmt.Sprintf("w%d", i), FunctionID: "slow::wait", Data: json.RawMessage(`{}`)})
-		<-entered
+		waitfor.Recv(t, entered, waitFor, fmt.Sprintf("call w%d to enter its handler", i))
 	}
 	for i := range 5 {
 		res := c.call(fmt.Sprintf("n%d", i), "slow::now", nil, `{}`)
@@ -304,9 +307,9 @@ func TestLocalHandlerHandsReadingOver(t *testing.T) {
 	}))
 	gone := te.dial(t)
 	gone.send(&protocol.InvokeFunction{InvocationID: "b1", FunctionID: "slow::block", Data: json.RawMessage(`{}`)})
-	<-entered
+	waitfor.Recv(t, entered, waitFor, "the blocking call to enter its handler")
 	_ = gone.c.CloseNow()
-	<-gone.closed
+	waitfor.Closed(t, gone.closed, waitFor, "the departed caller's read loop to end")
 	close(block)
 }
 
@@ -360,8 +363,8 @@ func TestLocalHandlerBurstHandsOffOnce(t *testing.T) {
 	for i := range burst {
 		c.send(&protocol.InvokeFunction{InvocationID: fmt.Sprintf("b%d", i), FunctionID: "burst::wait", Data: json.RawMessage(`{}`)})
 	}
-	for range burst {
-		<-entered
+	for i := range burst {
+		waitfor.Recv(t, entered, waitFor, fmt.Sprintf("call b%d of the burst to enter its handler", i))
 	}
 	assert.Equal(t, conn.handOffs.Load(), int64(1))
 	close(release)

@@ -15,6 +15,7 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
 
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -117,7 +118,7 @@ func TestLocalWriterToSocketReader(t *testing.T) {
 		assert.Equal(t, typ, want, "item %d", i)
 		assert.Assert(t, bytes.Equal(data, s.data), "item %d", i)
 	}
-	assert.NilError(t, <-writeErr)
+	assert.NilError(t, waitfor.Recv(t, writeErr, waitFor, "the writer to finish"))
 	_, _, err = rc.Read(ctx)
 	assert.Equal(t, websocket.CloseStatus(err), websocket.StatusNormalClosure, "%v", err)
 	lcGone(t, le, wref.ChannelID)
@@ -279,7 +280,7 @@ func TestLocalChannelEarlyEnds(t *testing.T) {
 			blocked <- err
 		}()
 		assert.NilError(t, r.Close())
-		assert.ErrorIs(t, <-blocked, ErrChannelClosed)
+		assert.ErrorIs(t, waitfor.Recv(t, blocked, waitFor, "the blocked write to fail once the reader closed"), ErrChannelClosed)
 		assert.ErrorIs(t, w.Close(), ErrChannelClosed, "Close reports the items may not have been read")
 		lcGone(t, le, wref.ChannelID)
 	})
@@ -320,7 +321,7 @@ func TestLocalChannelEarlyEnds(t *testing.T) {
 		}()
 		ctx := lcCtx(t)
 		assert.NilError(t, e.Close(ctx))
-		assert.ErrorIs(t, <-readErr, ErrChannelClosed)
+		assert.ErrorIs(t, waitfor.Recv(t, readErr, waitFor, "the blocked read to fail once the engine closed"), ErrChannelClosed)
 		_, err = w.Write([]byte("after close"))
 		assert.ErrorIs(t, err, ErrChannelClosed)
 		_, err = e.OpenChannelReader(rref)

@@ -10,6 +10,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -72,7 +73,7 @@ func TestNamespaceDrainKeepsLateArrivalsInOrder(t *testing.T) {
 		wk.submit(&protocol.UnregisterFunction{ID: "f" + itoa(i)})
 		wk.submit(&protocol.RegisterFunction{ID: "g" + itoa(i)})
 	}
-	<-done
+	waitfor.Closed(t, done, waitFor, "pinNamespace to return")
 	for i := range 50 {
 		assert.Assert(t, !hasFn(te, "late", "f"+itoa(i)), "f%d", i)
 		assert.Assert(t, hasFn(te, "late", "g"+itoa(i)), "g%d", i)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -140,6 +141,7 @@ func TestNodeSDKNamespaces(t *testing.T) {
 // cuts the worker side only, leaving the engine side open: to the engine the
 // old connection still looks alive, as after a network partition.
 type partitionProxy struct {
+	t       testing.TB
 	ln      net.Listener
 	target  string
 	mu      sync.Mutex
@@ -151,7 +153,7 @@ type partitionProxy struct {
 func newPartitionProxy(t *testing.T, target string) *partitionProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	assert.NilError(t, err)
-	p := &partitionProxy{ln: ln, target: target}
+	p := &partitionProxy{t: t, ln: ln, target: target}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -201,7 +203,7 @@ func (p *partitionProxy) close() {
 		_ = c.Close()
 	}
 	p.mu.Unlock()
-	p.wg.Wait()
+	waitfor.Group(p.t, &p.wg, waitFor, "the partition proxy's copy goroutines to end")
 }
 
 func TestNodeSDKReconnectKeepsFunctions(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -245,7 +246,7 @@ func TestEnqueue(t *testing.T) {
 	res := enqueue("q2", "job", nil)
 	receipt, _ := res.obj("result")["messageReceiptId"].(string)
 	assert.Assert(t, receipt != "", "%v", res)
-	in := (<-got).obj("data")
+	in := waitfor.Recv(t, got, waitFor, "the provider to be asked to enqueue job").obj("data")
 	assert.Equal(t, in.str("queue"), "jobs")
 	assert.Equal(t, in.str("function_id"), "job")
 	assert.Equal(t, in.str("messageReceiptId"), receipt)
@@ -256,7 +257,7 @@ func TestEnqueue(t *testing.T) {
 	// Another namespace travels with it.
 	res = enqueue("q3", "later", ptr("team-a"))
 	assert.Assert(t, res.obj("result")["messageReceiptId"] != nil, "%v", res)
-	assert.Equal(t, (<-got).obj("data").str("namespace"), "team-a")
+	assert.Equal(t, waitfor.Recv(t, got, waitFor, "the provider to be asked to enqueue later").obj("data").str("namespace"), "team-a")
 
 	// A caller may not enqueue what it may not call: the provider would
 	// call it with its own rights.
@@ -400,7 +401,7 @@ func TestLateResultDropped(t *testing.T) {
 	}()
 	in := owner.expect("invokefunction")
 	cancel()
-	assert.ErrorIs(t, <-done, context.Canceled)
+	assert.ErrorIs(t, waitfor.Recv(t, done, waitFor, "the cancelled Invoke to return"), context.Canceled)
 	// The answer arrives after the caller gave up: dropped, nothing breaks.
 	owner.send(&protocol.InvocationResult{InvocationID: in.str("invocation_id"), FunctionID: "f", Result: json.RawMessage(`1`)})
 	owner.sync()
@@ -492,7 +493,7 @@ func TestThousandConcurrentCalls(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, waitFor, "the callers to collect their results")
 	close(errs)
 	for err := range errs {
 		t.Error(err)

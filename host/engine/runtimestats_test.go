@@ -11,6 +11,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestRuntimeStats(t *testing.T) {
@@ -86,7 +88,7 @@ func TestRuntimeStats(t *testing.T) {
 				started.Add(1)
 				go func() { started.Done(); <-release }()
 			}
-			started.Wait()
+			waitfor.Group(t, &started, waitFor, "the parked goroutines to start")
 			after := stats(t, admin, fmt.Sprintf("a%d", try))
 			close(release)
 			for _, f := range held {
