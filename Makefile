@@ -9,6 +9,10 @@ HOST_ARCH := $(shell $(GO) env GOARCH)
 # The sandbox-libkrun package published into bin/registry, the registry `iii` uses by default.
 # Keep ADAPTER_VERSION equal to adapter.Version (plugins/sandbox-libkrun/adapter/provider.go).
 ADAPTER_VERSION ?= 0.3.1
+# The standard registry workers published beside it (docs/standard-workers.md). Keep STATE_VERSION
+# equal to state.Version (workers/state/config.go; a test checks).
+STATE_VERSION ?= 0.22.19
+STATE_DEFAULTS := {"adapter":{"name":"kv","config":{"store_method":"file_based"}}}
 SANDBOX_LIBKRUN_DEFAULTS := {"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}
 
 .PHONY: help build test test-nokvm bench demo fmt vet fuzz setup setup-test cross clean proto
@@ -27,6 +31,10 @@ build: ## Build every binary into bin/: iii, the adapters, the guest agent.
 		-description 'The sandbox adapter that runs sandboxes and worker VMs as microVMs' \
 		-default-config '$(SANDBOX_LIBKRUN_DEFAULTS)' \
 		$(BIN)/sandbox-libkrun $(BIN)/iii-guest-agent-linux-$(HOST_ARCH)
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/state ./workers/state/cmd/state
+	$(GO) run ./scripts/publish -registry $(BIN)/registry -name state -version $(STATE_VERSION) \
+		-description 'Scoped key/value state with change triggers (state::*, trigger type state)' \
+		-default-config '$(STATE_DEFAULTS)' $(BIN)/state
 
 setup: ## Install what sandboxes need (QEMU, a kernel, tools) and build the preset images (idempotent).
 	./scripts/setup.sh
