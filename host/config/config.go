@@ -121,6 +121,12 @@ type ListenerLimits struct {
 	Connections                int64
 	RegistrationsPerConnection int64
 	QueuedBytesPerConnection   int64
+	// What a caller can make the engine hold (docs/security.md, "Limits").
+	IDBytes                        int64
+	InflightPerConnection          int64
+	InflightBytesPerConnection     int64
+	RegistrationBytes              int64
+	RegistrationBytesPerConnection int64
 }
 
 // RBACConfig decodes RBAC; nil when the listener has none.
@@ -740,13 +746,17 @@ func (p *parser) listener(e entry) (Listener, error) {
 		l.RBAC = string(canon)
 	}
 	if v := fields["limits"]; !yamlnode.IsNull(v) {
-		lf, err := p.mapping(v, path+".limits", "frame_bytes", "connections", "registrations_per_connection", "queued_bytes_per_connection")
+		lf, err := p.mapping(v, path+".limits", "frame_bytes", "connections", "registrations_per_connection", "queued_bytes_per_connection",
+			"id_bytes", "inflight_per_connection", "inflight_bytes_per_connection", "registration_bytes", "registration_bytes_per_connection")
 		if err != nil {
 			return l, err
 		}
 		for key, dst := range map[string]*int64{
 			"frame_bytes": &l.Limits.FrameBytes, "connections": &l.Limits.Connections,
 			"registrations_per_connection": &l.Limits.RegistrationsPerConnection, "queued_bytes_per_connection": &l.Limits.QueuedBytesPerConnection,
+			"id_bytes": &l.Limits.IDBytes, "inflight_per_connection": &l.Limits.InflightPerConnection,
+			"inflight_bytes_per_connection": &l.Limits.InflightBytesPerConnection, "registration_bytes": &l.Limits.RegistrationBytes,
+			"registration_bytes_per_connection": &l.Limits.RegistrationBytesPerConnection,
 		} {
 			if n := lf[key]; !yamlnode.IsNull(n) {
 				if *dst, err = p.intValue(n, path+".limits."+key, 1, 1<<40); err != nil {

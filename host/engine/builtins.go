@@ -510,6 +510,10 @@ func (e *Engine) fnWorkersRegister(_ context.Context, call *Call) (any, *protoco
 	if errb := decodeInput(call.Data, &in); errb != nil {
 		return nil, errb
 	}
+	if len(in.Telemetry) > maxTelemetryBytes {
+		// Kept for the worker's life: bounded like what it registers.
+		return nil, limitBody(fmt.Sprintf("telemetry is %d bytes, over %d: it describes the worker's SDK, keep it small", len(in.Telemetry), maxTelemetryBytes))
+	}
 	// The engine knows who is calling; the payload's id is trusted only from
 	// in-process callers, which speak for a worker deliberately.
 	id := call.CallerWorkerID

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"crypto/subtle"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,9 @@ type chanItem struct {
 	typ  websocket.MessageType
 	data []byte
 	cost int64 // what it holds of the channel's room; released when taken
+	// charge is what it holds of the engine-wide ChannelBytesTotal;
+	// released when taken or when the channel is removed.
+	charge int64
 }
 
 // channel is a one-way stream between a writer socket and a reader socket
@@ -39,6 +41,9 @@ type channel struct {
 	// room is the byte budget of items (ChannelBufferBytes): a writer
 	// ahead of its reader waits for it.
 	room *semaphore.Weighted
+	// budget is the engine's ChannelBytesTotal, which every message
+	// counts against from its first byte read until it is written out.
+	budget *semaphore.Weighted
 
 	ctx    context.Context // ends when the channel is removed
 	cancel context.CancelFunc
@@ -74,7 +79,7 @@ func (t *channelTable) create(e *Engine, bufferSize int, owner string) *channel 
 	c := &channel{
 		id: newID(), key: newID(), owner: owner, created: time.Now(),
 		items: make(chan chanItem, bufferSize), ctx: ctx, cancel: cancel,
-		room: semaphore.NewWeighted(ChannelBufferBytes),
+		room: semaphore.NewWeighted(ChannelBufferBytes), budget: e.inbound.chanBytes,
 	}
 	t.mu.Lock()
 	t.m[c.id] = c
@@ -95,6 +100,7 @@ func (t *channelTable) remove(c *channel) {
 	}
 	t.mu.Unlock()
 	c.cancel()
+	c.drain()
 }
 
 func (t *channelTable) removeWhere(match func(*channel) bool) int {
@@ -109,6 +115,7 @@ func (t *channelTable) removeWhere(match func(*channel) bool) int {
 	t.mu.Unlock()
 	for _, c := range gone {
 		c.cancel()
+		c.drain()
 	}
 	return len(gone)
 }
@@ -207,10 +214,9 @@ func (e *Engine) channelWriter(c *channel, ws *websocket.Conn) {
 	for {
 		typ, r, err := ws.Reader(context.Background())
 		var data []byte
+		var charge int64
 		if err == nil {
-			if data, err = readSome(nil, io.LimitReader(r, smallFrameBytes)); err == nil && len(data) == smallFrameBytes {
-				data, err = readLarge(data, r)
-			}
+			data, charge, err = e.readChannelMessage(c, ws, r)
 		}
 		if err != nil {
 			if websocket.CloseStatus(err) == -1 {
@@ -220,11 +226,16 @@ func (e *Engine) channelWriter(c *channel, ws *websocket.Conn) {
 		}
 		cost := itemCost(data)
 		if err := c.room.Acquire(c.ctx, cost); err != nil {
+			c.budget.Release(charge)
 			return
 		}
 		select {
-		case c.items <- chanItem{typ: typ, data: data, cost: cost}:
+		case c.items <- chanItem{typ: typ, data: data, cost: cost, charge: charge}:
+			if c.ctx.Err() != nil {
+				c.drain() // removed meanwhile: nobody else will
+			}
 		case <-c.ctx.Done():
+			c.budget.Release(charge)
 			return
 		}
 	}
@@ -253,6 +264,7 @@ func (e *Engine) channelReader(c *channel, ws *websocket.Conn) {
 			}
 			err := ws.Write(context.Background(), it.typ, it.data)
 			c.room.Release(it.cost)
+			c.budget.Release(it.charge)
 			if err != nil {
 				c.cancel() // nobody will read the rest; release the writer
 				return

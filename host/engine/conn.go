@@ -63,6 +63,10 @@ type wsConn struct {
 	regsExceeded atomic.Bool
 	outBytes     *semaphore.Weighted
 	listener     *listenerState
+	// calls and regBytes are what the connection's unanswered calls and
+	// its registrations hold (budget.go).
+	calls    callBudget
+	regBytes regBudget
 
 	// heartbeating is set once the connection serves fleet functions
 	// (heartbeat.go).
@@ -151,6 +155,7 @@ func (c *wsConn) serve() {
 		return
 	}
 	c.w.teardown()
+	c.releaseRegistrations()
 	c.shutdown(websocket.StatusNormalClosure, "")
 	<-c.writerDone
 	c.listener.release()
@@ -353,10 +358,11 @@ func (c *wsConn) handleFrame(data []byte, inPlace inPlaceRunner) (handedOff bool
 	case *protocol.TriggerRegistrationResult:
 		e.triggerResult(w, m)
 	case *protocol.RegisterFunction, *protocol.RegisterService, *protocol.RegisterTrigger, *protocol.RegisterTriggerType:
-		if c.countRegistration(1) {
+		if c.chargeRegistration(m, len(data)) && c.countRegistration(1) {
 			w.submit(m)
 		}
 	case *protocol.UnregisterFunction, *protocol.UnregisterTrigger, *protocol.UnregisterTriggerType:
+		c.unchargeRegistration(m)
 		c.countRegistration(-1)
 		w.submit(m)
 	default:
@@ -623,11 +629,36 @@ func (e *Engine) serveTelemetry(rw http.ResponseWriter, r *http.Request, ls *lis
 	stop := context.AfterFunc(e.ctx, func() { _ = c.CloseNow() })
 	defer stop()
 	for {
-		if _, _, err := c.Read(context.Background()); err != nil {
+		if err := e.discardTelemetryFrame(c); err != nil {
 			_ = c.CloseNow()
 			return
 		}
 	}
+}
+
+// discardTelemetryFrame reads one telemetry frame and drops it as it
+// arrives: nothing of it is held, however large. Past its first MiB, as on
+// the worker socket, the rest must arrive within the slow-consumer time,
+// so a sender trickling a huge frame does not keep its connection forever.
+func (e *Engine) discardTelemetryFrame(c *websocket.Conn) error {
+	_, r, err := c.Reader(context.Background())
+	if err != nil {
+		return err
+	}
+	n, err := io.CopyN(io.Discard, r, smallFrameBytes)
+	if err != nil || n < smallFrameBytes {
+		if err == io.EOF {
+			err = nil
+		}
+		return err
+	}
+	cut := time.AfterFunc(e.slowConsumer, func() {
+		e.log.Warn("telemetry socket is sending a large frame too slowly; dropping it")
+		_ = c.CloseNow()
+	})
+	defer cut.Stop()
+	_, err = io.Copy(io.Discard, r)
+	return err
 }
 
 // watchWriters cuts connections stuck in one socket write for longer than

@@ -118,12 +118,13 @@ func (e *Engine) invokeHTTP(ctx context.Context, f *function, data json.RawMessa
 // function on a goroutine of its own: the request may take up to its
 // timeout, and the caller's read loop must not wait for it. The call ends
 // when the caller disconnects.
-func (e *Engine) invokeHTTPFor(a *worker, f *function, r *invokeRequest, data json.RawMessage) {
+func (e *Engine) invokeHTTPFor(a *worker, f *function, r *invokeRequest, data json.RawMessage, done func()) {
 	send := resultSender(a, r.invocationID, r.functionID, "", "")
 	void := r.invocationID == ""
 	// The frame's buffer is reused once this returns.
 	data = clone(data)
 	started := e.tasks.Go(func() {
+		defer done()
 		res, err := e.invokeHTTP(a.ctx, f, data)
 		switch {
 		case void && err != nil:
@@ -135,6 +136,7 @@ func (e *Engine) invokeHTTPFor(a *worker, f *function, r *invokeRequest, data js
 		}
 	})
 	if !started {
+		done()
 		send(nil, engineStopping())
 	}
 }

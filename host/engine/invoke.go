@@ -33,6 +33,10 @@ type pendingCall struct {
 	target     *worker
 	caller     *worker
 	waiter     chan callResult
+	// charged is the caller's connection, which the call's cost is
+	// reserved on until it is answered or dropped (budget.go).
+	charged *wsConn
+	cost    int64
 }
 
 const pendingShards = 64
@@ -126,6 +130,24 @@ func (t *pendingTable) stopTarget(w *worker) {
 	}
 }
 
+// dropCaller forgets every call socket worker w made that is still
+// unanswered: w is gone, nobody will read the answers, and what the calls
+// hold is released now rather than when (if ever) their targets answer.
+func (t *pendingTable) dropCaller(w *worker) {
+	for _, p := range t.collect(func(p *pendingCall) bool { return p.caller == w }) {
+		p.target.active.Add(-1)
+		p.settle()
+	}
+}
+
+// settle releases what the call was charged to its caller; once.
+func (p *pendingCall) settle() {
+	if c := p.charged; c != nil {
+		p.charged = nil
+		c.releaseCall(p.cost)
+	}
+}
+
 func (t *pendingTable) failAll(body *protocol.ErrorBody) {
 	for _, p := range t.collect(func(*pendingCall) bool { return true }) {
 		p.target.active.Add(-1)
@@ -136,6 +158,7 @@ func (t *pendingTable) failAll(body *protocol.ErrorBody) {
 // deliver hands a result to whoever made the call. A caller that has gone
 // away is simply not answered.
 func (e *Engine) deliver(p *pendingCall, result json.RawMessage, errb *protocol.ErrorBody, traceparent, baggage string) {
+	p.settle()
 	if p.waiter != nil {
 		// result may point into the answering connection's read buffer.
 		p.waiter <- callResult{result: clone(result), err: errb}
@@ -210,6 +233,10 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 			return false
 		}
 	}
+	if errb := a.conn.checkCallIDs(r); errb != nil {
+		answer(errb)
+		return false
+	}
 	ns := DefaultNamespace
 	if r.namespace != nil {
 		if errb := validNamespace(*r.namespace); errb != nil {
@@ -257,6 +284,21 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 		answer(notFound(ns, r.functionID, e.reg.namespacesOf(r.functionID)))
 		return false
 	}
+	// What the call holds until it is answered is charged to its caller
+	// (a void call to a socket worker holds nothing here: its frame is the
+	// target's outbound queue's).
+	var cost int64
+	var release func()
+	if r.invocationID != "" || f.owner.conn == nil || f.http != nil {
+		cost = a.conn.callCost(r)
+		if errb := a.conn.chargeCall(cost); errb != nil {
+			e.log.Debug("call refused: over a limit", "worker_id", a.id, "function_id", r.functionID, "reason", errb.Message)
+			answer(errb)
+			return false
+		}
+		var once sync.Once
+		release = func() { once.Do(func() { a.conn.releaseCall(cost) }) }
+	}
 	data := injectCaller(r.data, a.id)
 
 	if f.owner.conn == nil {
@@ -267,9 +309,10 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 		var reply func(callResult)
 		if r.invocationID != "" {
 			send := resultSender(a, r.invocationID, r.functionID, "", "")
-			reply = func(res callResult) { send(res.result, res.err) }
+			reply = func(res callResult) { release(); send(res.result, res.err) }
 		} else {
 			reply = func(res callResult) {
+				release()
 				if res.err != nil {
 					e.log.Debug("void call failed", "function_id", f.id, "code", res.err.Code, "message", res.err.Message)
 				}
@@ -278,7 +321,7 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 		return e.runLocal(f.owner.ctx, f, call, reply, r.inPlace)
 	}
 	if f.http != nil {
-		e.invokeHTTPFor(a, f, r, data)
+		e.invokeHTTPFor(a, f, r, data, release)
 		return false
 	}
 
@@ -288,12 +331,19 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 		target.conn.send(frame)
 		return false
 	}
-	p := &pendingCall{id: r.invocationID, functionID: r.functionID, target: target, caller: a}
+	p := &pendingCall{id: r.invocationID, functionID: r.functionID, target: target, caller: a, charged: a.conn, cost: cost}
 	if !e.pending.insert(p) {
+		release()
 		answer(&protocol.ErrorBody{Code: codeInvocationError, Message: "invocation id " + r.invocationID + " is already in flight"})
 		return false
 	}
 	target.active.Add(1)
+	if a.closing.Load() && e.pending.remove(p) {
+		// The caller's teardown swept the table before this call was in it.
+		target.active.Add(-1)
+		p.settle()
+		return false
+	}
 	// The target's teardown sets closing before it sweeps the pending table,
 	// so either that sweep sees this call or this check sees closing.
 	if target.closing.Load() || !target.conn.send(frame) {

@@ -30,6 +30,21 @@ type Limits struct {
 	// one connection. A sender waits for room; a connection that does not
 	// drain within the slow-consumer time is dropped.
 	QueuedBytesPerConnection int64
+	// IDBytes caps every id a connection sends: invocation and function
+	// ids of a call, and the ids of what it registers.
+	IDBytes int64
+	// InflightPerConnection caps the calls one connection awaits at once
+	// (sent, not yet answered); InflightBytesPerConnection caps what they
+	// hold (ids, payloads, metadata). Past either a call is answered
+	// LIMIT_EXCEEDED; the connection stays.
+	InflightPerConnection      int64
+	InflightBytesPerConnection int64
+	// RegistrationBytes caps one registration frame (its description,
+	// schemas, metadata, config); RegistrationBytesPerConnection caps what
+	// one connection's registrations hold together (past it: an error frame
+	// LIMIT_EXCEEDED and the socket closes).
+	RegistrationBytes              int64
+	RegistrationBytesPerConnection int64
 }
 
 // Defaults of Limits, and the engine-wide budgets.
@@ -38,6 +53,20 @@ const (
 	DefaultConnections                = 1024
 	DefaultRegistrationsPerConnection = 10_000
 	DefaultQueuedBytesPerConnection   = 128 << 20
+	DefaultIDBytes                    = 1024
+	DefaultInflightPerConnection      = 4096
+	DefaultInflightBytesPerConnection = 64 << 20
+	DefaultRegistrationBytes          = 1 << 20
+	DefaultRegistrationBytesPerConn   = 16 << 20
+
+	// MaxInflight caps the calls in flight from all connections together.
+	MaxInflight = 65_536
+	// RegistrationBytesTotal caps what the registrations of all
+	// connections hold together.
+	RegistrationBytesTotal = 64 << 20
+	// ChannelBytesTotal caps what all streaming channels hold together
+	// between their writers and readers, partial messages included.
+	ChannelBytesTotal = 128 << 20
 
 	// ChannelBufferBytes caps what one streaming channel holds between its
 	// writer and its reader; a writer ahead of its reader waits.
@@ -69,6 +98,21 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.QueuedBytesPerConnection <= 0 {
 		l.QueuedBytesPerConnection = DefaultQueuedBytesPerConnection
+	}
+	if l.IDBytes <= 0 {
+		l.IDBytes = DefaultIDBytes
+	}
+	if l.InflightPerConnection <= 0 {
+		l.InflightPerConnection = DefaultInflightPerConnection
+	}
+	if l.InflightBytesPerConnection <= 0 {
+		l.InflightBytesPerConnection = DefaultInflightBytesPerConnection
+	}
+	if l.RegistrationBytes <= 0 {
+		l.RegistrationBytes = DefaultRegistrationBytes
+	}
+	if l.RegistrationBytesPerConnection <= 0 {
+		l.RegistrationBytesPerConnection = DefaultRegistrationBytesPerConn
 	}
 	return l
 }
@@ -121,11 +165,19 @@ func (c *wsConn) countRegistration(delta int64) bool {
 	return false
 }
 
-// inboundBudget is the engine-wide lanes for large frames in flight.
-type inboundBudget struct{ lanes *semaphore.Weighted }
+// inboundBudget is the engine-wide lanes for large frames in flight, and
+// the engine-wide budgets every connection's charges also count against
+// (budget.go, channels.go).
+type inboundBudget struct {
+	lanes     *semaphore.Weighted
+	inflight  *atomic.Int64       // calls in flight, MaxInflight
+	regBytes  *atomic.Int64       // registration bytes, RegistrationBytesTotal
+	chanBytes *semaphore.Weighted // channel bytes, ChannelBytesTotal
+}
 
 func newInboundBudget() inboundBudget {
-	return inboundBudget{lanes: semaphore.NewWeighted(LargeFrameLanes)}
+	return inboundBudget{lanes: semaphore.NewWeighted(LargeFrameLanes), inflight: new(atomic.Int64),
+		regBytes: new(atomic.Int64), chanBytes: semaphore.NewWeighted(ChannelBytesTotal)}
 }
 
 // acquire waits for a lane.

@@ -229,6 +229,7 @@ func (w *worker) teardown() {
 
 		e.reg.removeOwned(w, ns, fns)
 		e.pending.stopTarget(w)
+		e.pending.dropCaller(w)
 		e.triggers.workerGone(e, w)
 		e.channels.removeOwned(w.id)
 		e.releaseName(w)

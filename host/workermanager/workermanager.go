@@ -76,10 +76,15 @@ func Policy(l config.Listener) engine.ListenerPolicy {
 		MiddlewareFunctionID: l.MiddlewareFunctionID,
 		LoopbackHostOnly:     l.Loopback(),
 		Limits: engine.Limits{
-			FrameBytes:                 l.Limits.FrameBytes,
-			Connections:                l.Limits.Connections,
-			RegistrationsPerConnection: l.Limits.RegistrationsPerConnection,
-			QueuedBytesPerConnection:   l.Limits.QueuedBytesPerConnection,
+			FrameBytes:                     l.Limits.FrameBytes,
+			Connections:                    l.Limits.Connections,
+			RegistrationsPerConnection:     l.Limits.RegistrationsPerConnection,
+			QueuedBytesPerConnection:       l.Limits.QueuedBytesPerConnection,
+			IDBytes:                        l.Limits.IDBytes,
+			InflightPerConnection:          l.Limits.InflightPerConnection,
+			InflightBytesPerConnection:     l.Limits.InflightBytesPerConnection,
+			RegistrationBytes:              l.Limits.RegistrationBytes,
+			RegistrationBytesPerConnection: l.Limits.RegistrationBytesPerConnection,
 		},
 	}
 	p.RequireToken = !p.LoopbackHostOnly && (p.RBAC == nil || p.RBAC.AuthFunctionID == "")

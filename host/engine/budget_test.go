@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// TestCallerBudgets: ids, unanswered calls and registrations are charged
+// to the connection that sent them, each cap answered LIMIT_EXCEEDED; what
+// a connection held is released when it leaves.
+func TestCallerBudgets(t *testing.T) {
+	te := startEngine(t, Options{})
+	url := te.listen(t, ListenerPolicy{Name: "tight", LoopbackHostOnly: true,
+		Limits: Limits{IDBytes: 64, InflightPerConnection: 3, InflightBytesPerConnection: 4000,
+			RegistrationBytes: 2000, RegistrationBytesPerConnection: 5000}})
+
+	t.Run("ids", func(t *testing.T) {
+		c := te.dialURL(t, url, nil)
+		f := c.call(strings.Repeat("i", 65), "engine::functions::list", nil, "")
+		code, _ := errBody(t, f)
+		assert.Equal(t, code, CodeLimitExceeded)
+		c.send(&protocol.RegisterFunction{ID: "x::" + strings.Repeat("f", 70)})
+		f = c.expect("error")
+		assert.Equal(t, f.obj("error").str("code"), CodeLimitExceeded)
+		c.sync() // the socket stays
+	})
+
+	t.Run("unanswered calls", func(t *testing.T) {
+		c := te.dialURL(t, url, nil)
+		c.registerIn("", "sink", "sink::f")
+		for i := range 3 {
+			c.send(&protocol.InvokeFunction{InvocationID: fmt.Sprint("c", i), FunctionID: "sink::f"})
+			c.expect("invokefunction") // delivered to itself, never answered
+		}
+		f := c.call("c3", "sink::f", nil, "")
+		code, msg := errBody(t, f)
+		assert.Equal(t, code, CodeLimitExceeded, msg)
+		assert.Assert(t, strings.Contains(msg, "inflight_per_connection"), msg)
+		assert.Equal(t, te.inbound.inflight.Load(), int64(3))
+		_ = c.c.CloseNow()
+		pollUntil(t, "the unanswered calls to be released", func() bool { return te.inbound.inflight.Load() == 0 })
+	})
+
+	t.Run("unanswered bytes", func(t *testing.T) {
+		c := te.dialURL(t, url, nil)
+		c.registerIn("", "sink2", "sink2::f")
+		big := `"` + strings.Repeat("p", 3000) + `"`
+		c.send(&protocol.InvokeFunction{InvocationID: "b0", FunctionID: "sink2::f", Data: []byte(big)})
+		c.expect("invokefunction")
+		f := c.call("b1", "sink2::f", nil, big)
+		code, msg := errBody(t, f)
+		assert.Equal(t, code, CodeLimitExceeded, msg)
+		assert.Assert(t, strings.Contains(msg, "inflight_bytes_per_connection"), msg)
+	})
+
+	t.Run("registration bytes", func(t *testing.T) {
+		c := te.dialURL(t, url, nil)
+		c.send(&protocol.RegisterFunction{ID: "r::huge", Description: strings.Repeat("d", 2100)})
+		f := c.expect("error")
+		assert.Equal(t, f.obj("error").str("code"), CodeLimitExceeded)
+		c.sync()
+		// Re-registering replaces its cost; an unregistration frees it.
+		for range 5 {
+			c.send(&protocol.RegisterFunction{ID: "r::same", Description: strings.Repeat("d", 1500)})
+		}
+		c.send(&protocol.UnregisterFunction{ID: "r::same"})
+		c.sync()
+		before := te.inbound.regBytes.Load()
+		for i := range 4 {
+			c.send(&protocol.RegisterFunction{ID: fmt.Sprint("r::f", i), Description: strings.Repeat("d", 1500)})
+		}
+		f = c.expect("error")
+		assert.Equal(t, f.obj("error").str("code"), CodeLimitExceeded)
+		_ = c.waitClosed()
+		pollUntil(t, "the registrations' bytes to be released", func() bool { return te.inbound.regBytes.Load() < before+1 })
+	})
+}

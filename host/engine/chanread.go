@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/coder/websocket"
+)
+
+// channelPiece is the first piece in which a channel writer's message is
+// read and charged to ChannelBytesTotal; each next one is twice as large,
+// up to its first MiB; past it, pieces are largeChunk.
+const channelPiece = 4 << 10
+
+// readChannelMessage reads one message of a channel's writer. Every piece
+// is charged to the engine's ChannelBytesTotal before it is read (so what
+// all channels hold, partial messages included, stays under it); charge is
+// what the message holds, to release once it is written out. As on the
+// worker socket, past its first MiB a message waits for one of the
+// large-frame lanes, and once it has begun the whole message must arrive
+// within the slow-consumer time: a sender that starts a message and
+// trickles it (or stops) is dropped rather than holding its charge.
+func (e *Engine) readChannelMessage(c *channel, ws *websocket.Conn, r io.Reader) (data []byte, charge int64, err error) {
+	ctx, cancel := context.WithTimeout(c.ctx, e.slowConsumer)
+	defer cancel()
+	cut := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			e.log.Warn("channel writer is sending a message too slowly; dropping it", "channel_id", c.id)
+			_ = ws.CloseNow()
+		}
+	})
+	defer cut()
+	var lane bool
+	defer func() {
+		e.inbound.release(lane)
+		if err != nil {
+			c.budget.Release(charge)
+			charge = 0
+		}
+	}()
+	var pieces [][]byte
+	total := 0
+	next := int64(channelPiece)
+	for {
+		piece := next
+		next = min(2*next, smallFrameBytes)
+		if total >= smallFrameBytes {
+			if !lane {
+				if _, err = e.inbound.acquire(ctx); err != nil {
+					return nil, charge, err
+				}
+				lane = true
+			}
+			piece = largeChunk
+		}
+		piece = min(piece, ChannelBytesTotal)
+		if err = c.budget.Acquire(ctx, piece); err != nil {
+			return nil, charge, err
+		}
+		charge += piece
+		p := make([]byte, piece)
+		n, rerr := io.ReadFull(r, p)
+		charge -= piece - int64(n)
+		c.budget.Release(piece - int64(n))
+		if n > 0 {
+			pieces = append(pieces, p[:n])
+			total += n
+		}
+		switch rerr {
+		case nil:
+		case io.EOF, io.ErrUnexpectedEOF:
+			if len(pieces) == 1 && n == int(piece) {
+				return pieces[0], charge, nil
+			}
+			// Joined at the exact size: the pieces' spare room is not
+			// charged, so it must not be kept.
+			data = make([]byte, 0, total)
+			for _, p := range pieces {
+				data = append(data, p...)
+			}
+			return data, charge, nil
+		default:
+			return nil, charge, rerr
+		}
+	}
+}
+
+// drain takes what is left in a removed channel's buffer and releases its
+// charges: nobody will read it.
+func (c *channel) drain() {
+	for {
+		select {
+		case it, ok := <-c.items:
+			if !ok {
+				return
+			}
+			c.budget.Release(it.charge)
+		default:
+			return
+		}
+	}
+}
