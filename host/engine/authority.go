@@ -25,6 +25,9 @@ type Caller struct {
 	p         *principal
 	workerID  string
 	triggerID string
+	// via names what the principal set up, for logs: "trigger",
+	// "enqueue"; "" for its own calls.
+	via string
 }
 
 // Admin reports whether the caller holds the engine token (or is
@@ -62,6 +65,9 @@ func (c Caller) logArgs() []any {
 	if label != "" {
 		args = append(args, "label", label)
 	}
+	if c.via != "" {
+		args = append(args, "via", c.via)
+	}
 	if c.triggerID != "" {
 		args = append(args, "trigger_id", c.triggerID)
 	}
@@ -85,10 +91,11 @@ func (c Caller) authorize(ns, id string, f *function) *protocol.ErrorBody {
 	return p.authorizeInvoke(ns, id, f)
 }
 
-// refused logs an invocation made on c's behalf that its check refused.
-func (e *Engine) refused(c Caller, what, ns, id string, errb *protocol.ErrorBody) {
-	args := append([]any{"function_id", id, "namespace", ns, "code", errb.Code, "error", errb.Message}, c.logArgs()...)
-	e.log.Warn(what+" refused: the principal that set it up may not call it", args...)
+// refused logs an invocation made on c's behalf that its check refused;
+// extra are more key/value pairs.
+func (e *Engine) refused(c Caller, what, ns, id string, errb *protocol.ErrorBody, extra ...any) {
+	args := append([]any{"function_id", id, "namespace", ns, "code", errb.Code, "error", errb.Message}, extra...)
+	e.log.Warn(what+" refused: the principal that set it up may not call it", append(args, c.logArgs()...)...)
 }
 
 // InvokeAs calls functionID in namespace ("" = default) as c: refused
@@ -265,7 +272,7 @@ func (e *Engine) checkDelegated(a *worker, ns, id string, f *function) *protocol
 	}
 	for _, c := range cs {
 		if errb := c.authorize(ns, id, f); errb != nil {
-			e.refused(c, "delivery by provider "+a.id, ns, id, errb)
+			e.refused(c, "delivery by a provider", ns, id, errb, "provider_worker_id", a.id)
 			return errb
 		}
 	}

@@ -371,7 +371,8 @@ func TestAuthorityWireProvider(t *testing.T) {
 	code, _ := errBody(t, provider.call("w1", "ops::wipe", nil, `{"payload":"attacker"}`))
 	assert.Equal(t, code, CodeUnauthorized)
 	assert.Check(t, is.Contains(logs.String(), "trigger_id=evil"))
-	assert.Check(t, is.Contains(logs.String(), "delivery by provider "+provider.workerID))
+	assert.Check(t, is.Contains(logs.String(), "delivery by a provider refused"))
+	assert.Check(t, is.Contains(logs.String(), "provider_worker_id="+provider.workerID))
 
 	attacker.send(&protocol.UnregisterTrigger{ID: "evil", TriggerType: "webhook"})
 	provider.expect("unregistertrigger")
@@ -438,7 +439,7 @@ func TestAuthorityEnqueue(t *testing.T) {
 	assert.Equal(t, o.next(t), "ops::log")
 	code, _ := errBody(t, deliver("d2", "ops::wipe"))
 	assert.Equal(t, code, CodeUnauthorized)
-	assert.Check(t, is.Contains(logs.String(), "worker_id="+attacker.workerID))
+	assert.Check(t, is.Contains(logs.String(), "worker_id="+attacker.workerID+" via=enqueue"))
 	// The enqueuer's leaving does not upgrade what it enqueued.
 	assert.NilError(t, attacker.c.CloseNow())
 	code, _ = errBody(t, deliver("d3", "ops::wipe"))

@@ -52,7 +52,7 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 	}
 	send := resultSender(a, r.invocationID, r.functionID, r.traceparent, r.baggage)
 	void, fid, queue := r.invocationID == "", r.functionID, r.action.Queue
-	if !a.principal.admin && !e.enqueued.add(fnKey{ns, fid}, callerOf(a)) {
+	if !a.principal.admin && !e.enqueued.add(fnKey{ns, fid}, Caller{p: a.principal, workerID: a.id, via: "enqueue"}) {
 		// The provider delivers later from its own connection; without a
 		// record of who enqueued, the delivery could not be checked as them.
 		send(nil, &protocol.ErrorBody{Code: CodeEnqueueError, Message: fmt.Sprintf(

@@ -197,7 +197,7 @@ func (e *Engine) registerTrigger(o *worker, ns string, m *protocol.RegisterTrigg
 	b := &binding{
 		id: m.ID, triggerType: m.TriggerType, functionID: m.FunctionID, config: m.Config, metadata: m.Metadata,
 		namespace: target, triggerNamespace: m.TriggerNamespace, originator: o, originNS: ns,
-		caller: Caller{p: o.principal, workerID: o.id, triggerID: m.ID},
+		caller: Caller{p: o.principal, workerID: o.id, triggerID: m.ID, via: "trigger"},
 	}
 	t.bindings[b.id] = b
 	if tt := t.providerLocked(b); tt != nil {
