@@ -21,9 +21,12 @@ type hub struct {
 	active int // admitted handlers, upgraded or not
 	closed bool
 	wg     sync.WaitGroup // one per connection handler
+
+	queued queuedTotal   // bytes waiting for all clients (outqueue.go)
+	syncs  chan struct{} // join syncs being built, syncLanes
 }
 
-func (h *hub) init() { h.conns = map[*conn]struct{}{} }
+func (h *hub) init() { h.conns = map[*conn]struct{}{}; h.syncs = make(chan struct{}, syncLanes) }
 
 // admit reserves a connection slot; false when the hub is closed or full.
 func (h *hub) admit(limit int) bool {
@@ -104,7 +107,8 @@ type conn struct {
 	ws      *websocket.Conn
 	cancel  context.CancelFunc
 	authCtx json.RawMessage // the auth function's context, or nil
-	out     chan []byte
+	out     chan *outItem
+	q       queue
 
 	mu   sync.Mutex
 	subs map[string]ClientMessage
@@ -123,16 +127,26 @@ func (c *conn) matches(ev *Event) int {
 }
 
 // enqueue queues a frame without blocking: when the queue is full the
-// oldest undelivered frame is dropped (upstream's channel_size rule).
-func (c *conn) enqueue(frame []byte) {
+// oldest undelivered frame is dropped (upstream's channel_size rule). Its
+// bytes are capped too (outqueue.go): past them the client is closed.
+func (c *conn) enqueue(frame []byte) { c.enqueueSync("", frame) }
+
+// enqueueSync is enqueue for subscription sub's sync ("" for any other
+// message): it replaces the sync that subscription still waits for.
+func (c *conn) enqueueSync(sub string, frame []byte) {
+	it := &outItem{data: frame, sub: sub}
+	if !c.q.admit(it) {
+		return
+	}
 	for {
 		select {
-		case c.out <- frame:
+		case c.out <- it:
 			return
 		default:
 		}
 		select {
-		case <-c.out:
+		case old := <-c.out:
+			c.q.take(old)
 		default:
 		}
 	}
@@ -203,7 +217,14 @@ var errTooManySubscriptions = errors.New("too many subscriptions on one connecti
 
 func (w *Worker) serveConn(ws *websocket.Conn, authCtx json.RawMessage) {
 	ctx, cancel := context.WithCancel(w.ctx)
-	c := &conn{ws: ws, cancel: cancel, authCtx: authCtx, out: make(chan []byte, w.cfg.ChannelSize), subs: map[string]ClientMessage{}}
+	c := &conn{ws: ws, cancel: cancel, authCtx: authCtx, out: make(chan *outItem, w.cfg.ChannelSize), subs: map[string]ClientMessage{}}
+	c.q.total = &w.hub.queued
+	c.q.closeFn = func(status websocket.StatusCode, reason string) {
+		w.log.Warn("stream client closed: it does not read what waits for it", "reason", reason)
+		c.q.release(c.out)
+		_ = ws.Close(status, reason)
+		cancel()
+	}
 	w.hub.add(c)
 	writerDone := make(chan struct{})
 	go func() {
@@ -213,7 +234,11 @@ func (w *Worker) serveConn(ws *websocket.Conn, authCtx json.RawMessage) {
 			select {
 			case <-ctx.Done():
 				return
-			case frame := <-c.out:
+			case it := <-c.out:
+				frame := c.q.take(it)
+				if frame == nil {
+					continue // replaced by a re-join, or dropped
+				}
 				wctx, wcancel := context.WithTimeout(ctx, writeTimeout)
 				err := ws.Write(wctx, websocket.MessageText, frame)
 				wcancel()
@@ -251,6 +276,7 @@ func (w *Worker) serveConn(ws *websocket.Conn, authCtx json.RawMessage) {
 	cancel()
 	<-writerDone
 	_ = ws.CloseNow()
+	c.q.release(c.out)
 	w.leaveAll(c)
 }
 
@@ -285,19 +311,29 @@ func (w *Worker) handle(ctx context.Context, c *conn, m ClientMessage) error {
 	c.mu.Lock()
 	c.subs[m.SubscriptionID] = m
 	c.mu.Unlock()
+	if c.q.closing() {
+		return nil // closed for what waits for it: build nothing more
+	}
 	var data json.RawMessage
 	var err error
+	select {
+	case w.hub.syncs <- struct{}{}:
+	case <-ctx.Done():
+		return nil
+	}
 	if m.ItemID != nil {
 		data, err = w.getItem(ctx, m.StreamName, m.GroupID, *m.ItemID)
 	} else {
 		data, err = w.listGroup(ctx, m.StreamName, m.GroupID)
 	}
 	if err != nil {
+		<-w.hub.syncs
 		w.log.Warn("stream sync failed", "stream", m.StreamName, "group", m.GroupID, "error", err)
 		return nil
 	}
 	frame, _ := json.Marshal(&Event{Type: "stream", Timestamp: now, StreamName: m.StreamName, GroupID: m.GroupID, ID: m.ItemID, Event: dataEvent("sync", data)})
-	c.enqueue(frame)
+	<-w.hub.syncs
+	c.enqueueSync(m.SubscriptionID, frame)
 	return nil
 }
 

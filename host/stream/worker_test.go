@@ -558,13 +558,14 @@ func TestBuiltinIDsReserved(t *testing.T) {
 // TestEnqueueDropsOldest: a client that does not read keeps the newest
 // channel_size messages; the writer never blocks.
 func TestEnqueueDropsOldest(t *testing.T) {
-	c := &conn{out: make(chan []byte, 3)}
+	c := &conn{out: make(chan *outItem, 3)}
+	c.q.total = new(queuedTotal)
 	for i := range 10 {
 		c.enqueue([]byte(fmt.Sprint(i)))
 	}
 	var got []string
 	for range 3 {
-		got = append(got, string(<-c.out))
+		got = append(got, string(c.q.take(<-c.out)))
 	}
 	assert.DeepEqual(t, got, []string{"7", "8", "9"})
 }
