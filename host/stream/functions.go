@@ -17,6 +17,25 @@ type function struct {
 }
 
 func (w *Worker) functions() []function {
+	fns := w.dataFunctions()
+	for i := range fns {
+		fns[i].handler = w.granted(fns[i].def.ID, fns[i].handler)
+	}
+	return fns
+}
+
+// granted refuses callers whose credential does not grant stream data
+// (engine.StreamDataDenied; docs/security.md, "Who sees what").
+func (w *Worker) granted(id string, h engine.Handler) engine.Handler {
+	return func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
+		if errb := w.eng.StreamDataDenied(call, id); errb != nil {
+			return nil, errb
+		}
+		return h(ctx, call)
+	}
+}
+
+func (w *Worker) dataFunctions() []function {
 	return []function{
 		{engine.FunctionDef{ID: "stream::set", Description: "Set a value in a stream"}, w.set},
 		{engine.FunctionDef{ID: "stream::get", Description: "Get a value from a stream"}, w.get},

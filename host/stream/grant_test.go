@@ -1,0 +1,70 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/host/engine"
+)
+
+// An issued credential (a VM worker's: allow {"default": ["*"]}) reads and
+// changes no stream data unless it names stream::* (or the function) for
+// default; anonymous local workers keep iii 0.26's open stream::*.
+func TestStreamDataNeedsTheCredentialsGrant(t *testing.T) {
+	const adminToken = "stream-grant-admin"
+	f := startWith(t, engine.New(engine.Options{AdminToken: func() string { return adminToken }}), Config{}, nil)
+	f.mustCall(t, "stream::set", `{"stream_name":"secrets","group_id":"g","item_id":"k","data":"top"}`)
+
+	issue := func(allow []string) string {
+		tok, errb := f.eng.IssueCredential(engine.CredentialSpec{Label: "compose/p/vm", Namespace: "p", Allow: map[string][]string{engine.DefaultNamespace: allow}})
+		assert.Assert(t, errb == nil, "%v", errb)
+		return tok
+	}
+	dial := func(name, tok, ns string) *client.Client {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		c, err := client.Dial(ctx, f.url, client.Options{Name: name, Namespace: ns, Token: tok, IgnoreEnv: true,
+			CallTimeout: waitFor, Reconnect: client.ReconnectPolicy{Disable: true}})
+		assert.NilError(t, err)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			_ = c.Close(ctx)
+		})
+		return c
+	}
+	get := func(c *client.Client, fn, payload string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		out, err := c.Call(ctx, fn, json.RawMessage(payload), client.WithNamespace(engine.DefaultNamespace))
+		return string(out), err
+	}
+	vm := dial("vm", issue([]string{"*"}), "p")
+	for _, tc := range []struct{ fn, payload string }{
+		{"stream::get", `{"stream_name":"secrets","group_id":"g","item_id":"k"}`},
+		{"stream::list", `{"stream_name":"secrets","group_id":"g"}`},
+		{"stream::list_groups", `{"stream_name":"secrets"}`},
+		{"stream::list_all", `{}`},
+		{"stream::set", `{"stream_name":"secrets","group_id":"g","item_id":"k","data":"mine"}`},
+		{"stream::delete", `{"stream_name":"secrets","group_id":"g","item_id":"k"}`},
+	} {
+		_, err := get(vm, tc.fn, tc.payload)
+		assert.Check(t, is.Equal(client.CodeOf(err), engine.CodeForbidden), tc.fn)
+	}
+	assert.Equal(t, f.mustCall(t, "stream::get", `{"stream_name":"secrets","group_id":"g","item_id":"k"}`), `"top"`)
+
+	granted := dial("granted", issue([]string{"*", "stream::*"}), "p")
+	out, err := get(granted, "stream::get", `{"stream_name":"secrets","group_id":"g","item_id":"k"}`)
+	assert.NilError(t, err)
+	assert.Equal(t, out, `"top"`)
+
+	anon := dial("anon", "", "")
+	out, err = get(anon, "stream::get", `{"stream_name":"secrets","group_id":"g","item_id":"k"}`)
+	assert.NilError(t, err)
+	assert.Equal(t, out, `"top"`)
+}
