@@ -174,6 +174,10 @@ func (w *Worker) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 			http.Error(rw, "unauthorized", http.StatusUnauthorized)
 			return
 		}
+	} else if why := w.refuseOtherUser(r); why != "" {
+		w.log.Info("stream connection refused: another user's process", "addr", r.RemoteAddr, "reason", why)
+		http.Error(rw, "unauthorized: "+why, http.StatusUnauthorized)
+		return
 	}
 	// The default origin check stays on: a web page from another origin
 	// cannot open the socket through a visitor's browser.
