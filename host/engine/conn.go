@@ -162,9 +162,10 @@ func (c *wsConn) serve() {
 	c.e.tasks.Done()
 }
 
-// readBufKeep is the largest read buffer kept between frames; one huge
-// frame should not pin its memory for the life of the connection.
-const readBufKeep = 4 << 20
+// readBufKeep is the largest read buffer kept between frames; one large
+// frame should not pin its memory for the life of the connection (nor
+// every connection's one frame the engine's: they are many).
+const readBufKeep = freeFrameBytes
 
 // readLoop reads and handles frames until the connection ends (false), or
 // until a frame's in-process handler ran long on this goroutine and another
@@ -173,7 +174,7 @@ func (c *wsConn) readLoop() (handedOff bool) {
 	var buf []byte
 	for {
 		typ, r, err := c.c.Reader(context.Background())
-		var held bool
+		var held heldLanes
 		if err == nil {
 			if cap(buf) > readBufKeep {
 				buf = nil
@@ -181,7 +182,7 @@ func (c *wsConn) readLoop() (handedOff bool) {
 			buf, held, err = c.readFrame(buf[:0], r)
 		}
 		if err != nil {
-			c.e.inbound.release(held)
+			c.e.inbound.releaseHeld(held)
 			if s := websocket.CloseStatus(err); s == -1 && !errors.Is(err, net.ErrClosed) {
 				c.e.log.Debug("worker read ended", "worker_id", c.w.id, "error", err)
 			}
@@ -198,32 +199,53 @@ func (c *wsConn) readLoop() (handedOff bool) {
 			continue
 		}
 		handedOff := c.handleFrame(data, c.runInPlace)
-		c.e.inbound.release(held)
+		c.e.inbound.releaseHeld(held)
 		if handedOff {
 			return true
 		}
 	}
 }
 
-// readFrame reads one frame into buf. A frame longer than smallFrameBytes
-// waits for one of the engine's large-frame lanes before the rest is read,
-// and must arrive within the slow-consumer time once it has one (a sender
-// trickling a huge frame would otherwise hold the lane); held reports the
-// lane, to release once the frame is handled.
-func (c *wsConn) readFrame(buf []byte, r io.Reader) (_ []byte, held bool, err error) {
-	buf, err = readSome(buf, io.LimitReader(r, smallFrameBytes))
+// readFrame reads one frame into buf. Its first freeFrameBytes are read
+// at once. Past them the frame waits for one of the engine's medium slots,
+// and past smallFrameBytes for one of its large-frame lanes, before the
+// rest is read; once it has either, that part must arrive within the
+// slow-consumer time (a sender trickling a frame would otherwise hold the
+// slot). held reports the slot and lane, to release once the frame is
+// handled. So what partial frames hold is bounded engine-wide, however
+// many connections send them.
+func (c *wsConn) readFrame(buf []byte, r io.Reader) (_ []byte, held heldLanes, err error) {
+	buf, err = readSome(buf, io.LimitReader(r, freeFrameBytes))
+	if err != nil || len(buf) < freeFrameBytes {
+		return buf, held, err
+	}
+	if !c.e.inbound.medium.TryAcquire(1) {
+		c.laneWait.Store(true)
+		err = c.e.inbound.medium.Acquire(c.w.ctx, 1)
+		c.laneWait.Store(false)
+		if err != nil {
+			return buf, held, err
+		}
+	}
+	held.medium = true
+	cut := time.AfterFunc(c.e.slowConsumer, func() {
+		c.e.log.Warn("worker is sending a frame too slowly; dropping its connection", "worker_id", c.w.id)
+		_ = c.c.CloseNow()
+	})
+	buf, err = readSome(buf, io.LimitReader(r, smallFrameBytes-freeFrameBytes))
+	cut.Stop()
 	if err != nil || len(buf) < smallFrameBytes {
-		return buf, false, err
+		return buf, held, err
 	}
 	// Waiting for a lane, this read loop reads nothing, pongs included:
 	// the heartbeat must not take that for a dead host.
 	c.laneWait.Store(true)
-	held, err = c.e.inbound.acquire(c.w.ctx)
+	held.large, err = c.e.inbound.acquire(c.w.ctx)
 	c.laneWait.Store(false)
 	if err != nil {
 		return buf, held, err
 	}
-	cut := time.AfterFunc(c.e.slowConsumer, func() {
+	cut = time.AfterFunc(c.e.slowConsumer, func() {
 		c.e.log.Warn("worker is sending a large frame too slowly; dropping its connection", "worker_id", c.w.id)
 		_ = c.c.CloseNow()
 	})

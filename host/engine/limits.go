@@ -83,6 +83,14 @@ const (
 	// smallFrameBytes: frames up to this size never wait for a lane, so a
 	// flood of large frames does not hold up ordinary calls.
 	smallFrameBytes = 1 << 20
+	// freeFrameBytes: what of a frame is read at once. Past it a frame
+	// takes one of MediumFrameSlots until it is handled: partial frames of
+	// many connections hold at most connections × freeFrameBytes plus
+	// MediumFrameSlots × smallFrameBytes.
+	freeFrameBytes = 64 << 10
+	// MediumFrameSlots caps the frames over 64 KiB being read and handled
+	// at once across all connections.
+	MediumFrameSlots = 64
 )
 
 // withDefaults fills zero fields.
@@ -170,13 +178,14 @@ func (c *wsConn) countRegistration(delta int64) bool {
 // (budget.go, channels.go).
 type inboundBudget struct {
 	lanes     *semaphore.Weighted
+	medium    *semaphore.Weighted // MediumFrameSlots
 	inflight  *atomic.Int64       // calls in flight, MaxInflight
 	regBytes  *atomic.Int64       // registration bytes, RegistrationBytesTotal
 	chanBytes *semaphore.Weighted // channel bytes, ChannelBytesTotal
 }
 
 func newInboundBudget() inboundBudget {
-	return inboundBudget{lanes: semaphore.NewWeighted(LargeFrameLanes), inflight: new(atomic.Int64),
+	return inboundBudget{lanes: semaphore.NewWeighted(LargeFrameLanes), medium: semaphore.NewWeighted(MediumFrameSlots), inflight: new(atomic.Int64),
 		regBytes: new(atomic.Int64), chanBytes: semaphore.NewWeighted(ChannelBytesTotal)}
 }
 
@@ -197,5 +206,16 @@ func (b inboundBudget) release(held bool) {
 	if held {
 		runtime.GC()
 		b.lanes.Release(1)
+	}
+}
+
+// heldLanes is what a frame being read holds of the inbound budget.
+type heldLanes struct{ medium, large bool }
+
+// releaseHeld gives back what a frame held once it is handled.
+func (b inboundBudget) releaseHeld(h heldLanes) {
+	b.release(h.large)
+	if h.medium {
+		b.medium.Release(1)
 	}
 }
