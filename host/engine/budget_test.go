@@ -80,3 +80,20 @@ func TestCallerBudgets(t *testing.T) {
 		pollUntil(t, "the registrations' bytes to be released", func() bool { return te.inbound.regBytes.Load() < before+1 })
 	})
 }
+
+// TestChannelsPerConnection: one connection cannot take every channel;
+// another still gets one.
+func TestChannelsPerConnection(t *testing.T) {
+	te := startEngine(t, Options{})
+	c := te.dial(t)
+	for i := range MaxChannelsPerConnection {
+		f := c.call(fmt.Sprint("ch", i), FnChannelsCreate, nil, `{}`)
+		assert.Assert(t, f["error"] == nil, "channel %d: %v", i, f)
+	}
+	f := c.call("over", FnChannelsCreate, nil, `{}`)
+	code, _ := errBody(t, f)
+	assert.Equal(t, code, CodeLimitExceeded)
+	other := te.dial(t)
+	f = other.call("mine", FnChannelsCreate, nil, `{}`)
+	assert.Assert(t, f["error"] == nil, "%v", f)
+}

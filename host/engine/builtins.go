@@ -633,6 +633,9 @@ func (e *Engine) fnChannelsCreate(_ context.Context, call *Call) (any, *protocol
 	if !call.CallerAdmin && e.channels.len() >= MaxChannels {
 		return nil, &protocol.ErrorBody{Code: CodeLimitExceeded, Message: fmt.Sprintf("the engine holds %d channels, its limit; finish or drop some first", MaxChannels)}
 	}
+	if !call.CallerAdmin && call.CallerWorkerID != "" && e.channels.owned(call.CallerWorkerID) >= MaxChannelsPerConnection {
+		return nil, &protocol.ErrorBody{Code: CodeLimitExceeded, Message: fmt.Sprintf("this connection holds %d channels, its limit; finish or drop some first", MaxChannelsPerConnection)}
+	}
 	ch := e.channels.create(e, size, call.CallerWorkerID)
 	writer, reader := ch.refs()
 	return map[string]protocol.StreamChannelRef{"writer": writer, "reader": reader}, nil

@@ -101,3 +101,21 @@ func (c *channel) drain() {
 		}
 	}
 }
+
+// MaxChannelsPerConnection caps the channels one connection holds (those
+// it created and that are not finished), so that one caller cannot take
+// every one of MaxChannels.
+const MaxChannelsPerConnection = 256
+
+// owned counts the channels owner created that are still alive.
+func (t *channelTable) owned(owner string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, c := range t.m {
+		if c.owner == owner {
+			n++
+		}
+	}
+	return n
+}
