@@ -101,13 +101,15 @@ func str(p *string) string {
 
 // custom calls a custom stream::<op>(<stream>) function when one is
 // registered in the default namespace (the SDK's createStream registers
-// them); ok is false when there is none.
-func (w *Worker) custom(ctx context.Context, op, streamName string, data json.RawMessage) (res json.RawMessage, ok bool, err error) {
+// them); ok is false when there is none. It runs as the caller of the
+// stream:: function (as), never with the engine's rights for it: any
+// worker may register a custom stream's functions.
+func (w *Worker) custom(ctx context.Context, as engine.Caller, op, streamName string, data json.RawMessage) (res json.RawMessage, ok bool, err error) {
 	id := "stream::" + op + "(" + streamName + ")"
 	if !w.eng.HasFunction(engine.DefaultNamespace, id) {
 		return nil, false, nil
 	}
-	res, err = w.eng.Invoke(ctx, engine.DefaultNamespace, id, data)
+	res, err = w.eng.InvokeAs(ctx, as, engine.DefaultNamespace, id, data, nil)
 	if err != nil {
 		var eb *protocol.ErrorBody
 		if errors.As(err, &eb) {
@@ -149,7 +151,7 @@ func (w *Worker) set(ctx context.Context, call *engine.Call) (json.RawMessage, e
 		return nil, err
 	}
 	var r changeResult
-	res, isCustom, err := w.custom(ctx, "set", *in.StreamName, call.Data)
+	res, isCustom, err := w.custom(ctx, call.Caller, "set", *in.StreamName, call.Data)
 	switch {
 	case err != nil:
 		return nil, err
@@ -178,13 +180,13 @@ func (w *Worker) get(ctx context.Context, call *engine.Call) (json.RawMessage, e
 	if err != nil {
 		return nil, err
 	}
-	return w.getItem(ctx, *in.StreamName, *in.GroupID, *in.ItemID)
+	return w.getItem(ctx, call.Caller, *in.StreamName, *in.GroupID, *in.ItemID)
 }
 
 // getItem is stream::get: the value, or null.
-func (w *Worker) getItem(ctx context.Context, streamName, groupID, itemID string) (json.RawMessage, error) {
+func (w *Worker) getItem(ctx context.Context, as engine.Caller, streamName, groupID, itemID string) (json.RawMessage, error) {
 	req, _ := json.Marshal(map[string]string{"stream_name": streamName, "group_id": groupID, "item_id": itemID})
-	if res, isCustom, err := w.custom(ctx, "get", streamName, req); err != nil || isCustom {
+	if res, isCustom, err := w.custom(ctx, as, "get", streamName, req); err != nil || isCustom {
 		return orNull(res), err
 	}
 	v, err := w.store.Get(ctx, streamName, groupID, itemID)
@@ -197,7 +199,7 @@ func (w *Worker) delete(ctx context.Context, call *engine.Call) (json.RawMessage
 		return nil, err
 	}
 	var old json.RawMessage
-	res, isCustom, err := w.custom(ctx, "delete", *in.StreamName, call.Data)
+	res, isCustom, err := w.custom(ctx, call.Caller, "delete", *in.StreamName, call.Data)
 	switch {
 	case err != nil:
 		return nil, err
@@ -230,13 +232,13 @@ func (w *Worker) list(ctx context.Context, call *engine.Call) (json.RawMessage, 
 	if err != nil {
 		return nil, err
 	}
-	return w.listGroup(ctx, *in.StreamName, *in.GroupID)
+	return w.listGroup(ctx, call.Caller, *in.StreamName, *in.GroupID)
 }
 
 // listGroup is stream::list: the group's values in insertion order.
-func (w *Worker) listGroup(ctx context.Context, streamName, groupID string) (json.RawMessage, error) {
+func (w *Worker) listGroup(ctx context.Context, as engine.Caller, streamName, groupID string) (json.RawMessage, error) {
 	req, _ := json.Marshal(map[string]string{"stream_name": streamName, "group_id": groupID})
-	if res, isCustom, err := w.custom(ctx, "list", streamName, req); err != nil || isCustom {
+	if res, isCustom, err := w.custom(ctx, as, "list", streamName, req); err != nil || isCustom {
 		return orNull(res), err
 	}
 	vs, err := w.store.List(ctx, streamName, groupID)
@@ -251,7 +253,7 @@ func (w *Worker) listGroups(ctx context.Context, call *engine.Call) (json.RawMes
 	if err != nil {
 		return nil, err
 	}
-	if res, isCustom, err := w.custom(ctx, "list_groups", *in.StreamName, call.Data); err != nil || isCustom {
+	if res, isCustom, err := w.custom(ctx, call.Caller, "list_groups", *in.StreamName, call.Data); err != nil || isCustom {
 		return orNull(res), err
 	}
 	gs, err := w.store.Groups(ctx, *in.StreamName)
@@ -307,7 +309,7 @@ func (w *Worker) update(ctx context.Context, call *engine.Call) (json.RawMessage
 		Errors   []OpError       `json:"errors,omitempty"`
 	}
 	var r updateResult
-	res, isCustom, err := w.custom(ctx, "update", *in.StreamName, call.Data)
+	res, isCustom, err := w.custom(ctx, call.Caller, "update", *in.StreamName, call.Data)
 	switch {
 	case err != nil:
 		return nil, err

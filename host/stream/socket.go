@@ -326,9 +326,9 @@ func (w *Worker) handle(ctx context.Context, c *conn, m ClientMessage) error {
 		return nil
 	}
 	if m.ItemID != nil {
-		data, err = w.getItem(ctx, m.StreamName, m.GroupID, *m.ItemID)
+		data, err = w.getItem(ctx, w.lw.Caller(), m.StreamName, m.GroupID, *m.ItemID)
 	} else {
-		data, err = w.listGroup(ctx, m.StreamName, m.GroupID)
+		data, err = w.listGroup(ctx, w.lw.Caller(), m.StreamName, m.GroupID)
 	}
 	if err != nil {
 		<-w.hub.syncs
