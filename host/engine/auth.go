@@ -413,6 +413,9 @@ func (e *Engine) admitTrigger(o *worker, ns string, m *protocol.RegisterTrigger)
 	if p.session != nil && p.session.AllowedTriggerTypes != nil && !slices.Contains(*p.session.AllowedTriggerTypes, m.TriggerType) {
 		return &protocol.ErrorBody{Code: CodeForbidden, Message: "trigger type '" + m.TriggerType + "' not allowed for this session"}
 	}
+	if errb := p.admitStreamTrigger(m.TriggerType); errb != nil {
+		return errb
+	}
 	if hook := p.hook(func(c *rbac.Config) string { return c.OnTriggerRegistrationFunctionID }); hook != "" {
 		rewrite, errb := e.callHook(o, hook, "trigger "+m.ID, map[string]any{
 			"trigger_id": m.ID, "trigger_type": m.TriggerType, "function_id": m.FunctionID,

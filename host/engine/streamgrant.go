@@ -24,7 +24,12 @@ func (e *Engine) StreamDataDenied(call *Call, id string) *protocol.ErrorBody {
 	if w == nil || w.principal == nil {
 		return &protocol.ErrorBody{Code: CodeForbidden, Message: id + ": the calling worker is gone"}
 	}
-	p := w.principal
+	return w.principal.streamDenied(id, id)
+}
+
+// streamDenied applies StreamDataDenied's rule to p for function id (what
+// names the refused thing in the message).
+func (p *principal) streamDenied(id, what string) *protocol.ErrorBody {
 	if p.admin || p.cred == nil {
 		return nil
 	}
@@ -34,6 +39,18 @@ func (e *Engine) StreamDataDenied(call *Call, id string) *protocol.ErrorBody {
 	if g := p.session.Namespaces[DefaultNamespace]; slices.Contains(g, id) || slices.Contains(g, "stream::*") {
 		return nil
 	}
-	return &protocol.ErrorBody{Code: CodeForbidden, Message: id + ": the credential " + quote(p.cred.label) +
+	return &protocol.ErrorBody{Code: CodeForbidden, Message: what + ": the credential " + quote(p.cred.label) +
 		" does not grant stream data: issue it with allow {\"default\": [\"stream::*\"]} (or the function) to let it read and change streams (docs/security.md)"}
+}
+
+// admitStreamTrigger refuses a stream, stream:join or stream:leave trigger
+// to a credential that does not grant stream data: the iii-stream worker
+// would hand its target every change of a stream (item values included),
+// or let it refuse others' joins.
+func (p *principal) admitStreamTrigger(triggerType string) *protocol.ErrorBody {
+	switch triggerType {
+	case "stream", "stream:join", "stream:leave":
+		return p.streamDenied("stream::*", "a "+triggerType+" trigger")
+	}
+	return nil
 }

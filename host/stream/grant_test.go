@@ -3,7 +3,9 @@ package stream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
@@ -57,6 +59,38 @@ func TestStreamDataNeedsTheCredentialsGrant(t *testing.T) {
 		assert.Check(t, is.Equal(client.CodeOf(err), engine.CodeForbidden), tc.fn)
 	}
 	assert.Equal(t, f.mustCall(t, "stream::get", `{"stream_name":"secrets","group_id":"g","item_id":"k"}`), `"top"`)
+
+	// Nor through the stream worker's triggers, which would hand it every
+	// change (values included) or let it refuse others' joins.
+	refused := make(chan *client.TriggerError, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	tw, err := client.Dial(ctx, f.url, client.Options{Name: "vm-triggers", Namespace: "p", Token: issue([]string{"*"}), IgnoreEnv: true,
+		Reconnect: client.ReconnectPolicy{Disable: true}, OnRegistrationError: func(err error) {
+			var te *client.TriggerError
+			if errors.As(err, &te) {
+				refused <- te
+			}
+		}})
+	assert.NilError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		_ = tw.Close(ctx)
+	})
+	_, err = tw.RegisterFunction(client.FunctionDef{ID: "vm::changed"}, func(context.Context, *client.Invocation) (any, error) { return nil, nil })
+	assert.NilError(t, err)
+	for _, typ := range []string{TriggerStream, TriggerJoin, TriggerLeave} {
+		_, err = tw.RegisterTrigger(client.TriggerDef{TriggerType: typ, FunctionID: "vm::changed", Config: json.RawMessage(`{"stream_name":"secrets"}`)})
+		assert.NilError(t, err)
+		select {
+		case te := <-refused:
+			assert.Equal(t, te.TriggerType, typ)
+			assert.Equal(t, te.Err.Code, engine.CodeForbidden)
+		case <-time.After(waitFor):
+			t.Fatalf("the %s trigger was not refused", typ)
+		}
+	}
 
 	granted := dial("granted", issue([]string{"*", "stream::*"}), "p")
 	out, err := get(granted, "stream::get", `{"stream_name":"secrets","group_id":"g","item_id":"k"}`)
