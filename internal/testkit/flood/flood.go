@@ -34,14 +34,23 @@ import (
 // Engine is a running engine process: bin/iii with a bare config.yaml in
 // its own HOME.
 type Engine struct {
-	cmd  *exec.Cmd
-	URL  string
-	logs bytes.Buffer
-	done chan struct{}
+	cmd *exec.Cmd
+	URL string
+	Dir string // its HOME and working directory
+	// StreamURL is the iii-stream socket, when StartWith ran it.
+	StreamURL string
+	logs      bytes.Buffer
+	done      chan struct{}
 }
 
 // Start runs iii (the binary's path) on a free loopback port in dir.
 func Start(ctx context.Context, iii, dir string) (*Engine, error) {
+	return StartWith(ctx, iii, dir, false)
+}
+
+// StartWith is Start, with the iii-stream worker (in memory, on a free
+// port of its own) when stream is set.
+func StartWith(ctx context.Context, iii, dir string, stream bool) (*Engine, error) {
 	iii, err := filepath.Abs(iii)
 	if err != nil {
 		return nil, err
@@ -53,10 +62,18 @@ func Start(ctx context.Context, iii, dir string) (*Engine, error) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	cfg := fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: %d }\n", port)
+	e := &Engine{URL: fmt.Sprintf("ws://127.0.0.1:%d", port), Dir: dir, done: make(chan struct{})}
+	if stream {
+		sp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		cfg += fmt.Sprintf("  - name: iii-stream\n    config: { host: 127.0.0.1, port: %d, adapter: { name: kv, config: { store_method: in_memory } } }\n", sp)
+		e.StreamURL = fmt.Sprintf("ws://127.0.0.1:%d", sp)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	e := &Engine{URL: fmt.Sprintf("ws://127.0.0.1:%d", port), done: make(chan struct{})}
 	e.cmd = exec.Command(iii, "-c", filepath.Join(dir, "config.yaml"))
 	e.cmd.Dir = dir
 	e.cmd.Env = append(os.Environ(), "HOME="+dir)
@@ -65,11 +82,18 @@ func Start(ctx context.Context, iii, dir string) (*Engine, error) {
 		return nil, err
 	}
 	go func() { _ = e.cmd.Wait(); close(e.done) }()
+	addrs := []string{fmt.Sprintf("127.0.0.1:%d", port)}
+	if e.StreamURL != "" {
+		addrs = append(addrs, strings.TrimPrefix(e.StreamURL, "ws://"))
+	}
 	for {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		c, err := net.Dial("tcp", addrs[0])
 		if err == nil {
 			c.Close()
-			return e, nil
+			if addrs = addrs[1:]; len(addrs) == 0 {
+				return e, nil
+			}
+			continue
 		}
 		select {
 		case <-e.done:
