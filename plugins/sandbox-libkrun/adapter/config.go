@@ -14,6 +14,7 @@ import (
 
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/consolelog"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
 )
@@ -44,7 +45,16 @@ const (
 	// (templates.go, docs/sandbox-libkrun.md, "Snapshot templates").
 	KeySnapshotTemplates      = "snapshot_templates"
 	KeySnapshotTemplatesMaxMB = "snapshot_templates_max_mb"
+	// KeyNetworkDNSServers are the nameservers the guests' DNS service
+	// asks (docs/sandbox-libkrun.md, "Network"); default the host's.
+	KeyNetworkDNSServers = "network_dns_servers"
+	// KeyConsoleLogMaxKB caps each VM's console log on disk
+	// (docs/sandbox-libkrun.md, "The runner and the state directory").
+	KeyConsoleLogMaxKB = "console_log_max_kb"
 )
+
+// maxDNSServers is how many nameservers network_dns_servers may name.
+const maxDNSServers = 3
 
 // DefaultSnapshotTemplatesMaxMB bounds the templates' disk use by default.
 const DefaultSnapshotTemplatesMaxMB = 4096
@@ -60,7 +70,7 @@ func ConfigKeys() []string {
 		KeyHypervisor, KeyAccel, KeyKernel, KeyQEMUBinary, KeyLibkrunPath, KeyAgentPath,
 		KeyStateDir, KeyCacheDir, KeyRegistryMirrors, KeyBootTimeoutMS,
 		KeyHostRoots, KeyWorkerDiskMB, KeyNetworkAllowCIDRs, KeyWarmPool,
-		KeySnapshotTemplates, KeySnapshotTemplatesMaxMB,
+		KeySnapshotTemplates, KeySnapshotTemplatesMaxMB, KeyNetworkDNSServers, KeyConsoleLogMaxKB,
 	}
 }
 
@@ -121,6 +131,12 @@ type Config struct {
 	// state_dir/templates (least recently used go first).
 	SnapshotTemplates      bool
 	SnapshotTemplatesMaxMB uint64
+	// NetworkDNSServers are the nameservers ("ip" or "ip:port") the
+	// guests' DNS service asks; empty means the host's /etc/resolv.conf.
+	NetworkDNSServers []string
+	// ConsoleLogMaxBytes caps each VM's console log on disk (console.log
+	// and console.log.1 together); 0 means consolelog.DefaultMaxBytes.
+	ConsoleLogMaxBytes int64
 }
 
 // ConfigError is a rejected key.
@@ -192,6 +208,12 @@ func ParseConfig(keys map[string]json.RawMessage, home, goos string) (*Config, e
 			cfg.NetworkAllowCIDRs, err = parseAllowCIDRs(key, v)
 		case KeyWarmPool:
 			cfg.WarmPool, err = parseWarmPool(key, v)
+		case KeyNetworkDNSServers:
+			cfg.NetworkDNSServers, err = parseDNSServers(key, v)
+		case KeyConsoleLogMaxKB:
+			var kb uint64
+			kb, err = parseUint(key, v, consolelog.MinMaxBytes>>10, consolelog.MaxMaxBytes>>10)
+			cfg.ConsoleLogMaxBytes = int64(kb) << 10
 		case KeySnapshotTemplates:
 			if uerr := json.Unmarshal(v, &cfg.SnapshotTemplates); uerr != nil {
 				err = cfgErr(key, "want true or false")
@@ -333,6 +355,34 @@ func parseAllowCIDRs(key string, v json.RawMessage) ([]string, error) {
 	out := make([]string, len(prefixes))
 	for i, p := range prefixes {
 		out[i] = p.String()
+	}
+	return out, nil
+}
+
+// parseDNSServers reads network_dns_servers: a list of at most
+// maxDNSServers nameservers, each "ip" or "ip:port".
+func parseDNSServers(key string, v json.RawMessage) ([]string, error) {
+	if len(v) == 0 || v[0] != '[' {
+		return nil, cfgErr(key, "must be a list of nameservers such as [\"192.0.2.53\"], got %s", kind(v))
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(v, &raw); err != nil {
+		return nil, cfgErr(key, "must be a list of nameservers: %v", err)
+	}
+	if len(raw) > maxDNSServers {
+		return nil, cfgErr(key, "names %d nameservers; at most %d are asked", len(raw), maxDNSServers)
+	}
+	out := make([]string, 0, len(raw))
+	for i, r := range raw {
+		s, err := parseString(key, r)
+		if err != nil {
+			return nil, cfgErr(key, "item %d must be a string, got %s", i, kind(r))
+		}
+		ap, err := backend.ParseNameserver(strings.TrimSpace(s))
+		if err != nil {
+			return nil, cfgErr(key, "item %d: %v", i, err)
+		}
+		out = append(out, ap.String())
 	}
 	return out, nil
 }

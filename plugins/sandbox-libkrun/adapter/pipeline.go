@@ -15,6 +15,7 @@ import (
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/consolelog"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
@@ -349,10 +350,13 @@ func stepSpawnRunner(ctx context.Context, b *Boot) error {
 		Accel:        sel.Accel,
 		QEMUBinary:   sel.QEMUBinary,
 		LibkrunPath:  sel.LibkrunPath,
+
+		ConsoleLogMaxBytes: b.Provider.cfg.ConsoleLogMaxBytes,
 	}
 	if b.Spec.Network {
 		b.VM.NetAllowCIDRs = b.Provider.cfg.NetworkAllowCIDRs
 		b.VM.NetForwards = b.NetForwards
+		b.VM.NetDNSServers = b.Provider.cfg.NetworkDNSServers
 	}
 	if b.recordTemplate != nil {
 		b.VM.Template = b.recordTemplate
@@ -488,7 +492,13 @@ func vmTails(dir string, lines int) string {
 		{backend.StderrName, "qemu stderr"},
 		{backend.ConsoleName, "guest console"},
 	} {
-		if t := tailFile(filepath.Join(dir, f.name), lines); t != "" {
+		t := tailFile(filepath.Join(dir, f.name), lines)
+		if f.name == backend.ConsoleName {
+			// The console log rotates; its tail may start in the
+			// rotated file.
+			t = consolelog.Tail(filepath.Join(dir, f.name), lines, 16<<10)
+		}
+		if t != "" {
 			fmt.Fprintf(&b, "\n--- %s (last lines) ---\n%s", f.label, t)
 		}
 	}

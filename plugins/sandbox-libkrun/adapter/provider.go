@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/catalog"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/consolelog"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
@@ -271,6 +273,8 @@ func (p *Provider) Info(context.Context) map[string]any {
 	m["live_vms"] = len(p.sandboxes)
 	m["host_roots"] = append([]string{}, p.workers.roots...)
 	m["network_allow_cidrs"] = append([]string{}, p.cfg.NetworkAllowCIDRs...)
+	m["network_dns_servers"] = append([]string{}, p.cfg.NetworkDNSServers...)
+	m["console_log_max_kb"] = cmp.Or(p.cfg.ConsoleLogMaxBytes, consolelog.DefaultMaxBytes) >> 10
 	if p.pool != nil {
 		m["warm_pool"] = p.pool.info()
 	} else {

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/consolelog"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
 )
 
@@ -109,6 +110,14 @@ type Spec struct {
 	LibkrunPath string `json:"libkrun_path,omitempty"`
 	// Debug keeps the kernel's and the agent's console output verbose.
 	Debug bool `json:"debug,omitempty"`
+	// ConsoleLogMaxBytes caps the guest console's log on disk
+	// (ConsoleName and its rotated file, package consolelog); 0 means
+	// consolelog.DefaultMaxBytes.
+	ConsoleLogMaxBytes int64 `json:"console_log_max_bytes,omitempty"`
+	// NetDNSServers are the nameservers ("ip" or "ip:port") the
+	// network's DNS service asks; empty means the host's
+	// /etc/resolv.conf's.
+	NetDNSServers []string `json:"net_dns_servers,omitempty"`
 	// Template records or restores a snapshot template (QEMU back end
 	// only; package qemu's template.go explains them).
 	Template *Template `json:"template,omitempty"`
@@ -184,8 +193,11 @@ func (s *Spec) Validate() error {
 	if strings.ContainsAny(s.Hostname, " \t\n\"") {
 		return bad("hostname %q holds spaces or quotes", s.Hostname)
 	}
-	if !s.Network && (len(s.NetAllowCIDRs) > 0 || len(s.NetForwards) > 0) {
-		return bad("network ranges and forwards need network")
+	if !s.Network && (len(s.NetAllowCIDRs) > 0 || len(s.NetForwards) > 0 || len(s.NetDNSServers) > 0) {
+		return bad("network ranges, forwards and nameservers need network")
+	}
+	if m := s.ConsoleLogMaxBytes; m != 0 && (m < consolelog.MinMaxBytes || m > consolelog.MaxMaxBytes) {
+		return bad("console log cap %d bytes is outside %d..%d", m, consolelog.MinMaxBytes, consolelog.MaxMaxBytes)
 	}
 	if _, err := s.NetConfig(); err != nil {
 		return bad("%v", err)
@@ -200,6 +212,13 @@ func (s *Spec) NetConfig() (usernet.Config, error) {
 		return usernet.Config{}, fmt.Errorf("network ranges: %w", err)
 	}
 	cfg := usernet.Config{AllowCIDRs: allow}
+	for _, d := range s.NetDNSServers {
+		ap, err := ParseNameserver(d)
+		if err != nil {
+			return usernet.Config{}, err
+		}
+		cfg.DNSServers = append(cfg.DNSServers, ap)
+	}
 	for _, f := range s.NetForwards {
 		ap, err := netip.ParseAddrPort(f.HostAddr)
 		if err != nil {
@@ -211,6 +230,19 @@ func (s *Spec) NetConfig() (usernet.Config, error) {
 		return usernet.Config{}, err
 	}
 	return cfg, nil
+}
+
+// ParseNameserver reads a nameserver as "ip" (port 53) or "ip:port"
+// ("[ipv6]:port").
+func ParseNameserver(s string) (netip.AddrPort, error) {
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		return netip.AddrPortFrom(a.Unmap(), 53), nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil || ap.Port() == 0 || ap.Addr().Zone() != "" {
+		return netip.AddrPort{}, fmt.Errorf("nameserver %q: want an IP address, or an IP address and a port such as 192.0.2.53:53", s)
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
 }
 
 // Started is what a back end reports once the VM exists (before the guest

@@ -14,6 +14,7 @@ import (
 
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/libkrun"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/consolelog"
 )
 
 // Libkrun is the libkrun back end as a runner runs it: the runner process
@@ -94,6 +95,24 @@ func (l Libkrun) Run(ctx context.Context, spec backend.Spec, started func(backen
 	}
 	defer ln.Close()
 	ks.Log = log
+	if ks.ConsoleLog != "" {
+		// The console goes through a pipe into a capped log, as QEMU's
+		// does: libkrun would write its file without bound.
+		clog, err := consolelog.Create(ks.ConsoleLog, spec.ConsoleLogMaxBytes)
+		if err != nil {
+			return err
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			_ = clog.Close()
+			return fmt.Errorf("console pipe: %w", err)
+		}
+		// The VM is this process: the pipe ends with it, or when Boot
+		// returns because the VM did not start.
+		defer w.Close()
+		go func() { _ = consolelog.Pump(r, clog) }()
+		ks.ConsoleOut, ks.ConsoleLog = w, ""
+	}
 	// The NIC's frames are served here, as for QEMU. The network needs no
 	// waiting for: it ends with this process, which is the VM.
 	ks.OnNetwork = func(host *os.File) error {

@@ -42,6 +42,8 @@ func QEMUConfig(spec backend.Spec) qemu.Config {
 		StateDir:      spec.StateDir,
 		Debug:         spec.Debug,
 		DieWithParent: true,
+
+		ConsoleMaxBytes: spec.ConsoleLogMaxBytes,
 	}
 	if spec.Hostname != "" {
 		cfg.ExtraAppend = append(cfg.ExtraAppend, agentproto.ParamHostname+"="+spec.Hostname)

@@ -88,6 +88,12 @@ type Spec struct {
 	// ConsoleLog receives the guest kernel console (a serial port:
 	// ttyS0 on x86_64, ttyAMA0 on arm64); "" adds no console device.
 	ConsoleLog string
+	// ConsoleOut, instead of ConsoleLog, receives the console: the write
+	// end of a pipe whose reader keeps a bounded log (a runner's
+	// consolelog.Pump), so a guest writing its console in a loop cannot
+	// fill the host's disk. Boot hands libkrun a copy; the caller keeps
+	// its own.
+	ConsoleOut *os.File
 	// Verbosity of libkrun's log on stderr: off, error, warn (default),
 	// info, debug or trace.
 	Verbosity string
@@ -194,7 +200,7 @@ func (l *Lib) Boot(ctx context.Context, spec Spec) error {
 	if err := spec.validate(); err != nil {
 		return err
 	}
-	if err := l.checkBoot(spec.RootDisk != "", spec.Network, spec.ConsoleLog != ""); err != nil {
+	if err := l.checkBoot(spec.RootDisk != "", spec.Network, spec.ConsoleLog != "" || spec.ConsoleOut != nil); err != nil {
 		return err
 	}
 	if spec.KernelConfig != "" {
@@ -312,7 +318,16 @@ func (b *booter) configure(ctx context.Context) error {
 		return err
 	}
 
-	if s.ConsoleLog != "" {
+	if s.ConsoleOut != nil {
+		fd, err := unix.FcntlInt(s.ConsoleOut.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return &Error{Code: CodeHost, Message: fmt.Sprintf("console pipe: %v", err)}
+		}
+		b.closeLater(fd)
+		if err := b.call("krun_add_serial_console_default", l.fn.addSerialConsole(ctxID, -1, int32(fd))); err != nil {
+			return err
+		}
+	} else if s.ConsoleLog != "" {
 		fd, err := unix.Open(s.ConsoleLog, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			return &Error{Code: CodeHost, Message: fmt.Sprintf("console log %s: %v", s.ConsoleLog, err)}

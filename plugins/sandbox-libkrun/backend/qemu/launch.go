@@ -12,7 +12,13 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/consolelog"
 )
+
+// consoleDrain bounds how long the end of a VM waits for the console's
+// pipe to end after QEMU exited.
+const consoleDrain = 5 * time.Second
 
 // socketWait bounds how long Launch waits for QEMU to create the agent
 // socket (it does so right after parsing its options, in milliseconds).
@@ -27,6 +33,7 @@ type VM struct {
 	Args        []string // the full command line, for logs
 
 	cmd     *exec.Cmd
+	console *consolelog.Log
 	done    chan struct{}
 	waitErr error
 	killMu  sync.Mutex
@@ -41,6 +48,18 @@ func Launch(ctx context.Context, cfg Config) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
+	consoleIn, consoleOut, err := os.Pipe()
+	if err != nil {
+		return nil, &Error{Code: CodeStartFailed, Message: fmt.Sprintf("console pipe: %v", err)}
+	}
+	defer consoleOut.Close() // QEMU holds its own copy once started
+	started := false
+	defer func() {
+		if !started {
+			_ = consoleIn.Close()
+		}
+	}()
+	cfg.consoleOut = consoleOut
 	args, err := cfg.Args()
 	if err != nil {
 		return nil, err
@@ -65,6 +84,10 @@ func Launch(ctx context.Context, cfg Config) (*VM, error) {
 		return nil, &Error{Code: CodeStartFailed, Message: fmt.Sprintf("stderr file: %v", err)}
 	}
 	defer stderr.Close() // the child holds its own descriptor
+	console, err := consolelog.Create(vm.ConsolePath, cfg.ConsoleMaxBytes)
+	if err != nil {
+		return nil, &Error{Code: CodeStartFailed, Message: err.Error()}
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdin = nil
 	cmd.Stdout = stderr
@@ -77,11 +100,27 @@ func Launch(ctx context.Context, cfg Config) (*VM, error) {
 		setDieWithParent(cmd.SysProcAttr)
 	}
 	if err := cmd.Start(); err != nil {
+		_ = console.Close()
 		return nil, &Error{Code: CodeStartFailed, Message: fmt.Sprintf("start %s: %v", bin, err)}
 	}
+	started = true
+	_ = consoleOut.Close() // only QEMU writes the console: its exit is the pipe's EOF
 	vm.cmd, vm.PID = cmd, cmd.Process.Pid
+	pumped := make(chan struct{})
+	go func() {
+		defer close(pumped)
+		_ = consolelog.Pump(consoleIn, console)
+	}()
 	go func() {
 		vm.waitErr = cmd.Wait()
+		// What QEMU wrote before it exited is in the log before Done;
+		// a descendant that kept the pipe open does not hold that up.
+		select {
+		case <-pumped:
+		case <-time.After(consoleDrain):
+			_ = consoleIn.Close()
+			<-pumped
+		}
 		close(vm.done)
 	}()
 
@@ -160,8 +199,9 @@ func (vm *VM) Kill() error {
 // StderrTail returns the last n lines QEMU wrote to stderr.
 func (vm *VM) StderrTail(n int) string { return tailFile(vm.StderrPath, n) }
 
-// ConsoleTail returns the last n lines of the guest console.
-func (vm *VM) ConsoleTail(n int) string { return tailFile(vm.ConsolePath, n) }
+// ConsoleTail returns the last n lines of the guest console (its rotated
+// file's too, when the newest holds fewer).
+func (vm *VM) ConsoleTail(n int) string { return consolelog.Tail(vm.ConsolePath, n, 64<<10) }
 
 // tailFile returns the last n lines of a file, reading at most 64 KiB.
 func tailFile(p string, n int) string {

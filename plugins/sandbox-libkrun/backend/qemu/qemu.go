@@ -125,6 +125,14 @@ type Config struct {
 	// saved device state is read from this file and guest RAM comes from
 	// MemoryFile (not shared). Needs Control.
 	Incoming *os.File
+	// ConsoleMaxBytes caps the guest console's log on disk (console.log
+	// and its rotated console.log.1, package consolelog); 0 means
+	// consolelog.DefaultMaxBytes. QEMU never writes the file itself: its
+	// serial port writes into a pipe that Launch reads.
+	ConsoleMaxBytes int64
+
+	// consoleOut is QEMU's end of the console's pipe (Launch).
+	consoleOut *os.File
 
 	// extraArgs are appended to the command line (the benchmark that
 	// compares QEMU's own user network with usernet).
@@ -142,8 +150,11 @@ const (
 // exec.Cmd.ExtraFiles.
 const netFD = 3
 
+// consoleFDSet is the fd set (-add-fd) that carries the console's pipe.
+const consoleFDSet = 1
+
 // extraFiles are the descriptors QEMU inherits, from fd 3 on: the NIC's
-// socket, then a restore's state stream.
+// socket, then a restore's state stream, then the console's pipe.
 func (c *Config) extraFiles() []*os.File {
 	var files []*os.File
 	if c.Network {
@@ -152,7 +163,20 @@ func (c *Config) extraFiles() []*os.File {
 	if c.Incoming != nil {
 		files = append(files, c.Incoming)
 	}
-	return files
+	return append(files, c.consoleOut)
+}
+
+// consoleFD is the console pipe's descriptor number in QEMU: the last of
+// extraFiles.
+func (c *Config) consoleFD() int {
+	fd := netFD
+	if c.Network {
+		fd++
+	}
+	if c.Incoming != nil {
+		fd++
+	}
+	return fd
 }
 
 // incomingFD is Incoming's descriptor number in QEMU.
@@ -319,7 +343,14 @@ func (c *Config) Args() ([]string, error) {
 		// A kernel panic (or the agent dying) reboots the guest;
 		// -no-reboot turns that into QEMU exiting.
 		"-no-reboot",
-		"-serial", "file:"+filepath.Join(c.StateDir, ConsoleName),
+		// The serial console goes into the pipe Launch reads and caps
+		// (package consolelog), never into a file QEMU would grow
+		// without bound. A file chardev opens it from an fd set;
+		// append=on keeps QEMU from truncating it, which a pipe
+		// refuses.
+		"-add-fd", fmt.Sprintf("fd=%d,set=%d", c.consoleFD(), consoleFDSet),
+		"-chardev", fmt.Sprintf("file,id=console,path=/dev/fdset/%d,append=on", consoleFDSet),
+		"-serial", "chardev:console",
 	)
 	if !c.NoSandbox {
 		args = append(args, "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny")
