@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -176,3 +177,16 @@ func (s *redisStore) Scopes(ctx context.Context) ([]string, error) {
 func (s *redisStore) SetSaveInterval(time.Duration) {}
 
 func (s *redisStore) Close(context.Context) error { return s.c.Close() }
+
+// routeRedisLogs sends the redis client library's own log lines (its pool's
+// dial retries) to log at debug level instead of raw to stderr. The
+// library keeps one logger per process: Run, the binary's entry, sets it.
+func routeRedisLogs(log hclog.Logger) {
+	redis.SetLogger(redisLog{log.Named("redis")})
+}
+
+type redisLog struct{ log hclog.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)))
+}

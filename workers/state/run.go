@@ -18,6 +18,7 @@ func Spec() workerkit.Spec {
 // configuration file, connect, serve, follow the configuration entry,
 // and on ctx's end save and close the store.
 func Run(ctx context.Context, k *workerkit.Kit) error {
+	routeRedisLogs(k.Log)
 	cfg, err := ParseConfig(k.FileConfig())
 	if err != nil {
 		return err
