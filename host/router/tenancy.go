@@ -154,46 +154,40 @@ func (r *Router) filterList(out json.RawMessage, tenant string, all bool, before
 // read as the contract reads it (a UUID in any of its forms, canonicalised:
 // an adapter treats "ABC…" and "{abc…}" as the same sandbox); one that is
 // not a UUID is S001, as the contract says, without reaching the adapter.
+// Every key that could be read as sandbox_id is checked, each occurrence
+// of it: the contract's decoder takes the exact key's last occurrence, Go
+// structs match any case, other SDKs may differ; all must name the
+// caller's own sandbox.
 func (r *Router) checkOwner(data json.RawMessage, tenant string) *contract.Error {
-	var req map[string]json.RawMessage
-	if json.Unmarshal(data, &req) != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil // not an object: the adapter refuses it (S001)
 	}
-	// Every key, whatever its case: Go's decoder (the SDK's) matches
-	// field names case-insensitively, and the last one wins.
-	var raw json.RawMessage
-	found := false
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err == nil && tok == json.Delim('{') {
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				break
-			}
-			var v json.RawMessage
-			if dec.Decode(&v) != nil {
-				break
-			}
-			if k, _ := kt.(string); strings.EqualFold(k, "sandbox_id") {
-				raw, found = v, true
-			}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return contract.NewError(contract.S001, "the request is not valid JSON: %v", err)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return contract.NewError(contract.S001, "the request is not valid JSON: %v", err)
+		}
+		if k, _ := kt.(string); !strings.EqualFold(k, "sandbox_id") || string(bytes.TrimSpace(raw)) == "null" {
+			continue
+		}
+		var s string
+		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+			return contract.NewError(contract.S001, "field \"sandbox_id\" must be a string")
+		}
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return contract.NewError(contract.S001, "sandbox_id is not a valid UUID: %q", truncateID(s))
+		}
+		if owner, ok := r.owned.owner(id.String()); !ok || owner != tenant {
+			return contract.NewError(contract.S002, "sandbox not found: %s", id.String())
 		}
 	}
-	if !found {
-		return nil // the adapter says it is required (S001)
-	}
-	var s string
-	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-		return contract.NewError(contract.S001, "field \"sandbox_id\" must be a string")
-	}
-	id, err := uuid.Parse(s)
-	if err != nil {
-		return contract.NewError(contract.S001, "sandbox_id is not a valid UUID: %q", truncateID(s))
-	}
-	if owner, ok := r.owned.owner(id.String()); ok && owner == tenant {
-		return nil
-	}
-	return contract.NewError(contract.S002, "sandbox not found: %s", id.String())
+	return nil
 }
 
 // canonicalID is id's canonical UUID form, or id when it is not one.

@@ -133,3 +133,32 @@ func TestSandboxTenancy(t *testing.T) {
 }
 
 func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
+
+// Every spelling of sandbox_id in a request must name the caller's own
+// sandbox: the adapter's decoder (exact key, last occurrence) and the
+// router's must not be played against each other.
+func TestSandboxTenancyDuplicateKeys(t *testing.T) {
+	te := newEnv(t, nil)
+	te.startAdapter(t, "sandbox-hostdir", "default", nil)
+	assert.NilError(t, te.router.Bind("sandbox-hostdir", "default"))
+	a := dialCredential(t, te, "compose/p/a", "p")
+	mine, err := call(t, a, "sandbox::create", map[string]any{"image": "shell"})
+	assert.NilError(t, err)
+	theirs := te.MustCall(t, "sandbox::create", map[string]any{"image": "shell"})["sandbox_id"].(string)
+	m := mine["sandbox_id"].(string)
+	for _, payload := range []string{
+		`{"sandbox_id":"` + theirs + `","SANDBOX_ID":"` + m + `","cmd":"true"}`,
+		`{"SANDBOX_ID":"` + m + `","sandbox_id":"` + theirs + `","cmd":"true"}`,
+		`{"sandbox_id":"` + m + `","sandbox_id":"` + theirs + `","cmd":"true"}`,
+		`{"sandbox_id":"` + theirs + `","sandbox_id":"` + m + `","cmd":"true"}`,
+		`{"sandbox_id":"{` + theirs + `}","cmd":"true"}`,
+	} {
+		_, err := call(t, a, "sandbox::exec", json.RawMessage(payload))
+		assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S002, payload)
+	}
+	_, err = call(t, a, "sandbox::exec", json.RawMessage(`{"sandbox_id":["`+theirs+`"],"cmd":"true"}`))
+	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S001)
+	out, err := call(t, a, "sandbox::exec", json.RawMessage(`{"sandbox_id":"`+m+`","Sandbox_Id":"{`+m+`}","cmd":"echo ok"}`))
+	assert.NilError(t, err)
+	assert.Equal(t, out["stdout"], "ok\n")
+}
