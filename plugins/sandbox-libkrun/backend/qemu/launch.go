@@ -17,8 +17,60 @@ import (
 )
 
 // consoleDrain bounds how long the end of a VM waits for the console's
-// pipe to end after QEMU exited.
+// and stderr's pipes to end after QEMU exited (a descendant that kept one
+// open does not hold the end up).
 const consoleDrain = 5 * time.Second
+
+// stderrMaxBytes caps qemu.stderr (and its rotated qemu.stderr.1).
+const stderrMaxBytes = 1 << 20
+
+// cappedPipe is a pipe whose write end QEMU inherits and whose read end
+// this process copies into a capped log (package consolelog).
+type cappedPipe struct {
+	in, out *os.File
+	log     *consolelog.Log
+	pumped  chan struct{}
+}
+
+func newCappedPipe(path string, maxBytes int64) (*cappedPipe, error) {
+	l, err := consolelog.Create(path, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	in, out, err := os.Pipe()
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return &cappedPipe{in: in, out: out, log: l, pumped: make(chan struct{})}, nil
+}
+
+// start lets go of this process's write end (the child holds its own)
+// and copies the pipe into the log until it ends.
+func (p *cappedPipe) start() {
+	_ = p.out.Close()
+	go func() {
+		defer close(p.pumped)
+		_ = consolelog.Pump(p.in, p.log)
+	}()
+}
+
+// abort releases a pipe that was never started.
+func (p *cappedPipe) abort() {
+	_ = p.out.Close()
+	_ = p.in.Close()
+	_ = p.log.Close()
+}
+
+// drain waits, at most consoleDrain, for the pipe to end.
+func (p *cappedPipe) drain() {
+	select {
+	case <-p.pumped:
+	case <-time.After(consoleDrain):
+		_ = p.in.Close()
+		<-p.pumped
+	}
+}
 
 // socketWait bounds how long Launch waits for QEMU to create the agent
 // socket (it does so right after parsing its options, in milliseconds).
@@ -33,7 +85,6 @@ type VM struct {
 	Args        []string // the full command line, for logs
 
 	cmd     *exec.Cmd
-	console *consolelog.Log
 	done    chan struct{}
 	waitErr error
 	killMu  sync.Mutex
@@ -48,18 +99,6 @@ func Launch(ctx context.Context, cfg Config) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	consoleIn, consoleOut, err := os.Pipe()
-	if err != nil {
-		return nil, &Error{Code: CodeStartFailed, Message: fmt.Sprintf("console pipe: %v", err)}
-	}
-	defer consoleOut.Close() // QEMU holds its own copy once started
-	started := false
-	defer func() {
-		if !started {
-			_ = consoleIn.Close()
-		}
-	}()
-	cfg.consoleOut = consoleOut
 	args, err := cfg.Args()
 	if err != nil {
 		return nil, err
@@ -70,6 +109,17 @@ func Launch(ctx context.Context, cfg Config) (*VM, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, &Error{Code: CodeStartFailed, Message: fmt.Sprintf("state dir: %v", err)}
 	}
+	console, err := newCappedPipe(filepath.Join(cfg.StateDir, ConsoleName), cfg.ConsoleMaxBytes)
+	if err != nil {
+		return nil, &Error{Code: CodeStartFailed, Message: fmt.Sprintf("console: %v", err)}
+	}
+	started := false
+	defer func() {
+		if !started {
+			console.abort()
+		}
+	}()
+	cfg.consoleOut = console.out
 	vm := &VM{
 		SocketPath:  cfg.SocketPath(),
 		StderrPath:  filepath.Join(cfg.StateDir, StderrName),
@@ -79,19 +129,21 @@ func Launch(ctx context.Context, cfg Config) (*VM, error) {
 	}
 	// A socket left by an earlier VM in this dir would look ready.
 	_ = os.Remove(vm.SocketPath)
-	stderr, err := os.OpenFile(vm.StderrPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	// QEMU's stderr is capped too: what a guest makes QEMU warn about
+	// must not grow a file without bound either.
+	stderr, err := newCappedPipe(vm.StderrPath, stderrMaxBytes)
 	if err != nil {
 		return nil, &Error{Code: CodeStartFailed, Message: fmt.Sprintf("stderr file: %v", err)}
 	}
-	defer stderr.Close() // the child holds its own descriptor
-	console, err := consolelog.Create(vm.ConsolePath, cfg.ConsoleMaxBytes)
-	if err != nil {
-		return nil, &Error{Code: CodeStartFailed, Message: err.Error()}
-	}
+	defer func() {
+		if !started {
+			stderr.abort()
+		}
+	}()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdin = nil
-	cmd.Stdout = stderr
-	cmd.Stderr = stderr
+	cmd.Stdout = stderr.out
+	cmd.Stderr = stderr.out
 	cmd.ExtraFiles = cfg.extraFiles()
 	// A process group of its own: signals meant for the caller's group
 	// do not reach it, and Kill can take down anything it spawned.
@@ -100,27 +152,18 @@ func Launch(ctx context.Context, cfg Config) (*VM, error) {
 		setDieWithParent(cmd.SysProcAttr)
 	}
 	if err := cmd.Start(); err != nil {
-		_ = console.Close()
 		return nil, &Error{Code: CodeStartFailed, Message: fmt.Sprintf("start %s: %v", bin, err)}
 	}
 	started = true
-	_ = consoleOut.Close() // only QEMU writes the console: its exit is the pipe's EOF
+	// Only QEMU writes them now: its exit is the pipes' EOF.
+	console.start()
+	stderr.start()
 	vm.cmd, vm.PID = cmd, cmd.Process.Pid
-	pumped := make(chan struct{})
-	go func() {
-		defer close(pumped)
-		_ = consolelog.Pump(consoleIn, console)
-	}()
 	go func() {
 		vm.waitErr = cmd.Wait()
-		// What QEMU wrote before it exited is in the log before Done;
-		// a descendant that kept the pipe open does not hold that up.
-		select {
-		case <-pumped:
-		case <-time.After(consoleDrain):
-			_ = consoleIn.Close()
-			<-pumped
-		}
+		// What QEMU wrote before it exited is in the logs before Done.
+		stderr.drain()
+		console.drain()
 		close(vm.done)
 	}()
 
@@ -197,7 +240,7 @@ func (vm *VM) Kill() error {
 }
 
 // StderrTail returns the last n lines QEMU wrote to stderr.
-func (vm *VM) StderrTail(n int) string { return tailFile(vm.StderrPath, n) }
+func (vm *VM) StderrTail(n int) string { return consolelog.Tail(vm.StderrPath, n, 64<<10) }
 
 // ConsoleTail returns the last n lines of the guest console (its rotated
 // file's too, when the newest holds fewer).
