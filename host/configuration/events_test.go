@@ -12,6 +12,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // recorder collects events as one-line strings.
@@ -107,11 +109,15 @@ func TestSubscribe(t *testing.T) {
 		`configuration:deleted extra old=[1] new=null`,
 	)
 
-	cancel()
-	cancel() // twice is fine
+	// A witness subscribed throughout shows when the next event has been
+	// delivered; the cancelled subscriber must not have had it by then.
+	var witness recorder
+	defer f.w.Subscribe(func(ev Event) { witness.add(eventLine(ev)) })()
+	waitfor.Func(t, waitfor.Default, "cancel to return", cancel)
+	waitfor.Func(t, waitfor.Default, "a second cancel to return", cancel) // twice is fine
 	_, _, err = f.w.Set(ctx, "http", json.RawMessage(`{"port":9}`))
 	assert.NilError(t, err)
-	time.Sleep(20 * time.Millisecond)
+	witness.waitFor(t, `configuration:updated http old={"port":8081} new={"port":9}`)
 	assert.Equal(t, len(rec.list()), 3, "no event after cancel")
 }
 
@@ -140,7 +146,7 @@ func TestSubscribeSlow(t *testing.T) {
 
 	_, _, err := f.w.Set(ctx, "n", json.RawMessage(`-1`))
 	assert.NilError(t, err)
-	<-entered // the slow subscriber holds event -1
+	waitfor.Recv(t, entered, waitfor.Default, "the slow subscriber to hold event -1")
 	const n = eventQueueLimit + 10
 	start := time.Now()
 	for i := 1; i <= n; i++ {
@@ -187,7 +193,7 @@ func TestSubscribeSlow(t *testing.T) {
 	})
 	_, _, err = f.w.Set(ctx, "n", json.RawMessage(`0`))
 	assert.NilError(t, err)
-	<-running
+	waitfor.Closed(t, running, waitfor.Default, "the blocking callback to run")
 	cancelled := make(chan struct{})
 	go func() { cancelBlock(); close(cancelled) }()
 	select {
@@ -196,9 +202,9 @@ func TestSubscribeSlow(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 	close(release2)
-	<-cancelled
-	returned.Wait()
-	cancelSlow()
+	waitfor.Closed(t, cancelled, waitfor.Default, "cancel to return once the callback returned")
+	waitfor.Group(t, &returned, waitfor.Default, "the released callback to return")
+	waitfor.Func(t, waitfor.Default, "the slow subscriber's cancel to return", cancelSlow)
 
 	// A callback may cancel itself.
 	var self func()
@@ -206,7 +212,7 @@ func TestSubscribeSlow(t *testing.T) {
 	self = f.w.Subscribe(func(Event) { self(); close(done) })
 	_, _, err = f.w.Set(ctx, "n", json.RawMessage(`1`))
 	assert.NilError(t, err)
-	<-done
+	waitfor.Closed(t, done, waitfor.Default, "the callback that cancels itself to return")
 }
 
 // TestSubscribeAfterClose: Close ends every subscription; a later

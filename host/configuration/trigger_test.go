@@ -211,9 +211,15 @@ func TestTriggerTTL(t *testing.T) {
 		`configuration:registered kept old=null new=6`,
 		`configuration:deleted tmp old=5 new=null`,
 	)
-	// The watcher does not report the removal as a hand edit.
-	time.Sleep(60 * time.Millisecond)
-	assert.Equal(t, len(rec.list()), 3)
+	// The watcher does not report the removal as a hand edit: a hand edit
+	// made after it is reported, and nothing before it.
+	assert.NilError(t, os.WriteFile(filepath.Join(f.dir, "marker.yaml"), []byte("id: marker\nvalue: 1\n"), 0o600))
+	rec.waitFor(t,
+		`configuration:registered tmp old=null new=5`,
+		`configuration:registered kept old=null new=6`,
+		`configuration:deleted tmp old=5 new=null`,
+		`configuration:registered marker old=null new=1`,
+	)
 	_, err = f.w.Get(context.Background(), "kept", true)
 	assert.NilError(t, err)
 }
