@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/iii-sandbox/iii/host/pluginhost"
 	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -170,8 +172,8 @@ func TestKillDuringInFlightCalls(t *testing.T) {
 
 	killed := time.Now()
 	assert.NilError(t, syscall.Kill(st.PID, syscall.SIGKILL))
-	for range calls {
-		o := <-results
+	for i := range calls {
+		o := waitfor.Recv(t, results, waitFor, fmt.Sprintf("exec %d of %d to answer after the kill", i+1, calls))
 		// sleep 5 cannot finish in time, so every caller gets S301.
 		assert.Assert(t, o.err != nil, "an exec of sleep 5 answered within a second of the kill")
 		assert.Equal(t, enginetest.SandboxError(t, o.err).Code, contract.S301, "%v", o.err)
@@ -220,7 +222,7 @@ func TestForwardsUnchanged(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, string(out), `{"sandbox_id":"s","image":"q","extra":[1,2]}`)
 	var sent, want map[string]any
-	assert.NilError(t, json.Unmarshal(<-got, &sent))
+	assert.NilError(t, json.Unmarshal(waitfor.Recv(t, got, waitFor, "the adapter to receive the create"), &sent))
 	assert.NilError(t, json.Unmarshal([]byte(payload), &want))
 	want["_caller_worker_id"] = sent["_caller_worker_id"] // added by the engine on the caller's hop, not by the router
 	assert.DeepEqual(t, sent, want)
@@ -254,9 +256,9 @@ func TestAdapterGoneMidCall(t *testing.T) {
 		_, err := te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": "x", "cmd": "true"})
 		res <- err
 	}()
-	<-entered
+	waitfor.Recv(t, entered, waitFor, "the exec to reach the slow adapter")
 	assert.NilError(t, w.Close(ctx))
-	se := enginetest.SandboxError(t, <-res)
+	se := enginetest.SandboxError(t, waitfor.Recv(t, res, waitFor, "the exec to answer once its adapter went away"))
 	assert.Equal(t, se.Code, contract.S301)
 	assert.Check(t, is.Contains(se.Message, "went away while serving sandbox::exec"))
 }

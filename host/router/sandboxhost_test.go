@@ -15,6 +15,7 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -105,7 +106,7 @@ func TestSandboxHostServesTheRouter(t *testing.T) {
 	cred := issueCredential(t, te, map[string]any{"label": "hosts/h1", "namespace": "sbx",
 		"sandbox_host": map[string]any{"adapter": "remote", "host_name": "h1"}})
 	host := dialHost(t, te.URL, cred, "remote", "sbx", []string{"remote::adapter::info", "remote::create", "remote::exec", "other::create"})
-	rej := <-host.rejected
+	rej := waitfor.Recv(t, host.rejected, waitFor, "the engine to reject other::create")
 	assert.Equal(t, rej.Code, engine.CodeForbidden)
 	assert.Equal(t, rej.FunctionID, "other::create")
 	waitRegistered(t, te, "sbx", "remote::exec")
@@ -148,7 +149,7 @@ func TestSandboxHostServesTheRouter(t *testing.T) {
 	n := len(host.calls())
 	rev := te.MustCall(t, engine.FnCredentialsRevoke, map[string]any{"token": cred})
 	assert.Equal(t, rev["revoked"], true)
-	<-host.closed
+	waitfor.Closed(t, host.closed, waitFor, "the revoked host's connection to close")
 	for _, op := range []string{"create", "list", "exec"} {
 		_, err := te.Call(t, "sandbox::"+op, map[string]any{"image": "python", "sandbox_id": "remote-1", "cmd": "true"})
 		assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S301, op)
