@@ -187,7 +187,8 @@ func (d *delegations) add(k fnKey, c Caller) bool {
 	}
 	if len(cs) >= maxDelegatorsPerTarget {
 		// Nobody: every later delivery of k by the provider is refused.
-		c = Caller{workerID: c.workerID}
+		d.n.Add(-int64(len(cs)))
+		c = Caller{workerID: c.workerID, via: c.via}
 		cs = cs[:0]
 	}
 	d.m[k] = append(cs, c)

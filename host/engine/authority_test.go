@@ -489,3 +489,28 @@ func TestAuthorityHTTPRegistrant(t *testing.T) {
 		})
 	}
 }
+
+// TestEnqueueDelegationsBounded: the enqueuers remembered per target are
+// deduplicated by rights (anonymous connections of one listener count
+// once) and capped; past the cap the target's deliveries are checked as
+// nobody, refused, never as fewer principals than enqueued it.
+func TestEnqueueDelegationsBounded(t *testing.T) {
+	var d delegations
+	k := fnKey{DefaultNamespace, "ops::x"}
+	policy := &ListenerPolicy{Name: "l"}
+	for range 3 {
+		assert.Assert(t, d.add(k, Caller{p: &principal{kind: "anonymous", policy: policy}}))
+	}
+	assert.Equal(t, len(d.callers(k)), 1)
+	assert.Equal(t, d.n.Load(), int64(1))
+	for i := range maxDelegatorsPerTarget {
+		assert.Assert(t, d.add(k, Caller{p: &principal{kind: "credential", label: strings.Repeat("c", i+1)}}))
+	}
+	cs := d.callers(k)
+	assert.Equal(t, len(cs), 1, "collapsed to nobody")
+	assert.Equal(t, d.n.Load(), int64(1))
+	errb := cs[0].authorize(DefaultNamespace, "ops::x", nil)
+	assert.Assert(t, errb != nil && errb.Code == CodeForbidden, "%v", errb)
+	assert.Assert(t, d.add(k, Caller{p: &principal{kind: "credential", label: "late"}}), "nobody absorbs later enqueuers")
+	assert.Equal(t, len(d.callers(k)), 1)
+}
