@@ -20,6 +20,7 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/plugins/sdk"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -252,7 +253,7 @@ func TestFsStreaming(t *testing.T) {
 		done <- w.Close()
 	}()
 	wr := te.MustCall(t, "sandbox-hostdir::fs::write", map[string]any{"sandbox_id": id, "path": "/home/big.bin", "content": rref})
-	assert.NilError(t, <-done)
+	assert.NilError(t, waitfor.Recv(t, done, waitFor, "the channel writer to finish"))
 	assert.Equal(t, wr["bytes_written"], float64(len(big)))
 	res, data = readFile("/home/big.bin")
 	assert.Check(t, res["body"] == nil)

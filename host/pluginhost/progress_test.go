@@ -12,6 +12,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -79,7 +80,7 @@ func TestProgressChannel(t *testing.T) {
 
 			tc.payload["progress"] = tc.pass(wref, rref)
 			out := te.MustCall(t, tc.fn, tc.payload)
-			got := <-read
+			got := waitfor.Recv(t, read, waitFor, "the progress events to be read")
 			assert.NilError(t, got.err)
 			id, _ := out["sandbox_id"].(string)
 			assert.Assert(t, id != "")

@@ -19,6 +19,7 @@ import (
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/redisserver"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // These tests run the redis backend against a real redis-server, started
@@ -96,7 +97,7 @@ func TestRedisUpdateIsAtomic(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, waitFor, "both engines' updates")
 	close(errs)
 	for err := range errs {
 		assert.NilError(t, err)
