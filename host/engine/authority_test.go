@@ -514,3 +514,33 @@ func TestEnqueueDelegationsBounded(t *testing.T) {
 	assert.Assert(t, d.add(k, Caller{p: &principal{kind: "credential", label: "late"}}), "nobody absorbs later enqueuers")
 	assert.Equal(t, len(d.callers(k)), 1)
 }
+
+// TestAuthorityReattachDoesNotInherit: a connection that reattaches in
+// place of an admin's (here with the admin's stolen reattach token) evicts
+// it and takes none of its rights: the admin's trigger goes with it, and
+// the newcomer's own trigger of the privileged function is its own, and
+// refused.
+func TestAuthorityReattachDoesNotInherit(t *testing.T) {
+	te, _ := authorityEngine(t)
+	p := startLocalProvider(t, te, "local-x")
+	o := startOps(t, te, "ops::wipe")
+	admin := te.dialAdmin(t)
+	admin.registerIn("", "admin")
+	admin.send(&protocol.RegisterTrigger{ID: "t", TriggerType: "local-x", FunctionID: "ops::wipe"})
+	admin.sync()
+	assert.Assert(t, p.binding(t, "t").Caller().Admin())
+
+	thief := te.dial(t)
+	thief.send(&protocol.Reattach{PreviousWorkerID: admin.workerID, ReattachToken: admin.token})
+	thief.sync()
+	_ = admin.waitClosed()
+	pollUntil(t, "the admin's binding gone with it", func() bool { _, ok := p.get("t"); return !ok })
+
+	thief.registerIn("", "admin")
+	thief.send(&protocol.RegisterTrigger{ID: "t", TriggerType: "local-x", FunctionID: "ops::wipe"})
+	code, _ := errBody(t, thief.expect("triggerregistrationresult"))
+	assert.Equal(t, code, CodeUnauthorized)
+	_, bound := p.get("t")
+	assert.Assert(t, !bound)
+	o.none(t)
+}
