@@ -18,6 +18,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // compose::logs returns each worker's newest lines (escapes stripped,
@@ -53,8 +54,10 @@ func TestLogs(t *testing.T) {
 		got <- next
 	}()
 	assert.NilError(t, call(t, c, "lg", "compose::restart", map[string]any{"container": "w"}, nil))
-	next := <-got
+	next := waitfor.Recv(t, got, waitFor, "the long-polled compose::logs to return across the restart")
+	deadline := time.Now().Add(waitFor)
 	for len(next.Containers[0].Entries) == 0 {
+		assert.Assert(t, time.Now().Before(deadline), "no log entry after the restart within %s", waitFor)
 		assert.NilError(t, call(t, c, "lg", "compose::logs", map[string]any{"worker": "w", "cursors": map[string]any{"w": w.Cursor}, "wait_ms": 5000}, &next))
 	}
 	var msgs []string
@@ -85,7 +88,10 @@ func TestStateAdoptionAfterCrash(t *testing.T) {
 		assert.NilError(t, cmd.Start())
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
-		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-done })
+		t.Cleanup(func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			waitfor.Closed(t, done, waitFor, "the killed sleep to be reaped")
+		})
 		return cmd, done
 	}
 	kept, keptDone := start()

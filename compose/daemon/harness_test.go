@@ -19,6 +19,7 @@ import (
 	"github.com/iii-sandbox/iii/host/server"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -65,7 +66,7 @@ func startEngine(t *testing.T, extra string) *testEngine {
 	go func() { served <- srv.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-served
+		waitfor.Recv(t, served, waitFor, "the engine to stop")
 	})
 	return &testEngine{url: "ws://" + srv.Addrs()["iii-worker-manager"], srv: srv}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/host/server"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // goWorkerCommand makes the test binary a Go worker: it registers as
@@ -64,7 +65,7 @@ func startEngineAt(t *testing.T, port int) (url string, stop func()) {
 		if !stopped {
 			stopped = true
 			cancel()
-			<-served
+			waitfor.Recv(t, served, waitFor, "the engine to stop")
 		}
 	}
 	t.Cleanup(stop)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/proc"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestSlug(t *testing.T) {
@@ -208,7 +209,10 @@ func TestRecover(t *testing.T) {
 func TestRecoverRealProcesses(t *testing.T) {
 	cmd := exec.Command("sleep", "300")
 	assert.NilError(t, cmd.Start())
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		waitfor.Func(t, waitfor.Default, "the killed sleep to be reaped", func() { _ = cmd.Wait() })
+	}()
 	birth, err := proc.Birth(cmd.Process.Pid)
 	assert.NilError(t, err)
 	dead := exec.Command("true")
