@@ -14,6 +14,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestMain(m *testing.M) {
@@ -133,7 +135,7 @@ func TestInheritFD(t *testing.T) {
 	_, err = w.Write([]byte("bytes are ignored"))
 	assert.NilError(t, err)
 	assert.NilError(t, w.Close())
-	assert.ErrorContains(t, <-gone, "EOF")
+	assert.ErrorContains(t, waitfor.Recv(t, gone, waitfor.Default, "the lifeline watcher to see EOF"), "EOF")
 }
 
 // recordingStdout records whether the real stdout was closed.
@@ -180,7 +182,7 @@ func TestStdoutGuard(t *testing.T) {
 		assert.NilError(t, err)
 	}
 	assert.NilError(t, pw.Close())
-	<-g.done
+	waitfor.Closed(t, g.done, waitfor.Default, "the stdout guard to finish")
 
 	assert.Check(t, g.handshakeSent())
 	assert.Equal(t, real.buf.String(), "1|1|unix|/tmp/plugin1|grpc|\n")
@@ -201,7 +203,7 @@ func TestStdoutGuardWithoutHandshake(t *testing.T) {
 	_, err := pw.Write([]byte("only noise\n"))
 	assert.NilError(t, err)
 	assert.NilError(t, pw.Close())
-	<-g.done
+	waitfor.Closed(t, g.done, waitfor.Default, "the stdout guard to finish")
 	assert.Check(t, !g.handshakeSent())
 	assert.Equal(t, real.buf.String(), "")
 	assert.Check(t, real.closed, "the real stdout is released once nobody can write the handshake")

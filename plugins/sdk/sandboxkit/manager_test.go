@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"go.uber.org/goleak"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
@@ -196,7 +197,7 @@ func TestCreate(t *testing.T) {
 				}
 			}()
 		}
-		wg.Wait()
+		waitfor.Group(t, &wg, waitfor.Default, "the concurrent calls")
 		assert.Equal(t, ok, 3)
 		assert.Equal(t, limited, 7)
 	})
@@ -277,7 +278,7 @@ func TestExec(t *testing.T) {
 		_, err = m.FsLs(ctx, &contract.FsLsRequest{SandboxID: id, Path: "/"})
 		assert.NilError(t, err)
 		cancel()
-		wg.Wait()
+		waitfor.Group(t, &wg, waitfor.Default, "the cancelled calls to return")
 		waitInFlight(t, m, id, 0)
 	})
 	for _, bin := range []string{"block", "block-s300"} {
@@ -291,7 +292,7 @@ func TestExec(t *testing.T) {
 			waitInFlight(t, m, id, 1)
 			_, err := m.Stop(ctx, &contract.StopRequest{SandboxID: id})
 			assert.NilError(t, err)
-			assert.Equal(t, code(t, <-errc), contract.S004)
+			assert.Equal(t, code(t, waitfor.Recv(t, errc, waitfor.Default, "the in-flight call to fail on Stop")), contract.S004)
 			_, err = m.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"echo"}})
 			assert.Equal(t, code(t, err), contract.S004)
 		})
@@ -314,7 +315,7 @@ func TestExecZeroMeansOne(t *testing.T) {
 	_, err = m.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"echo"}})
 	assert.Equal(t, code(t, err), contract.S003)
 	cancel()
-	<-done
+	waitfor.Closed(t, done, waitfor.Default, "the cancelled call to return")
 }
 
 func waitInFlight(t *testing.T, m *Manager, id string, n uint32) {
@@ -557,7 +558,7 @@ func TestReaper(t *testing.T) {
 	// The busy sandbox is exempt until idle + max exec + 60 s = 130 s.
 	assert.DeepEqual(t, m.reapOnce(at(129*time.Second)), []string{})
 	assert.DeepEqual(t, m.reapOnce(at(131*time.Second)), []string{busy})
-	<-execDone
+	waitfor.Closed(t, execDone, waitfor.Default, "the busy sandbox's exec to end")
 
 	_, err := m.Exec(ctx, &contract.ExecRequest{SandboxID: idle, Argv: []string{"echo"}})
 	assert.Equal(t, code(t, err), contract.S004)
