@@ -97,3 +97,23 @@ func TestChannelsPerConnection(t *testing.T) {
 	f = other.call("mine", FnChannelsCreate, nil, `{}`)
 	assert.Assert(t, f["error"] == nil, "%v", f)
 }
+
+// TestOutboundHogDropped: when the engine-wide room for outbound queues
+// runs out, the connection holding the most of it is dropped, and the
+// connection that needed room gets it once that is released.
+func TestOutboundHogDropped(t *testing.T) {
+	te := startEngine(t, Options{})
+	hog, other := te.dial(t), te.dial(t)
+	hc, oc := te.conn(t, hog.workerID), te.conn(t, other.workerID)
+	assert.Assert(t, te.inbound.outAll.TryAcquire(QueuedBytesTotal))
+	hc.qBytes.Store(2 << 20) // as if its unread frames held the room
+	go func() {
+		_ = hog.waitClosed()
+		hc.qBytes.Store(0)
+		te.inbound.outAll.Release(QueuedBytesTotal)
+	}()
+	assert.Assert(t, oc.outBytes.TryAcquire(100))
+	assert.Assert(t, oc.reserveEngine(100), "the connection that reads did not get room")
+	oc.unreserve(make([]byte, 100))
+	other.sync()
+}

@@ -67,6 +67,9 @@ type wsConn struct {
 	// its registrations hold (budget.go).
 	calls    callBudget
 	regBytes regBudget
+	// qBytes is this connection's share of the engine-wide
+	// QueuedBytesTotal (outbound.go).
+	qBytes atomic.Int64
 
 	// heartbeating is set once the connection serves fleet functions
 	// (heartbeat.go).
@@ -232,7 +235,7 @@ func (c *wsConn) readFrame(buf []byte, r io.Reader) (_ []byte, held heldLanes, e
 		c.e.log.Warn("worker is sending a frame too slowly; dropping its connection", "worker_id", c.w.id)
 		_ = c.c.CloseNow()
 	})
-	buf, err = readSome(buf, io.LimitReader(r, smallFrameBytes-freeFrameBytes))
+	buf, err = readDoubling(buf, io.LimitReader(r, smallFrameBytes-freeFrameBytes), smallFrameBytes)
 	cut.Stop()
 	if err != nil || len(buf) < smallFrameBytes {
 		return buf, held, err
@@ -259,6 +262,31 @@ func readSome(buf []byte, r io.Reader) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
 			buf = slices.Grow(buf, 4096)
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// readDoubling is readSome growing buf by doubling it, up to limit bytes
+// (what r yields at most): a frame read while it trickles in allocates at
+// most twice its size in all, not the many small steps append takes for a
+// large slice.
+func readDoubling(buf []byte, r io.Reader, limit int) ([]byte, error) {
+	for {
+		if len(buf) >= limit {
+			return buf, nil
+		}
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(max(2*cap(buf), 4096), limit))
+			copy(grown, buf)
+			buf = grown
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -478,6 +506,7 @@ func (c *wsConn) send(frame []byte) bool {
 	c.queued.Add(1)
 	select {
 	case c.out <- frame:
+		c.afterQueued()
 		return true
 	case <-c.quit:
 		c.queued.Add(-1)
@@ -489,6 +518,7 @@ func (c *wsConn) send(frame []byte) bool {
 	defer t.Stop()
 	select {
 	case c.out <- frame:
+		c.afterQueued()
 		return true
 	case <-c.quit:
 		c.queued.Add(-1)
@@ -515,7 +545,7 @@ func (c *wsConn) queuedCost(frame []byte) int64 {
 func (c *wsConn) reserve(frame []byte) bool {
 	n := c.queuedCost(frame)
 	if c.outBytes.TryAcquire(n) {
-		return true
+		return c.reserveEngine(n)
 	}
 	ctx, cancel := context.WithTimeout(c.w.ctx, c.e.slowConsumer)
 	defer cancel()
@@ -534,10 +564,14 @@ func (c *wsConn) reserve(frame []byte) bool {
 		}
 		return false
 	}
-	return true
+	return c.reserveEngine(n)
 }
 
-func (c *wsConn) unreserve(frame []byte) { c.outBytes.Release(c.queuedCost(frame)) }
+func (c *wsConn) unreserve(frame []byte) {
+	n := c.queuedCost(frame)
+	c.outBytes.Release(n)
+	c.releaseEngine(n)
+}
 
 func (c *wsConn) closingQuit() bool {
 	select {
@@ -568,7 +602,10 @@ func (c *wsConn) shutdown(status websocket.StatusCode, reason string) {
 }
 
 func (c *wsConn) writeLoop() {
-	defer close(c.writerDone)
+	defer func() {
+		close(c.writerDone)
+		c.dropQueued()
+	}()
 	for {
 		select {
 		case f := <-c.out:

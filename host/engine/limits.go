@@ -179,13 +179,15 @@ func (c *wsConn) countRegistration(delta int64) bool {
 type inboundBudget struct {
 	lanes     *semaphore.Weighted
 	medium    *semaphore.Weighted // MediumFrameSlots
+	outAll    *semaphore.Weighted // outbound queues, QueuedBytesTotal
 	inflight  *atomic.Int64       // calls in flight, MaxInflight
 	regBytes  *atomic.Int64       // registration bytes, RegistrationBytesTotal
 	chanBytes *semaphore.Weighted // channel bytes, ChannelBytesTotal
 }
 
 func newInboundBudget() inboundBudget {
-	return inboundBudget{lanes: semaphore.NewWeighted(LargeFrameLanes), medium: semaphore.NewWeighted(MediumFrameSlots), inflight: new(atomic.Int64),
+	return inboundBudget{lanes: semaphore.NewWeighted(LargeFrameLanes), medium: semaphore.NewWeighted(MediumFrameSlots),
+		outAll: semaphore.NewWeighted(QueuedBytesTotal), inflight: new(atomic.Int64),
 		regBytes: new(atomic.Int64), chanBytes: semaphore.NewWeighted(ChannelBytesTotal)}
 }
 
