@@ -18,6 +18,7 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/internal/enginetoken"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/plugins/sdk/examples/hostdir"
 )
 
@@ -71,7 +72,7 @@ func TestRemoteFleet(t *testing.T) {
 		go func() { _ = cmd.Wait(); close(done) }()
 		t.Cleanup(func() {
 			_ = cmd.Process.Kill()
-			<-done
+			waitfor.Closed(t, done, waitfor.Default, "the killed host "+name+" to be reaped")
 			if t.Failed() {
 				t.Logf("host %s log:\n%s", h.name, h.logs.Tail(60))
 			}
@@ -135,7 +136,7 @@ func TestRemoteFleet(t *testing.T) {
 
 	// kill -9 of h2.
 	assert.NilError(t, hosts["h2"].cmd.Process.Kill())
-	<-hosts["h2"].done
+	waitfor.Closed(t, hosts["h2"].done, waitfor.Default, "h2, killed with SIGKILL, to be reaped")
 	var h2Sandbox string
 	for id, h := range owner {
 		if h == "h2" {

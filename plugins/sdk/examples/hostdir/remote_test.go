@@ -24,6 +24,7 @@ import (
 	"github.com/iii-sandbox/iii/internal/enginetoken"
 	"github.com/iii-sandbox/iii/internal/testkit/bins"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/plugins/sdk"
 	"github.com/iii-sandbox/iii/plugins/sdk/examples/hostdir"
 	"github.com/iii-sandbox/iii/plugins/sdk/sdktest"
@@ -172,7 +173,7 @@ func TestRemote(t *testing.T) {
 			assert.Equal(t, ee.ExitCode(), sdk.ExitAuthRejected, logs.String())
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			waitfor.Recv(t, done, waitfor.Default, "the killed adapter to be reaped")
 			t.Fatalf("the adapter with a wrong token did not exit:\n%s", logs.String())
 		}
 		assert.Assert(t, strings.Contains(logs.String(), "AUTH_ERROR"), logs.String())
@@ -278,7 +279,7 @@ func (e *engineProc) stop() {
 	case <-e.done:
 	case <-time.After(15 * time.Second):
 		_ = e.cmd.Process.Kill()
-		<-e.done
+		waitfor.Closed(e.t, e.done, waitfor.Default, "the killed engine to be reaped")
 	}
 	e.cmd = nil
 }
@@ -357,7 +358,7 @@ func (a *adapters) stop() {
 	case <-time.After(20 * time.Second):
 		a.t.Errorf("the adapter did not stop on SIGTERM:\n%s", a.logs.Tail(50))
 		_ = a.cmd.Process.Kill()
-		<-a.done
+		waitfor.Closed(a.t, a.done, waitfor.Default, "the killed adapter to be reaped")
 	}
 	a.cmd = nil
 }
@@ -365,7 +366,7 @@ func (a *adapters) stop() {
 func (a *adapters) kill9(t *testing.T) {
 	t.Helper()
 	assert.NilError(t, a.cmd.Process.Kill())
-	<-a.done
+	waitfor.Closed(t, a.done, waitfor.Default, "the adapter killed with SIGKILL to be reaped")
 	a.cmd = nil
 }
 
