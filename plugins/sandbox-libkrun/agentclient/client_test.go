@@ -25,6 +25,7 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
 
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/guest"
 )
@@ -205,7 +206,7 @@ func startAgent(t *testing.T) *agentEnv {
 	t.Cleanup(func() {
 		cancel()
 		env.port.close()
-		<-done
+		waitfor.Recv(t, done, waitfor.Default, "the fake agent server to stop")
 	})
 	return env
 }
@@ -267,7 +268,7 @@ func TestReseed(t *testing.T) {
 	res, err := c.Reseed(ctx, agentproto.ReseedRequest{Seed: []byte("0123456789abcdef"), UnixNano: now.UnixNano(), Hostname: "sandbox-1234abcd"})
 	assert.NilError(t, err)
 	assert.DeepEqual(t, *res, agentproto.ReseedResult{SeedBytes: 16, ClockSet: true})
-	got := <-env.reseeds
+	got := waitfor.Recv(t, env.reseeds, waitfor.Default, "the agent to receive the reseed")
 	assert.Equal(t, string(got.Seed), "0123456789abcdef")
 	assert.Equal(t, got.UnixNano, now.UnixNano())
 	assert.Equal(t, got.Hostname, "sandbox-1234abcd")
@@ -338,7 +339,7 @@ func TestConcurrentOperations(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, waitfor.Default, "the concurrent execs")
 }
 
 func TestStreamedFileRoundTrip(t *testing.T) {
@@ -471,7 +472,7 @@ func TestCancelKillsTheExec(t *testing.T) {
 		return poll.Success()
 	})
 	cancel()
-	assert.ErrorIs(t, <-errc, context.Canceled)
+	assert.ErrorIs(t, waitfor.Recv(t, errc, waitfor.Default, "the cancelled exec to return"), context.Canceled)
 	poll.WaitOn(t, processGone(pid))
 	// The connection stays usable.
 	res, err := c.Exec(context.Background(), ExecRequest{Argv: []string{"true"}})
@@ -518,7 +519,7 @@ func TestReconnect(t *testing.T) {
 	c1.wmu.Unlock()
 	assert.NilError(t, c1.Close())
 	var ae *agentproto.Error
-	assert.Assert(t, errors.As(<-errc, &ae))
+	assert.Assert(t, errors.As(waitfor.Recv(t, errc, waitfor.Default, "the call to fail once the connection closed"), &ae))
 	assert.Equal(t, ae.Code, agentproto.CodeDisconnected)
 	poll.WaitOn(t, processGone(pid))
 
@@ -601,7 +602,7 @@ func TestHelloRepeated(t *testing.T) {
 	assert.NilError(t, err)
 	defer c.Close()
 	assert.Equal(t, c.Hello().Version, "fake")
-	assert.NilError(t, <-agentDone)
+	assert.NilError(t, waitfor.Recv(t, agentDone, waitfor.Default, "the fake agent to finish its handshake"))
 }
 
 // TestDuplicateHelloAnswer: the agent answers every copy of a repeated
@@ -633,13 +634,13 @@ func TestNetAndShutdown(t *testing.T) {
 	res, err := c.ConfigureNetwork(ctx, agentproto.NetRequest{DNS: []string{"10.0.2.3"}})
 	assert.NilError(t, err)
 	assert.Equal(t, res.Address, "10.0.2.15/24")
-	assert.DeepEqual(t, <-env.net.got, agentproto.NetRequest{DNS: []string{"10.0.2.3"}})
+	assert.DeepEqual(t, waitfor.Recv(t, env.net.got, waitfor.Default, "the agent to receive the network request"), agentproto.NetRequest{DNS: []string{"10.0.2.3"}})
 
 	_, err = c.ConfigureNetwork(ctx, agentproto.NetRequest{Interface: "bad0"})
 	var ae *agentproto.Error
 	assert.Assert(t, errors.As(err, &ae))
 	assert.Equal(t, ae.Code, agentproto.CodeNetFailed)
-	<-env.net.got
+	waitfor.Recv(t, env.net.got, waitfor.Default, "the agent to receive the failing network request")
 
 	assert.NilError(t, c.Shutdown(ctx))
 	select {
