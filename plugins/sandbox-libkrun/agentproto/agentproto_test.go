@@ -15,6 +15,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -331,7 +333,7 @@ func TestWindows(t *testing.T) {
 		got <- n
 	}()
 	w.Grant(40)
-	assert.Equal(t, <-got, 40)
+	assert.Equal(t, waitfor.Recv(t, got, waitfor.Default, "Acquire to return the grant"), 40)
 
 	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancel()

@@ -25,6 +25,7 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/iii-sandbox/iii/internal/hostfacts"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/initramfs"
@@ -323,7 +324,7 @@ func TestVM(t *testing.T) {
 				}
 			}()
 		}
-		wg.Wait()
+		waitfor.Group(t, &wg, 2*time.Minute, "the concurrent execs in the VM")
 	})
 	t.Run("shutdown powers off", func(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -425,7 +426,7 @@ func serveNetwork(t testing.TB, cfg usernet.Config) *os.File {
 		case <-time.After(30 * time.Second):
 			t.Error("the network did not end with its VM")
 			_ = conn.Close()
-			<-done
+			waitfor.Recv(t, done, waitfor.Default, "the network to end once its socket closed")
 		}
 	})
 	return vm
