@@ -97,7 +97,11 @@ func startProject(t *testing.T, containers string) *project {
 			case <-p.exited:
 			case <-time.After(stopWait):
 				_ = p.cmd.Process.Kill()
-				<-p.exited
+				select {
+				case <-p.exited:
+				case <-time.After(stopWait):
+					t.Errorf("iii compose (pid %d) did not exit after SIGKILL", p.cmd.Process.Pid)
+				}
 			}
 		}
 		if t.Failed() {
