@@ -15,6 +15,7 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
 
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 )
 
@@ -175,9 +176,9 @@ func TestExecCancelKills(t *testing.T) {
 		st, _ := newExecutor().Run(ctx, &agentproto.ExecRequest{Argv: []string{"sh", "-c", "sleep 100 & sleep 100"}}, eio)
 		done <- st
 	}()
-	pid := <-started
+	pid := waitfor.Recv(t, started, waitfor.Default, "the exec to start")
 	cancel()
-	st := <-done
+	st := waitfor.Recv(t, done, waitfor.Default, "the cancelled exec to end")
 	assert.Assert(t, st.Canceled)
 	assert.Equal(t, st.ExitCode, 128+9)
 	assert.DeepEqual(t, liveMembers(pid), []int(nil))
@@ -229,7 +230,7 @@ func TestExecConcurrent(t *testing.T) {
 			assert.Check(t, c.stdout.String() == strconv.Itoa(i)+"\n")
 		}()
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, waitfor.Default, "the concurrent execs")
 }
 
 func TestLookPath(t *testing.T) {

@@ -3,11 +3,14 @@ package images
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // TestFlightOneWaiterLeaves: a waiter that gives up does not cancel the
@@ -36,7 +39,7 @@ func TestFlightOneWaiterLeaves(t *testing.T) {
 		_, err := f.do(impatient, "k", nil, fn)
 		errc <- err
 	}()
-	<-started
+	waitfor.Closed(t, started, waitfor.Default, "the work to start")
 	patient := make(chan *Image, 1)
 	go func() {
 		img, err := f.do(context.Background(), "k", nil, fn)
@@ -44,25 +47,25 @@ func TestFlightOneWaiterLeaves(t *testing.T) {
 		patient <- img
 	}()
 	// Wait until the second caller has joined the flight.
-	for {
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		f.mu.Lock()
+		defer f.mu.Unlock()
 		n := 0
 		if fl := f.m["k"]; fl != nil {
 			n = fl.waiters
 		}
-		f.mu.Unlock()
-		if n == 2 {
-			break
+		if n != 2 {
+			return poll.Continue("%d waiters on the flight", n)
 		}
-		runtime.Gosched()
-	}
+		return poll.Success()
+	}, poll.WithTimeout(waitfor.Default), poll.WithDelay(time.Millisecond))
 	cancel()
-	assert.Assert(t, errors.Is(<-errc, context.Canceled))
+	assert.Assert(t, errors.Is(waitfor.Recv(t, errc, waitfor.Default, "the impatient caller to leave"), context.Canceled))
 	close(release)
-	img := <-patient
+	img := waitfor.Recv(t, patient, waitfor.Default, "the patient caller's image")
 	assert.Equal(t, img.Digest, "sha256:x")
 	assert.Equal(t, calls.Load(), int32(1))
-	f.wait()
+	waitfor.Func(t, waitfor.Default, "the flights to end", f.wait)
 
 	// Last waiter leaving cancels the work.
 	cctx, ccancel := context.WithCancel(context.Background())
@@ -77,8 +80,8 @@ func TestFlightOneWaiterLeaves(t *testing.T) {
 		})
 		assert.Check(t, errors.Is(err, context.Canceled))
 	}()
-	<-enter
+	waitfor.Closed(t, enter, waitfor.Default, "the work to start")
 	ccancel()
-	assert.Assert(t, errors.Is(<-workErr, context.Canceled))
-	f.wait()
+	assert.Assert(t, errors.Is(waitfor.Recv(t, workErr, waitfor.Default, "the work to be cancelled with its last waiter"), context.Canceled))
+	waitfor.Func(t, waitfor.Default, "the flights to end", f.wait)
 }

@@ -27,6 +27,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/extract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/registrytest"
@@ -138,7 +139,7 @@ func TestEnsureConcurrentPullsOnce(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, 2*time.Minute, "the concurrent Ensure calls")
 	for i := range n {
 		assert.NilError(t, errs[i])
 		assert.Equal(t, digests[i], digests[0])
@@ -452,12 +453,13 @@ func TestEnsureCancelled(t *testing.T) {
 		_, err := s.Ensure(c, ref, EnsureOptions{AutoInstall: true})
 		errc <- err
 	}()
-	<-entered
+	waitfor.Recv(t, entered, waitfor.Default, "the blob download to start")
 	cancel()
-	err = <-errc
+	err = waitfor.Recv(t, errc, waitfor.Default, "the cancelled Ensure to return")
 	assert.Assert(t, errors.Is(err, context.Canceled), "got %v", err)
 	close(release)
-	assert.NilError(t, s.Close()) // waits for the cancelled install to unwind
+	waitfor.Func(t, waitfor.Default, "the store to close", func() { err = s.Close() }) // waits for the cancelled install to unwind
+	assert.NilError(t, err)
 	assertConsistent(t, e.root)
 	assert.Equal(t, installedCount(t, e.root), 0)
 }
