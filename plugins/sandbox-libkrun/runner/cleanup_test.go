@@ -12,6 +12,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // startFake starts this test binary as a sleeping process whose command
@@ -28,7 +30,7 @@ func startFake(t *testing.T, bin string, args ...string) int {
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-done
+		waitfor.Closed(t, done, waitfor.Default, "the killed fake to be reaped")
 	})
 	return cmd.Process.Pid
 }

@@ -14,6 +14,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 )
 
@@ -55,7 +56,7 @@ func TestRelay(t *testing.T) {
 		assert.NilError(t, c.Close())
 	}
 	assert.NilError(t, ln.Close())
-	<-done
+	waitfor.Recv(t, done, waitfor.Default, "the listener's server to end")
 }
 
 // TestLibkrunSpec maps a VM spec to libkrun's.

@@ -17,6 +17,7 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/internal/testkit/procscan"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 const uuid1 = "11111111-2222-4333-8444-555555555555"
@@ -102,14 +103,15 @@ func TestRunnerDiesWithItsAdapter(t *testing.T) {
 	out, err := cmd.StdoutPipe()
 	assert.NilError(t, err)
 	assert.NilError(t, cmd.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
+	var line string
+	waitfor.Func(t, waitfor.Default, "the spawner to print the runner's pid", func() { line, err = bufio.NewReader(out).ReadString('\n') })
 	assert.NilError(t, err, "the spawner said nothing")
 	runnerPID, err := strconv.Atoi(strings.TrimSpace(line))
 	assert.NilError(t, err, "the spawner said %q", line)
 	waitFile(t, filepath.Join(dir, "vm-started"))
 
 	assert.NilError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
+	waitfor.Func(t, waitfor.Default, "the killed spawner to be reaped", func() { _ = cmd.Wait() })
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		if alive(runnerPID) {
 			return poll.Continue("runner %d still alive", runnerPID)

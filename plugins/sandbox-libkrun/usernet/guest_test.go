@@ -25,6 +25,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
 	"github.com/iii-sandbox/iii/internal/testkit/tcpserve"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestMain(m *testing.M) {
@@ -180,11 +181,13 @@ func startGuest(t *testing.T, cfg Config, maps map[string]string) *testGuest {
 		once.Do(func() {
 			cancel()
 			_ = gc.Close()
-			pumps.Wait()
-			s.Close()
-			link.Close()
-			s.Wait()
-			serr = tn.wait()
+			waitfor.Func(t, waitfor.Default, "the guest's pumps, stack and network to stop", func() {
+				pumps.Wait()
+				s.Close()
+				link.Close()
+				s.Wait()
+				serr = tn.wait()
+			})
 		})
 		return serr
 	}

@@ -19,6 +19,7 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/internal/testkit/tcpserve"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // A destination the policy allows (TEST-NET-2); the test dialer maps it
@@ -418,7 +419,11 @@ func fakeResolver(t *testing.T) (netip.AddrPort, func() int) {
 			_ = c.Close()
 		}
 	}()
-	t.Cleanup(func() { _ = pc.Close(); _ = ln.Close(); wg.Wait() })
+	t.Cleanup(func() {
+		_ = pc.Close()
+		_ = ln.Close()
+		waitfor.Group(t, &wg, waitfor.Default, "the fake resolver's servers to end")
+	})
 	return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port)), func() int { mu.Lock(); defer mu.Unlock(); return n }
 }
 
