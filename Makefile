@@ -13,6 +13,10 @@ ADAPTER_VERSION ?= 0.3.1
 # equal to state.Version (workers/state/config.go; a test checks).
 STATE_VERSION ?= 0.22.19
 STATE_DEFAULTS := {"adapter":{"name":"kv","config":{"store_method":"file_based"}}}
+# Keep HTTP_VERSION equal to httpworker.Version (workers/http/config.go; a test checks), HTTP_DEFAULTS
+# to httpworker.DefaultConfig.
+HTTP_VERSION ?= 0.22.7
+HTTP_DEFAULTS := {"cors":{"allowed_origins":["*"],"allowed_methods":["GET","POST","PUT","DELETE","OPTIONS"]}}
 SANDBOX_LIBKRUN_DEFAULTS := {"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}
 
 .PHONY: help build test test-nokvm bench demo fmt vet fuzz setup setup-test cross clean proto
@@ -35,6 +39,10 @@ build: ## Build every binary into bin/: iii, the adapters, the guest agent.
 	$(GO) run ./scripts/publish -registry $(BIN)/registry -name state -version $(STATE_VERSION) \
 		-description 'Scoped key/value state with change triggers (state::*, trigger type state)' \
 		-default-config '$(STATE_DEFAULTS)' $(BIN)/state
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/http ./workers/http/cmd/http
+	$(GO) run ./scripts/publish -registry $(BIN)/registry -name http -version $(HTTP_VERSION) \
+		-description 'HTTP routes as triggers (trigger type http, its own listener on 127.0.0.1:3111)' \
+		-default-config '$(HTTP_DEFAULTS)' $(BIN)/http
 
 setup: ## Install what sandboxes need (QEMU, a kernel, tools) and build the preset images (idempotent).
 	./scripts/setup.sh

@@ -1,0 +1,60 @@
+package httpworker
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// FuzzRouter: any template parses or is refused, and matching any path
+// against what parsed never panics; a template matches its own rendering.
+func FuzzRouter(f *testing.F) {
+	f.Add("users/:id", "/users/42")
+	f.Add("/a/{b}/c/", "//a/x/c")
+	f.Add("/:a/:b", "/")
+	f.Add("{}", "/%zz")
+	f.Fuzz(func(t *testing.T, tpl, path string) {
+		rt := NewRouter()
+		tp, err := ParseTemplate(tpl)
+		if err != nil {
+			return
+		}
+		if err := rt.Add(&Route{TriggerID: "t", Method: "GET", Template: tp}); err != nil {
+			t.Fatal(err)
+		}
+		if segs, ok := SplitPath(path); ok {
+			rt.Match("GET", segs)
+			rt.Match("POST", segs)
+		}
+		again, err := ParseTemplate(tp.String())
+		if err != nil || again.String() != tp.String() {
+			t.Fatalf("%q renders as %q, which parses as %q (%v)", tpl, tp.String(), again.String(), err)
+		}
+		segs, _ := SplitPath(tp.String())
+		if r, _, _ := rt.Match("GET", segs); r == nil {
+			t.Fatalf("%q does not match its own rendering %q", tpl, tp.String())
+		}
+	})
+}
+
+// FuzzBuildResponse: any function result is a response or an error.
+func FuzzBuildResponse(f *testing.F) {
+	f.Add(`{"status_code":201,"headers":{"a":"b"},"body":{"x":1}}`)
+	f.Add(`{"headers":["A: b"],"body":"s"}`)
+	f.Add(`null`)
+	f.Fuzz(func(t *testing.T, s string) {
+		_, _, _, _ = BuildResponse(json.RawMessage(s))
+	})
+}
+
+// FuzzParseConfig: any configuration is accepted or refused.
+func FuzzParseConfig(f *testing.F) {
+	f.Add(DefaultConfig)
+	f.Add(`{"port":0,"middleware":[{"function_id":"a"}]}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseConfig(json.RawMessage(s))
+		if err == nil {
+			_ = c.Addr()
+			_ = c.GlobalMiddleware()
+		}
+	})
+}

@@ -1,0 +1,181 @@
+package httpworker
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// envelope is the response a function returns (upstream's HttpResponse).
+type envelope struct {
+	StatusCode *int            `json:"status_code"`
+	Headers    json.RawMessage `json:"headers"`
+	Body       json.RawMessage `json:"body"`
+}
+
+// hopHeaders are the function's headers the listener does not take: they
+// describe the connection, which is the listener's.
+var hopHeaders = map[string]bool{"connection": true, "content-length": true, "transfer-encoding": true,
+	"keep-alive": true, "upgrade": true, "te": true, "trailer": true, "proxy-connection": true}
+
+// BuildResponse turns a function's result into status, headers and body:
+//
+//   - {status_code?, headers?, body?}: status_code defaults to 200 (100..999);
+//     headers are {name: value} or ["Name: value", …]; body absent is {},
+//     null is empty, a string with a content-type header of the
+//     function's is sent as is, anything else as JSON.
+//   - null (upstream's streaming answer, which this worker does not serve):
+//     200 with an empty body, what a streaming handler that wrote nothing
+//     gives.
+//   - any other value (an object without those keys, an array, a
+//     number): 200 with it as the JSON body.
+func BuildResponse(out json.RawMessage) (int, http.Header, []byte, error) {
+	h := http.Header{}
+	t := bytes.TrimSpace(out)
+	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return http.StatusOK, h, nil, nil
+	}
+	var keys map[string]json.RawMessage
+	if t[0] != '{' || json.Unmarshal(t, &keys) != nil || !hasAny(keys, "status_code", "headers", "body") {
+		h.Set("Content-Type", "application/json")
+		return http.StatusOK, h, t, nil
+	}
+	var env envelope
+	if err := json.Unmarshal(t, &env); err != nil {
+		return 0, nil, nil, fmt.Errorf("the function's response is not {status_code, headers, body}: %v", err)
+	}
+	status := http.StatusOK
+	if env.StatusCode != nil {
+		status = *env.StatusCode
+		if status < 100 || status > 999 {
+			return 0, nil, nil, fmt.Errorf("the function's status_code %d is not an HTTP status", status)
+		}
+	}
+	if err := addHeaders(h, env.Headers); err != nil {
+		return 0, nil, nil, err
+	}
+	body := bytes.TrimSpace(env.Body)
+	switch {
+	case env.Body == nil:
+		body = []byte("{}")
+	case bytes.Equal(body, []byte("null")):
+		return status, h, nil, nil
+	case body[0] == '"' && h.Get("Content-Type") != "":
+		var s string
+		if err := json.Unmarshal(body, &s); err != nil {
+			return 0, nil, nil, err
+		}
+		return status, h, []byte(s), nil
+	}
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	return status, h, body, nil
+}
+
+func hasAny(m map[string]json.RawMessage, keys ...string) bool {
+	for _, k := range keys {
+		if _, ok := m[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func addHeaders(h http.Header, raw json.RawMessage) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	add := func(k, v string) error {
+		k = strings.TrimSpace(k)
+		if !validHeaderName(k) {
+			return fmt.Errorf("the function's response header name %q is not valid", k)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return fmt.Errorf("the function's response header %s holds a line break", k)
+		}
+		if hopHeaders[strings.ToLower(k)] {
+			return nil
+		}
+		h.Add(k, strings.TrimSpace(v))
+		return nil
+	}
+	switch raw[0] {
+	case '{':
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return fmt.Errorf("the function's headers: %v", err)
+		}
+		for k, v := range m {
+			var s string
+			var ss []string
+			switch {
+			case json.Unmarshal(v, &s) == nil:
+				if err := add(k, s); err != nil {
+					return err
+				}
+			case json.Unmarshal(v, &ss) == nil:
+				for _, s := range ss {
+					if err := add(k, s); err != nil {
+						return err
+					}
+				}
+			default:
+				if err := add(k, strings.Trim(string(v), `"`)); err != nil {
+					return err
+				}
+			}
+		}
+	case '[':
+		var l []string
+		if err := json.Unmarshal(raw, &l); err != nil {
+			return fmt.Errorf("the function's headers: %v", err)
+		}
+		for _, line := range l {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok {
+				return fmt.Errorf("the function's header %q is not \"Name: value\"", line)
+			}
+			if err := add(k, v); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("the function's headers are neither {name: value} nor [\"Name: value\"]")
+	}
+	return nil
+}
+
+func validHeaderName(k string) bool {
+	if k == "" || len(k) > 256 {
+		return false
+	}
+	for _, r := range k {
+		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+// WriteResponse writes a function's result as the HTTP response.
+func WriteResponse(rw http.ResponseWriter, out json.RawMessage) error {
+	status, h, body, err := BuildResponse(out)
+	if err != nil {
+		return err
+	}
+	dst := rw.Header()
+	for k, v := range h {
+		dst[k] = append(dst[k], v...)
+	}
+	dst.Set("Content-Length", strconv.Itoa(len(body)))
+	rw.WriteHeader(status)
+	if len(body) > 0 {
+		_, _ = rw.Write(body)
+	}
+	return nil
+}
