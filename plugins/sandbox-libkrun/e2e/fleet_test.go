@@ -26,6 +26,7 @@ import (
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/netns"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -93,7 +94,7 @@ func TestFleetAcrossNetworkNamespaces(t *testing.T) {
 	go func() { _ = eng.Wait(); close(engDone) }()
 	t.Cleanup(func() {
 		_ = eng.Process.Kill()
-		<-engDone
+		waitfor.Closed(t, engDone, waitfor.Default, "the killed engine to be reaped")
 		if t.Failed() {
 			t.Logf("engine log:\n%s", engLogs.Tail(80))
 		}
@@ -139,7 +140,7 @@ func TestFleetAcrossNetworkNamespaces(t *testing.T) {
 		go func() { _ = cmd.Wait(); close(done) }()
 		t.Cleanup(func() {
 			_ = cmd.Process.Kill()
-			<-done
+			waitfor.Closed(t, done, waitfor.Default, "the killed host "+name+" to be reaped")
 			if t.Failed() {
 				t.Logf("host %s log:\n%s", name, h.logs.Tail(60))
 			}
@@ -216,7 +217,7 @@ func TestFleetAcrossNetworkNamespaces(t *testing.T) {
 	// kill -9 of h2's adapter: its sandboxes are S301 naming h2 within a
 	// second; the others go on; new creates avoid h2.
 	assert.NilError(t, hosts["h2"].cmd.Process.Kill())
-	<-hosts["h2"].done
+	waitfor.Closed(t, hosts["h2"].done, waitfor.Default, "h2's adapter, killed with SIGKILL, to be reaped")
 	var h2Sandbox string
 	for id, h := range owner {
 		if h == "h2" {

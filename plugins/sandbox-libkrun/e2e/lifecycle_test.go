@@ -3,6 +3,7 @@ package e2e
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // TestCreateExecStop boots a sandbox, runs Python in it, and stops it; the
@@ -131,8 +133,8 @@ func TestExecCap(t *testing.T) {
 		return poll.Success()
 	}, poll.WithTimeout(time.Minute))
 	p.call(t, contract.OpFsWrite, map[string]any{"sandbox_id": id, "path": "/tmp/gate", "content": ""}, nil)
-	for range 4 {
-		assert.NilError(t, <-errs)
+	for i := range 4 {
+		assert.NilError(t, waitfor.Recv(t, errs, 2*time.Minute, fmt.Sprintf("gated exec %d of 4 to finish once the gate opened", i+1)))
 	}
 }
 
@@ -195,7 +197,8 @@ func createN(t *testing.T, p *proc, n int) []string {
 			ids[i] = p.create(t, nil)
 		}()
 	}
-	wg.Wait()
+	// Booting n VMs at once on a loaded host takes a while.
+	waitfor.Group(t, &wg, 5*time.Minute, fmt.Sprintf("%d sandboxes to boot", n))
 	return ids
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/netns"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // probeScript runs in a sandbox as an attacker would: it aims at every
@@ -135,7 +136,7 @@ func TestNetwork(t *testing.T) {
 			}
 		})
 	}
-	defer wg.Wait()
+	defer waitfor.Group(t, &wg, waitfor.Default, "the test host's listeners to end")
 	for _, c := range []io.Closer{ln, ln2, pc, pc2} {
 		defer c.Close()
 	}
