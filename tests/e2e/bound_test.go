@@ -18,6 +18,7 @@ import (
 
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // TestBareEngineLoadsBoundAdapter runs the real `iii -c config.yaml` with
@@ -91,7 +92,7 @@ func TestBareEngineLoadsBoundAdapter(t *testing.T) {
 				c.done <- err
 			default:
 				_ = c.cmd.Process.Kill()
-				<-c.done
+				waitfor.Recv(t, c.done, waitfor.Default, "the killed "+filepath.Base(c.cmd.Path)+" to be reaped")
 			}
 		}
 		if t.Failed() {

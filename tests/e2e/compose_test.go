@@ -21,6 +21,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // composeWait bounds Compose's start: the package install, the engine, the
@@ -80,7 +81,7 @@ containers:
 		case <-exited:
 		default:
 			_ = compose.Process.Kill()
-			<-exited
+			waitfor.Recv(t, exited, waitfor.Default, "the killed iii compose to be reaped")
 		}
 		if t.Failed() {
 			t.Logf("iii compose stdout:\n%s\nstderr:\n%s", out.Tail(60), errOut.Tail(60))

@@ -32,6 +32,7 @@ import (
 	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/registrytest"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -78,7 +79,7 @@ func startEngine(t *testing.T, dir, extra string) *engineFixture {
 	go func() { served <- srv.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-served; err != nil {
+		if err := waitfor.Recv(t, served, time.Minute, "the engine to stop"); err != nil {
 			t.Errorf("engine stopped with %v", err)
 		}
 		if t.Failed() {

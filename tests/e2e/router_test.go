@@ -27,6 +27,7 @@ import (
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/netns"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/registrytest"
 	"github.com/iii-sandbox/iii/protocol"
@@ -291,10 +292,10 @@ func testStream(t *testing.T, eng *engineFixture, sandbox string) {
 		"parents": true, "content": rref}, client.WithTimeout(callTimeout))
 	if err != nil {
 		_ = w.Close() // unblocks the writer
-		<-wrote
+		waitfor.Recv(t, wrote, waitfor.Default, "the channel writer to end once closed")
 		t.Fatalf("fs::write through a channel: %v", err)
 	}
-	assert.NilError(t, <-wrote)
+	assert.NilError(t, waitfor.Recv(t, wrote, callTimeout, "the channel writer to finish"))
 	assert.NilError(t, json.Unmarshal(raw, &res))
 	assert.Check(t, is.Equal(res.BytesWritten, int64(fileSize)))
 	assert.Check(t, is.Equal(res.Path, path))

@@ -24,6 +24,7 @@ import (
 	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 const waitFor = 30 * time.Second
@@ -64,7 +65,7 @@ func startEngine(t *testing.T, workers string) *engine {
 		case <-done:
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			waitfor.Closed(t, done, waitfor.Default, "the killed engine to be reaped")
 		}
 		if t.Failed() {
 			t.Logf("engine log:\n%s", e.logs.String())
