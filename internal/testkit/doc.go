@@ -23,6 +23,9 @@
 //     scripted upstreams), closed and waited for at clean-up;
 //   - flood: a hostile worker's floods against a real engine process, for
 //     tests/flood and scripts/bench/flood.
+//   - composeproj: a Compose project run by a real `iii compose --up` in
+//     private directories (status, `iii call`, logs, clean stop), and the
+//     build of iii with registry workers published beside it;
 //   - waitfor: bounded waits (channel receive, close, WaitGroup, a blocking
 //     call) that fail the test naming what they waited for instead of
 //     hanging until the package timeout.

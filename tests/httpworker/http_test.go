@@ -1,0 +1,176 @@
+package httpworker
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/internal/loopback"
+	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
+	httpw "github.com/iii-sandbox/iii/workers/http"
+)
+
+// routeWait bounds the wait for a route to appear (the Node worker's
+// trigger is parked until the http worker provides the type).
+const routeWait = time.Minute
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func request(t *testing.T, c *http.Client, method, url, body string, hdr ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	assert.NilError(t, err)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := c.Do(req)
+	assert.NilError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	assert.NilError(t, err)
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+func errCode(t *testing.T, body string) string {
+	t.Helper()
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	assert.NilError(t, json.Unmarshal([]byte(body), &e), body)
+	return e.Error.Code
+}
+
+// TestComposeUpHTTP: a project declaring `worker: package://http` is
+// resolved, locked, installed and run from the default registry; the Node
+// worker's routes answer a real HTTP client with their status, headers
+// and body; a duplicate route is refused, and bad requests get upstream's
+// errors (404, 405, 413).
+func TestComposeUpHTTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs iii compose --up with an engine and a Node worker")
+	}
+	sdk := nodesdk.Find(t)
+	app, err := os.ReadFile(filepath.Join("testdata", "app", "app.mjs"))
+	assert.NilError(t, err)
+	httpPort, err := loopback.FreePort()
+	assert.NilError(t, err)
+	p := composeproj.Start(t, composeproj.Options{
+		III:   iii,
+		Files: map[string][]byte{"app/app.mjs": app},
+		Env:   []string{"III_SDK_URL=" + sdk.URL},
+		// No namespace: the published Node iii-sdk 0.22.1 knows none
+		// (docs/standard-workers.md).
+		Compose: func(port int) string {
+			return fmt.Sprintf(`stop_timeout: 5s
+engine:
+  url: ws://127.0.0.1:%d
+  workers: {}
+containers:
+  app:
+    worker: path://./app
+    scripts: { run: '%s app.mjs' }
+    environment: { III_SDK_URL: '${III_SDK_URL}' }
+  http:
+    worker: package://http
+    version: '^0.22'
+    config_override:
+      port: %d
+      default_timeout: 10000
+`, port, sdk.Node, httpPort)
+		},
+	})
+	p.WaitReady(t, "http", "app")
+
+	lock, err := os.ReadFile(filepath.Join(p.Dir, "worker-compose.lock"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(lock), httpw.Version))
+	_, err = os.Stat(filepath.Join(p.StateDir, "packages", "http-"+httpw.Version+"-"+registry.HostPlatform().Target(), "http"))
+	assert.NilError(t, err, "the package is installed in the cache")
+
+	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+	c := &http.Client{Timeout: time.Minute}
+	// The route appears once the Node worker's parked trigger reaches the
+	// http worker.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		r := request(t, c, "GET", base+"/hello/world", "")
+		if r.status != 200 {
+			return poll.Continue("GET /hello/world: %d %s", r.status, r.body)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(routeWait), poll.WithDelay(100*time.Millisecond))
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		r := request(t, c, "POST", base+"/users/probe", "{}")
+		if r.status != 201 {
+			return poll.Continue("POST /users/probe: %d %s", r.status, r.body)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(routeWait), poll.WithDelay(100*time.Millisecond))
+
+	// A path parameter, a query, a JSON body and a header in; status,
+	// headers and body out.
+	r := request(t, c, "POST", base+"/users/42?verbose=yes", `{"name":"Ada"}`, "Content-Type", "application/json", "X-Test-Agent", "go")
+	assert.Check(t, is.Equal(r.status, 201), r.body)
+	assert.Check(t, is.Equal(r.header.Get("X-User-Id"), "42"))
+	assert.Check(t, is.Equal(r.header.Get("Content-Type"), "application/json"))
+	var got map[string]any
+	assert.NilError(t, json.Unmarshal([]byte(r.body), &got), r.body)
+	assert.Check(t, is.DeepEqual(got, map[string]any{"id": "42", "verbose": "yes", "name": "Ada", "method": "POST", "path": "/users/:id", "agent": "go"}))
+
+	// A string body with the function's content-type is sent as is; a
+	// header list is accepted; trailing slash does not matter.
+	r = request(t, c, "GET", base+"/hello/world/", "")
+	assert.Check(t, is.Equal(r.status, 200))
+	assert.Check(t, is.Equal(r.body, "hello world"))
+	assert.Check(t, is.Equal(r.header.Get("Content-Type"), "text/plain; charset=utf-8"))
+	assert.Check(t, is.Equal(r.header.Get("X-Hello"), "yes"))
+
+	// The duplicate route was refused: the first one still answers, and
+	// the http worker says why.
+	r = request(t, c, "POST", base+"/users/7", `{}`)
+	assert.Check(t, is.Equal(r.status, 201), r.body)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if log := p.Log("http"); !strings.Contains(log, "Route 'POST /users/:other' conflicts with 'POST /users/:id'") {
+			return poll.Continue("the http worker's log does not name the conflict yet:\n%s", composeproj.Tail(log, 20))
+		}
+		return poll.Success()
+	}, poll.WithTimeout(routeWait), poll.WithDelay(100*time.Millisecond))
+
+	// Bad requests.
+	r = request(t, c, "GET", base+"/nope", "")
+	assert.Check(t, is.Equal(r.status, 404))
+	assert.Check(t, is.Equal(errCode(t, r.body), "NOT_FOUND"))
+	r = request(t, c, "DELETE", base+"/users/42", "")
+	assert.Check(t, is.Equal(r.status, 405))
+	assert.Check(t, is.Equal(errCode(t, r.body), "METHOD_NOT_ALLOWED"))
+	assert.Check(t, is.Equal(r.header.Get("Allow"), "POST"))
+	r = request(t, c, "POST", base+"/users/42", strings.Repeat("x", httpw.MaxBodyBytes+1))
+	assert.Check(t, is.Equal(r.status, 413))
+	assert.Check(t, is.Equal(errCode(t, r.body), "PAYLOAD_TOO_LARGE"))
+	// CORS from the registry seed: any origin.
+	r = request(t, c, "OPTIONS", base+"/users/42", "", "Origin", "https://app.example", "Access-Control-Request-Method", "POST")
+	assert.Check(t, is.Equal(r.status, 204))
+	assert.Check(t, is.Equal(r.header.Get("Access-Control-Allow-Origin"), "*"))
+	assert.Check(t, is.Equal(r.header.Get("Access-Control-Allow-Methods"), "GET, POST, PUT, DELETE, OPTIONS"))
+
+	// http::configuration-id answers the entry id.
+	out := p.MustCall(t, httpw.FnConfigurationID)
+	assert.Check(t, is.Contains(out, `"http"`))
+
+	p.Stop(t)
+}

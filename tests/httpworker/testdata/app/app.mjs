@@ -1,0 +1,42 @@
+// The Node iii-sdk worker of the http acceptance test: it serves routes
+// through `http` triggers as upstream's docs show (registerTrigger with
+// api_path and http_method), answering {status_code, headers, body}.
+const { registerWorker } = await import(process.env.III_SDK_URL);
+const env = process.env;
+const name = env.III_WORKER_NAME;
+const iii = registerWorker(env.III_URL, {
+  workerName: name,
+  reconnectionConfig: { initialDelayMs: 50, maxDelayMs: 200, jitterFactor: 0 },
+});
+process.on("SIGTERM", async () => {
+  try {
+    await iii.shutdown();
+  } finally {
+    process.exit(0);
+  }
+});
+
+iii.registerFunction("app::user", async (req) => ({
+  status_code: 201,
+  headers: { "x-user-id": req.path_params.id, "content-type": "application/json" },
+  body: {
+    id: req.path_params.id,
+    verbose: req.query_params.verbose,
+    name: req.body?.name,
+    method: req.method,
+    path: req.path,
+    agent: req.headers["x-test-agent"],
+  },
+}));
+iii.registerFunction("app::hello", async (req) => ({
+  status_code: 200,
+  headers: ["Content-Type: text/plain; charset=utf-8", "X-Hello: yes"],
+  body: `hello ${req.path_params.who}`,
+}));
+iii.registerFunction("app::dup", async () => ({ status_code: 500, body: "the duplicate route answered" }));
+
+iii.registerTrigger({ type: "http", function_id: "app::user", config: { api_path: "users/:id", http_method: "POST" } });
+iii.registerTrigger({ type: "http", function_id: "app::hello", config: { api_path: "/hello/{who}" } });
+// Same method and shape as users/:id: the http worker refuses it.
+iii.registerTrigger({ type: "http", function_id: "app::dup", config: { api_path: "/users/:other/", http_method: "POST" } });
+console.log(`app ${name} serving`);
