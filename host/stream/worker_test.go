@@ -20,6 +20,7 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -564,8 +565,8 @@ func TestEnqueueDropsOldest(t *testing.T) {
 		c.enqueue([]byte(fmt.Sprint(i)))
 	}
 	var got []string
-	for range 3 {
-		got = append(got, string(c.q.take(<-c.out)))
+	for i := range 3 {
+		got = append(got, string(c.q.take(waitfor.Recv(t, c.out, waitFor, fmt.Sprintf("queued frame %d of 3", i+1)))))
 	}
 	assert.DeepEqual(t, got, []string{"7", "8", "9"})
 }

@@ -78,6 +78,9 @@ func StartWith(ctx context.Context, iii, dir string, stream bool) (*Engine, erro
 	e.cmd.Dir = dir
 	e.cmd.Env = append(os.Environ(), "HOME="+dir)
 	e.cmd.Stdout, e.cmd.Stderr = &e.logs, &e.logs
+	// Stop's wait after a kill is bounded even if a child of the engine
+	// still holds its output.
+	e.cmd.WaitDelay = 5 * time.Second
 	if err := e.cmd.Start(); err != nil {
 		return nil, err
 	}
