@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/internal/hostfacts"
 	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
@@ -254,12 +255,21 @@ func TestVM(t *testing.T) {
 	})
 	t.Run("orphans are reaped", func(t *testing.T) {
 		run(t, c, agentclient.ExecRequest{Argv: []string{"sh", "-c", "sleep 0.2 & exit 0"}})
-		time.Sleep(time.Second)
-		ps := run(t, c, agentclient.ExecRequest{Argv: []string{"ps", "-o", "pid,stat,args"}})
-		for _, line := range strings.Split(string(ps.Stdout), "\n")[1:] {
-			f := strings.Fields(line)
-			assert.Assert(t, len(f) < 2 || !strings.HasPrefix(f[1], "Z"), "zombie: %s", line)
-		}
+		// Reaped: the orphan is neither running any more nor left a
+		// zombie (a zombie would keep this waiting until it fails).
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			ps := run(t, c, agentclient.ExecRequest{Argv: []string{"ps", "-o", "pid,stat,args"}})
+			for _, line := range strings.Split(string(ps.Stdout), "\n")[1:] {
+				f := strings.Fields(line)
+				if len(f) >= 2 && strings.HasPrefix(f[1], "Z") {
+					return poll.Continue("zombie: %s", line)
+				}
+				if strings.Contains(line, "sleep 0.2") {
+					return poll.Continue("the orphan still runs: %s", line)
+				}
+			}
+			return poll.Success()
+		}, poll.WithTimeout(waitfor.Default), poll.WithDelay(200*time.Millisecond))
 	})
 	t.Run("write then read a file", func(t *testing.T) {
 		_, err := c.WriteFile(ctx, &agentproto.FSRequest{Path: "/work/hello.txt", Parents: true}, strings.NewReader("hello from the host\n"))
