@@ -1,0 +1,226 @@
+// Command http measures the registry's http worker (workers/http) beside a
+// plain Go net/http handler doing the same JSON echo, in the same run:
+//
+//	http worker  client → listener → engine → function worker (Go) →
+//	             engine → listener → client
+//	net/http     client → listener → handler (decode, encode) → client
+//
+// Both are served on loopback from this process, the engine in-process
+// (as scripts/bench/state). 64 clients (keep-alive) send POST requests
+// with a small JSON body for a fixed time per path, in interleaved
+// slices; each request's latency is recorded. Printed: p50, p99 and
+// requests/s per path, and the ratios http worker / net/http.
+//
+//	go run ./scripts/bench/http [-clients 64] [-dur 6s] [-rounds 3]
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/testkit/benchstat"
+	httpw "github.com/iii-sandbox/iii/workers/http"
+)
+
+func main() {
+	clients := flag.Int("clients", 64, "concurrent HTTP clients")
+	dur := flag.Duration("dur", 6*time.Second, "measuring time per path")
+	rounds := flag.Int("rounds", 3, "interleaved slices per path")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
+	if err := run(*clients, *dur, *rounds); err != nil {
+		fmt.Fprintln(os.Stderr, "bench http:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+const payload = `{"name":"Alice","n":1,"tags":["a","b"]}`
+
+func run(clients int, dur time.Duration, rounds int) error {
+	ctx := context.Background()
+	eng := engine.New(engine.Options{Logger: hclog.NewNullLogger()})
+	esrv := httptest.NewServer(eng.Handler())
+	defer esrv.Close()
+	defer eng.Close(ctx)
+	url := "ws" + strings.TrimPrefix(esrv.URL, "http")
+	dial := func(name string) (*client.Client, error) {
+		return client.Dial(ctx, url, client.Options{Name: name, IgnoreEnv: true, Reconnect: client.ReconnectPolicy{Disable: true}})
+	}
+
+	// The http worker.
+	hc, err := dial("http")
+	if err != nil {
+		return err
+	}
+	defer hc.Close(ctx)
+	cfg, err := httpw.ParseConfig(json.RawMessage(`{"port":0}`))
+	if err != nil {
+		return err
+	}
+	w := httpw.New(cfg, httpw.Options{Invoker: httpw.ClientInvoker{C: hc}})
+	if err := w.Listen(); err != nil {
+		return err
+	}
+	defer w.Close(ctx)
+	if err := w.Register(hc, "http"); err != nil {
+		return err
+	}
+	// The function worker: echoes the JSON body.
+	fc, err := dial("app")
+	if err != nil {
+		return err
+	}
+	defer fc.Close(ctx)
+	if _, err := fc.RegisterFunction(client.FunctionDef{ID: "bench::echo"}, func(_ context.Context, inv *client.Invocation) (any, error) {
+		var req struct {
+			Body json.RawMessage `json:"body"`
+		}
+		if err := json.Unmarshal(inv.Data, &req); err != nil {
+			return nil, err
+		}
+		return map[string]any{"status_code": 200, "body": req.Body}, nil
+	}); err != nil {
+		return err
+	}
+	if _, err := fc.RegisterTrigger(client.TriggerDef{TriggerType: "http", FunctionID: "bench::echo",
+		Config: json.RawMessage(`{"api_path":"/echo","http_method":"POST"}`)}); err != nil {
+		return err
+	}
+	// The floor: a plain net/http handler doing the same echo.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	plain := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var v any
+		if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&v); err != nil {
+			http.Error(rw, err.Error(), 400)
+			return
+		}
+		b, _ := json.Marshal(v)
+		rw.Header().Set("Content-Type", "application/json")
+		_, _ = rw.Write(b)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go plain.Serve(ln)
+	defer plain.Close()
+
+	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, IdleConnTimeout: time.Minute}
+	hcl := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	paths := []struct{ name, url string }{
+		{"http worker", "http://" + w.Addr().String() + "/echo"},
+		{"net/http", "http://" + ln.Addr().String() + "/echo"},
+	}
+	one := func(u string) error {
+		resp, err := hcl.Post(u, "application/json", strings.NewReader(payload))
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`"Alice"`)) {
+			return fmt.Errorf("%s: %d %s", u, resp.StatusCode, b)
+		}
+		return nil
+	}
+	// Wait for the route (the trigger reaches the worker asynchronously),
+	// then warm up.
+	deadline := time.Now().Add(30 * time.Second)
+	for one(paths[0].url) != nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the route did not appear: %v", one(paths[0].url))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, p := range paths {
+		load(clients, time.Second, func() error { return one(p.url) })
+	}
+	fmt.Printf("GOMAXPROCS=%d  load average: %s\n", runtime.GOMAXPROCS(0), benchstat.LoadAvg())
+	lat := map[string][]time.Duration{}
+	done := map[string]int{}
+	fails := map[string]int64{}
+	for r := range rounds {
+		for j := range paths {
+			p := paths[(j+r)%len(paths)]
+			s, f := load(clients, dur/time.Duration(rounds), func() error { return one(p.url) })
+			lat[p.name] = append(lat[p.name], s...)
+			done[p.name] += len(s)
+			fails[p.name] += f
+		}
+	}
+	pct := func(name string, q int) time.Duration {
+		s := lat[name]
+		slices.Sort(s)
+		return benchstat.Percentile(s, q)
+	}
+	rate := func(name string) float64 { return float64(done[name]) / dur.Seconds() }
+	fmt.Printf("%d clients, POST %d-byte JSON echo, %s per path in %d interleaved slices\n", clients, len(payload), dur, rounds)
+	fmt.Printf("  %-12s %10s %10s %12s %8s\n", "path", "p50", "p99", "req/s", "failed")
+	for _, p := range paths {
+		fmt.Printf("  %-12s %10s %10s %12.0f %8d\n", p.name, us(pct(p.name, 50)), us(pct(p.name, 99)), rate(p.name), fails[p.name])
+	}
+	a, b := paths[0].name, paths[1].name
+	fmt.Printf("  http worker / net/http: p50 %.2f× (target ≤ 2×), p99 %.2f×, req/s %.0f%% (target ≥ 50%%)\n",
+		float64(pct(a, 50))/float64(pct(b, 50)), float64(pct(a, 99))/float64(pct(b, 99)), 100*rate(a)/rate(b))
+	return nil
+}
+
+// load runs clients goroutines calling f for d; the latencies of the
+// calls that succeeded, and the number that failed.
+func load(clients int, d time.Duration, f func() error) ([]time.Duration, int64) {
+	var mu sync.Mutex
+	var all []time.Duration
+	var failed atomic.Int64
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				if err := f(); err != nil {
+					failed.Add(1)
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return all, failed.Load()
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d.Microseconds())) }
