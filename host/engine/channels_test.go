@@ -130,7 +130,12 @@ func TestChannelSweepAndOwnerCleanup(t *testing.T) {
 		writer, reader := te.CreateChannel(4)
 		wc := dialChannel(t, te, writer)
 		rc := dialChannel(t, te, reader)
-		time.Sleep(30 * time.Millisecond) // several sweeps pass over it
+		// A channel made after it and never taken is swept once it is past
+		// the TTL: by then the taken one is too, and a sweep has passed
+		// over it.
+		canary, _ := te.CreateChannel(0)
+		pollUntil(t, "the untaken canary channel swept", func() bool { return te.channels.get(canary.ChannelID) == nil })
+		assert.Assert(t, te.channels.get(writer.ChannelID) != nil, "the fully taken channel was swept")
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
 		assert.NilError(t, wc.Write(ctx, websocket.MessageText, []byte("still here")))
