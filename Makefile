@@ -13,6 +13,9 @@ ADAPTER_VERSION ?= 0.3.1
 # equal to state.Version (workers/state/config.go; a test checks).
 STATE_VERSION ?= 0.22.19
 STATE_DEFAULTS := {"adapter":{"name":"kv","config":{"store_method":"file_based"}}}
+# Keep CRON_VERSION equal to cron.Version (workers/cron/config.go).
+CRON_VERSION ?= 0.21.26
+CRON_DEFAULTS := {"adapter":{"name":"local"}}
 # Keep HTTP_VERSION equal to httpworker.Version (workers/http/config.go; a test checks), HTTP_DEFAULTS
 # to httpworker.DefaultConfig.
 HTTP_VERSION ?= 0.22.7
@@ -39,6 +42,10 @@ build: ## Build every binary into bin/: iii, the adapters, the guest agent.
 	$(GO) run ./scripts/publish -registry $(BIN)/registry -name state -version $(STATE_VERSION) \
 		-description 'Scoped key/value state with change triggers (state::*, trigger type state)' \
 		-default-config '$(STATE_DEFAULTS)' $(BIN)/state
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/cron ./workers/cron/cmd/cron
+	$(GO) run ./scripts/publish -registry $(BIN)/registry -name cron -version $(CRON_VERSION) \
+		-description 'Fire functions on cron schedules, seconds field first, UTC (trigger type cron)' \
+		-default-config '$(CRON_DEFAULTS)' $(BIN)/cron
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/http ./workers/http/cmd/http
 	$(GO) run ./scripts/publish -registry $(BIN)/registry -name http -version $(HTTP_VERSION) \
 		-description 'HTTP routes as triggers (trigger type http, its own listener on 127.0.0.1:3111)' \
@@ -83,6 +90,8 @@ cross: ## Cross-compile every binary for darwin/arm64 and linux/arm64 (the guest
 	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/iii
 	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/sandbox-libkrun
 	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./plugins/sdk/examples/hostdir/cmd/sandbox-hostdir
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./workers/state/cmd/state
+	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./workers/state/cmd/state
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/iii-guest-agent
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/iii-guest-agent
 
