@@ -177,6 +177,7 @@ func TestTriggerTTL(t *testing.T) {
 	defer f.w.Subscribe(func(ev Event) { rec.add(eventLine(ev)) })()
 	f.register(t, "tmp", `{"type":"integer"}`, "5")
 	f.register(t, "kept", `{"type":"integer"}`, "6")
+	f.register(t, "canary", `{"type":"integer"}`, "7")
 
 	bind := func(id, cfgID string) engine.TriggerBinding {
 		b := engine.TriggerBinding{ID: id, TriggerType: TriggerType, FunctionID: "x::y", Namespace: engine.DefaultNamespace,
@@ -189,7 +190,15 @@ func TestTriggerTTL(t *testing.T) {
 	f.w.trig.UnregisterTrigger(a) // one left: no countdown
 	f.w.trig.UnregisterTrigger(k)
 	bind("k2", "kept") // back before the TTL: the countdown stops
-	time.Sleep(120 * time.Millisecond)
+	// An entry whose last trigger left after these did expires: by then
+	// the TTL has passed for them too.
+	f.w.trig.UnregisterTrigger(bind("c", "canary"))
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if _, err := f.w.Get(context.Background(), "canary", true); err == nil {
+			return poll.Continue("canary still there")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(3*time.Second), poll.WithDelay(5*time.Millisecond))
 	_, err := f.w.Get(context.Background(), "tmp", true)
 	assert.NilError(t, err)
 	_, err = f.w.Get(context.Background(), "kept", true)
@@ -209,6 +218,8 @@ func TestTriggerTTL(t *testing.T) {
 	rec.waitFor(t,
 		`configuration:registered tmp old=null new=5`,
 		`configuration:registered kept old=null new=6`,
+		`configuration:registered canary old=null new=7`,
+		`configuration:deleted canary old=7 new=null`,
 		`configuration:deleted tmp old=5 new=null`,
 	)
 	// The watcher does not report the removal as a hand edit: a hand edit
@@ -217,6 +228,8 @@ func TestTriggerTTL(t *testing.T) {
 	rec.waitFor(t,
 		`configuration:registered tmp old=null new=5`,
 		`configuration:registered kept old=null new=6`,
+		`configuration:registered canary old=null new=7`,
+		`configuration:deleted canary old=7 new=null`,
 		`configuration:deleted tmp old=5 new=null`,
 		`configuration:registered marker old=null new=1`,
 	)
