@@ -13,7 +13,7 @@ ADAPTER_VERSION ?= 0.3.1
 # equal to state.Version (workers/state/config.go; a test checks).
 STATE_VERSION ?= 0.22.19
 STATE_DEFAULTS := {"adapter":{"name":"kv","config":{"store_method":"file_based"}}}
-# Keep CRON_VERSION equal to cron.Version (workers/cron/config.go).
+# Keep CRON_VERSION equal to cron.Version (workers/cron/config.go; a test checks).
 CRON_VERSION ?= 0.21.26
 CRON_DEFAULTS := {"adapter":{"name":"local"}}
 # Keep HTTP_VERSION equal to httpworker.Version (workers/http/config.go; a test checks), HTTP_DEFAULTS
