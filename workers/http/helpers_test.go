@@ -97,3 +97,5 @@ func errCode(t *testing.T, body string) string {
 	assert.NilError(t, json.Unmarshal([]byte(body), &e), body)
 	return e.Error.Code
 }
+
+func jsonBody(s string) io.Reader { return strings.NewReader(s) }

@@ -2,6 +2,7 @@ package httpworker
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -204,8 +205,9 @@ func (rt *Router) Len() int {
 	return len(rt.byID)
 }
 
-// SplitPath splits a request path into its non-empty segments (false when
-// deeper than any route can be).
+// SplitPath splits an escaped request path into its non-empty segments,
+// each percent-decoded after the split (so an encoded "/" stays inside its
+// parameter); false when deeper than any route can be.
 func SplitPath(p string) ([]string, bool) {
 	segs := make([]string, 0, 8)
 	for _, s := range strings.Split(p, "/") {
@@ -214,6 +216,9 @@ func SplitPath(p string) ([]string, bool) {
 		}
 		if len(segs) == maxPathSegments {
 			return nil, false
+		}
+		if d, err := url.PathUnescape(s); err == nil {
+			s = d
 		}
 		segs = append(segs, s)
 	}

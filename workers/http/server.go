@@ -366,7 +366,7 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if origin != "" {
 		w.corsHeaders(rw, origin)
 	}
-	segs, ok := SplitPath(r.URL.Path)
+	segs, ok := SplitPath(r.URL.EscapedPath())
 	if !ok {
 		writeError(rw, http.StatusNotFound, CodeNotFound, "no route for "+r.Method+" "+r.URL.Path)
 		return

@@ -28,6 +28,9 @@ func TestRequestPayloadAndResponse(t *testing.T) {
 		assert.NilError(t, json.Unmarshal(p, &got))
 		return json.RawMessage(`{"status_code":201,"headers":{"x-id":"42"},"body":{"ok":true}}`), nil
 	}
+	resp, _ := f.do(t, "POST", "/users/a%2Fb%20c", "")
+	assert.Check(t, is.Equal(resp.StatusCode, 201))
+	assert.Check(t, is.DeepEqual(got.PathParams, map[string]string{"id": "a/b c"}), "an encoded / stays in its parameter")
 	resp, body := f.do(t, "POST", "/users/42/?q=a&q=b&z=1", `{"name":"Ada"}`, "X-Custom", "v", "Content-Type", "application/json")
 	assert.Equal(t, resp.StatusCode, 201)
 	assert.Equal(t, resp.Header.Get("X-Id"), "42")
