@@ -200,6 +200,9 @@ func (p *project) waitGet(t *testing.T, scope, key, want string) {
 }
 
 func compactJSON(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "null" // iii call prints nothing for a null result
+	}
 	var v any
 	if err := json.Unmarshal([]byte(s), &v); err != nil {
 		return strings.TrimSpace(s)
@@ -254,6 +257,13 @@ func TestComposeUpState(t *testing.T) {
 	out = p.mustCall(t, "app::bump", "key=o1")
 	assert.Check(t, is.Equal(compactJSON(out), `{"new_value":{"n":2},"old_value":{"n":1}}`))
 	p.waitGet(t, "seen", "o1:state:updated", `{"event_type":"state:updated","key":"o1","new_value":{"n":2},"old_value":{"n":1},"scope":"orders","type":"state"}`)
+
+	// A condition answering false skips its trigger: o1 (n=2) never
+	// reached app::on-big, o2 (n=10), written after it, did. Events are
+	// delivered in write order, so o1's was decided before o2's.
+	p.mustCall(t, "app::write", "--json", `{"key":"o2","value":{"n":10}}`)
+	p.waitGet(t, "big", "o2", `{"n":10}`)
+	p.waitGet(t, "big", "o1", `null`)
 
 	// max_value_bytes from config_override.
 	big := `{"scope":"x","key":"k","value":"` + strings.Repeat("v", 5000) + `"}`

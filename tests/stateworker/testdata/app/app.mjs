@@ -29,4 +29,11 @@ iii.registerFunction("app::on-state", async (event) => {
   return null;
 });
 iii.registerTrigger({ type: "state", function_id: "app::on-state", config: { scope: "orders" } });
+// A trigger with a condition: only values with n >= 10 reach app::on-big.
+iii.registerFunction("app::only-big", async (event) => (event.new_value?.n ?? 0) >= 10);
+iii.registerFunction("app::on-big", async (event) => {
+  await iii.trigger({ function_id: "state::set", payload: { scope: "big", key: event.key, value: event.new_value } });
+  return null;
+});
+iii.registerTrigger({ type: "state", function_id: "app::on-big", config: { scope: "orders", condition_function_id: "app::only-big" } });
 console.log(`app ${name} serving in namespace ${env.III_NAMESPACE}`);
