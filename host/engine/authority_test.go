@@ -17,6 +17,7 @@ import (
 
 	"github.com/iii-sandbox/iii/host/rbac"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -314,7 +315,7 @@ func TestAuthorityRBACSession(t *testing.T) {
 	res, err := te.InvokeAs(context.Background(), p.binding(t, "allowed").Caller(), "", "ops::log", json.RawMessage(`{"n":1}`), nil)
 	assert.NilError(t, err)
 	assert.Equal(t, string(res), `{"via":"middleware"}`)
-	in := <-mwCalls
+	in := waitfor.Recv(t, mwCalls, waitFor, "the middleware to be called for ops::log")
 	assert.Equal(t, in.str("function_id"), "ops::log")
 	assert.Equal(t, in.obj("context").str("user"), "alice")
 
@@ -329,7 +330,7 @@ func TestAuthorityRBACSession(t *testing.T) {
 	// Control: the allowed binding still reaches the middleware, and
 	// meta::fn was never called, directly or through it.
 	assert.NilError(t, fire(te, p.binding(t, "allowed"), ""))
-	assert.Equal(t, (<-mwCalls).str("function_id"), "ops::log")
+	assert.Equal(t, waitfor.Recv(t, mwCalls, waitFor, "the middleware to be called again for ops::log").str("function_id"), "ops::log")
 	select {
 	case f := <-mwCalls:
 		t.Fatalf("called: %v", f)
@@ -421,12 +422,12 @@ func TestAuthorityEnqueue(t *testing.T) {
 			Action: &protocol.TriggerAction{Type: protocol.ActionEnqueue, Queue: "jobs"}})
 		res := rc.expect("invocationresult")
 		assert.Assert(t, res.obj("error") == nil, "%v", res)
-		assert.Equal(t, (<-handed).str("function_id"), fn)
+		assert.Equal(t, waitfor.Recv(t, handed, waitFor, "the queue provider to be handed "+fn).str("function_id"), fn)
 	}
 	deliver := func(id, fn string) frame {
 		t.Helper()
 		queue.send(&protocol.InvokeFunction{InvocationID: id, FunctionID: fn, Data: json.RawMessage(`{"payload":"attacker"}`)})
-		return <-handed
+		return waitfor.Recv(t, handed, waitFor, "the answer to delivery "+id)
 	}
 
 	attacker := te.dial(t)

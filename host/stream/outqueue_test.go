@@ -6,6 +6,8 @@ import (
 
 	"github.com/coder/websocket"
 	"gotest.tools/v3/assert"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // TestQueueRejoinReplacesAndCaps: a re-join's sync replaces the one its
@@ -39,7 +41,7 @@ func TestQueueRejoinReplacesAndCaps(t *testing.T) {
 	c.enqueueSync("a", big)
 	c.enqueueSync("b", big)
 	c.enqueueSync("c", big) // 18 MiB > 16 MiB
-	reason := <-done
+	reason := waitfor.Recv(t, done, waitFor, "the over-limit client to be closed")
 	assert.Assert(t, bytes.HasPrefix([]byte(reason), []byte(codeLimitExceeded)), reason)
 	assert.Assert(t, c.q.closing())
 	c.enqueue([]byte("more"))

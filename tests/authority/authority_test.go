@@ -17,6 +17,7 @@ import (
 	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // waitFor bounds every wait of these tests: a hang guard, not a timing.
@@ -74,7 +75,7 @@ workers:
 		case <-done:
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			waitfor.Closed(t, done, waitfor.Default, "the killed engine to be reaped")
 		}
 		if t.Failed() {
 			t.Logf("engine log:\n%s", e.logs.String())

@@ -23,6 +23,7 @@ import (
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -63,7 +64,7 @@ func startEngine(t *testing.T, sandbox string) *iiiEngine {
 		case <-done:
 		case <-time.After(waitFor):
 			_ = cmd.Process.Kill()
-			<-done
+			waitfor.Closed(t, done, waitfor.Default, "the killed engine to be reaped")
 		}
 		if t.Failed() {
 			t.Logf("engine log:\n%s", e.logs.String())
