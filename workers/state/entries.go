@@ -92,7 +92,8 @@ func (w *Worker) ListEntries(ctx context.Context, raw json.RawMessage) (*Entries
 		}
 	}
 	var sn *snapshot
-	if r.Cursor != nil {
+	fresh := r.Cursor == nil
+	if !fresh {
 		sn = s.m[*r.Cursor]
 		if sn == nil || sn.scope != *r.Scope {
 			s.mu.Unlock()
@@ -137,6 +138,11 @@ func (w *Worker) ListEntries(ctx context.Context, raw json.RawMessage) (*Entries
 	if i >= len(sn.rows) {
 		page.Done = true
 	} else {
+		if fresh && len(s.m) >= maxSnapshots {
+			// Others opened snapshots while this one was read.
+			s.mu.Unlock()
+			return nil, errorf(CodeSnapshotCapacity, "%d snapshots are open; finish one or wait for one to expire (120 s)", maxSnapshots)
+		}
 		c := uuid.NewString()
 		sn.expires = now.Add(snapshotTTL)
 		s.m[c] = sn
