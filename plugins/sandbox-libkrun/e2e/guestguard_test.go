@@ -18,6 +18,7 @@ import (
 
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/netns"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // dnsAttackScript runs in a network: true sandbox as a hostile guest
@@ -116,7 +117,11 @@ func startTestResolver(t *testing.T, host *netns.Host) *testResolver {
 		}
 	})
 	// Listen's clean-up would close them only after this one waits.
-	t.Cleanup(func() { _ = ln.Close(); _ = pc.Close(); wg.Wait() })
+	t.Cleanup(func() {
+		_ = ln.Close()
+		_ = pc.Close()
+		waitfor.Group(t, &wg, waitfor.Default, "the test resolver's servers to end")
+	})
 	return r
 }
 

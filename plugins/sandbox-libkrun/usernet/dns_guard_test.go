@@ -15,6 +15,8 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
 // rawResolver is a loopback nameserver that records every byte it is
@@ -76,7 +78,11 @@ func startRawResolver(t *testing.T) *rawResolver {
 			_ = c.Close()
 		}
 	})
-	t.Cleanup(func() { _ = pc.Close(); _ = ln.Close(); wg.Wait() })
+	t.Cleanup(func() {
+		_ = pc.Close()
+		_ = ln.Close()
+		waitfor.Group(t, &wg, waitfor.Default, "the test resolver's servers to end")
+	})
 	return r
 }
 
