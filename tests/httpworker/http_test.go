@@ -56,26 +56,21 @@ func errCode(t *testing.T, body string) string {
 	return e.Error.Code
 }
 
-// TestComposeUpHTTP: a project declaring `worker: package://http` is
-// resolved, locked, installed and run from the default registry; the Node
-// worker's routes answer a real HTTP client with their status, headers
-// and body; a duplicate route is refused, and bad requests get upstream's
-// errors (404, 405, 413).
-func TestComposeUpHTTP(t *testing.T) {
+// startProject runs a project of the Node worker app and containers (a
+// containers: block indented by two). No namespace: the published Node
+// iii-sdk 0.22.1 knows none (docs/standard-workers.md).
+func startProject(t *testing.T, containers string) *composeproj.Project {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs iii compose --up with an engine and a Node worker")
 	}
 	sdk := nodesdk.Find(t)
 	app, err := os.ReadFile(filepath.Join("testdata", "app", "app.mjs"))
 	assert.NilError(t, err)
-	httpPort, err := loopback.FreePort()
-	assert.NilError(t, err)
-	p := composeproj.Start(t, composeproj.Options{
+	return composeproj.Start(t, composeproj.Options{
 		III:   iii,
 		Files: map[string][]byte{"app/app.mjs": app},
 		Env:   []string{"III_SDK_URL=" + sdk.URL},
-		// No namespace: the published Node iii-sdk 0.22.1 knows none
-		// (docs/standard-workers.md).
 		Compose: func(port int) string {
 			return fmt.Sprintf(`stop_timeout: 5s
 engine:
@@ -86,15 +81,40 @@ containers:
     worker: path://./app
     scripts: { run: '%s app.mjs' }
     environment: { III_SDK_URL: '${III_SDK_URL}' }
-  http:
+%s`, port, sdk.Node, containers)
+		},
+	})
+}
+
+// waitRoute waits for the Node worker's GET /hello/:who: its trigger is
+// parked until the http worker provides the type.
+func waitRoute(t *testing.T, c *http.Client, base string) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		r := request(t, c, "GET", base+"/hello/world", "")
+		if r.status != 200 {
+			return poll.Continue("GET /hello/world: %d %s", r.status, r.body)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(routeWait), poll.WithDelay(100*time.Millisecond))
+}
+
+// TestComposeUpHTTP: a project declaring `worker: package://http` is
+// resolved, locked, installed and run from the default registry; the Node
+// worker's routes answer a real HTTP client with their status, headers
+// and body; a duplicate route is refused, and bad requests get upstream's
+// errors (404, 405, 413).
+func TestComposeUpHTTP(t *testing.T) {
+	t.Parallel()
+	httpPort, err := loopback.FreePort()
+	assert.NilError(t, err)
+	p := startProject(t, fmt.Sprintf(`  http:
     worker: package://http
     version: '^0.22'
     config_override:
       port: %d
       default_timeout: 10000
-`, port, sdk.Node, httpPort)
-		},
-	})
+`, httpPort))
 	p.WaitReady(t, "http", "app")
 
 	lock, err := os.ReadFile(filepath.Join(p.Dir, "worker-compose.lock"))
@@ -105,15 +125,7 @@ containers:
 
 	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	c := &http.Client{Timeout: time.Minute}
-	// The route appears once the Node worker's parked trigger reaches the
-	// http worker.
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		r := request(t, c, "GET", base+"/hello/world", "")
-		if r.status != 200 {
-			return poll.Continue("GET /hello/world: %d %s", r.status, r.body)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(routeWait), poll.WithDelay(100*time.Millisecond))
+	waitRoute(t, c, base)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		r := request(t, c, "POST", base+"/users/probe", "{}")
 		if r.status != 201 {
@@ -140,16 +152,17 @@ containers:
 	assert.Check(t, is.Equal(r.header.Get("Content-Type"), "text/plain; charset=utf-8"))
 	assert.Check(t, is.Equal(r.header.Get("X-Hello"), "yes"))
 
-	// The duplicate route was refused: the first one still answers, and
-	// the http worker says why.
-	r = request(t, c, "POST", base+"/users/7", `{}`)
-	assert.Check(t, is.Equal(r.status, 201), r.body)
+	// A duplicate route is refused: the http worker says why, and the
+	// first one still answers.
+	p.MustCall(t, "app::add-dup")
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		if log := p.Log("http"); !strings.Contains(log, "Route 'POST /users/:other' conflicts with 'POST /users/:id'") {
 			return poll.Continue("the http worker's log does not name the conflict yet:\n%s", composeproj.Tail(log, 20))
 		}
 		return poll.Success()
 	}, poll.WithTimeout(routeWait), poll.WithDelay(100*time.Millisecond))
+	r = request(t, c, "POST", base+"/users/7", `{}`)
+	assert.Check(t, is.Equal(r.status, 201), r.body)
 
 	// Bad requests.
 	r = request(t, c, "GET", base+"/nope", "")
@@ -172,5 +185,36 @@ containers:
 	out := p.MustCall(t, httpw.FnConfigurationID)
 	assert.Check(t, is.Contains(out, `"http"`))
 
+	p.Stop(t)
+}
+
+// TestComposeAddHTTP: `compose::add` of the http package (a container
+// object, to give it a free port) from the default registry, offline,
+// edits the file and the lock and starts it; the Node worker's parked
+// route then answers.
+func TestComposeAddHTTP(t *testing.T) {
+	t.Parallel()
+	p := startProject(t, "")
+	p.WaitReady(t, "app")
+	httpPort, err := loopback.FreePort()
+	assert.NilError(t, err)
+	out := p.MustCall(t, "compose::add", "--json", fmt.Sprintf(`{"workers":[{"worker":"http","config_override":{"port":%d}}]}`, httpPort))
+	var added struct {
+		Added  []string `json:"added"`
+		Edited bool     `json:"edited"`
+	}
+	assert.NilError(t, json.Unmarshal([]byte(out), &added), out)
+	assert.Check(t, added.Edited, out)
+	assert.Check(t, is.DeepEqual(added.Added, []string{"http"}), out)
+	file, err := os.ReadFile(filepath.Join(p.Dir, "worker-compose.yaml"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(file), "worker: package://http"))
+	assert.Check(t, is.Contains(string(file), httpw.Version))
+	lock, err := os.ReadFile(filepath.Join(p.Dir, "worker-compose.lock"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(lock), httpw.Version))
+	p.WaitReady(t, "http", "app")
+	c := &http.Client{Timeout: time.Minute}
+	waitRoute(t, c, fmt.Sprintf("http://127.0.0.1:%d", httpPort))
 	p.Stop(t)
 }
