@@ -77,6 +77,8 @@ func (ci ClientInvoker) Invoke(ctx context.Context, ns, fn string, payload, md j
 type Options struct {
 	Logger  hclog.Logger
 	Invoker Invoker
+	// ReadHeaderTimeout overrides ReadHeaderTimeout (tests).
+	ReadHeaderTimeout time.Duration
 }
 
 // live is what a configuration change applies without a restart.
@@ -90,6 +92,7 @@ type live struct {
 type Worker struct {
 	log     hclog.Logger
 	invoker Invoker
+	rht     time.Duration
 	router  *Router
 	cfg     Config // restart settings, as started
 	cors    *CORSConfig
@@ -106,7 +109,10 @@ func New(cfg Config, o Options) *Worker {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
-	w := &Worker{log: o.Logger, invoker: o.Invoker, router: NewRouter(), cfg: cfg, cors: cfg.CORS,
+	if o.ReadHeaderTimeout <= 0 {
+		o.ReadHeaderTimeout = ReadHeaderTimeout
+	}
+	w := &Worker{log: o.Logger, invoker: o.Invoker, rht: o.ReadHeaderTimeout, router: NewRouter(), cfg: cfg, cors: cfg.CORS,
 		sem: make(chan struct{}, cfg.Concurrency())}
 	w.Reconfigure(cfg)
 	return w
@@ -148,7 +154,7 @@ func (w *Worker) Serve(ln net.Listener) {
 	w.ln = ln
 	w.srv = &http.Server{
 		Handler:           w,
-		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadHeaderTimeout: w.rht,
 		ReadTimeout:       BodyReadTimeout,
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,

@@ -3,6 +3,7 @@ package httpworker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -374,4 +375,44 @@ func TestMakefileVersionAndSeed(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(string(b), "HTTP_VERSION ?= "+Version+"\n"))
 	assert.Check(t, is.Contains(string(b), "HTTP_DEFAULTS := "+DefaultConfig+"\n"))
+}
+
+// TestSlowloris: a client that opens a request and never finishes its
+// headers is disconnected once ReadHeaderTimeout passes; meanwhile others
+// are served.
+func TestSlowloris(t *testing.T) {
+	cfg, err := ParseConfig(json.RawMessage(`{"port":0}`))
+	assert.NilError(t, err)
+	inv := &fakeInvoker{fns: map[string]func(context.Context, json.RawMessage) (json.RawMessage, error){"f": answer(`{"body":1}`)}}
+	w := New(cfg, Options{Invoker: inv, ReadHeaderTimeout: 200 * time.Millisecond})
+	assert.NilError(t, w.Listen())
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Default)
+		defer cancel()
+		assert.NilError(t, w.Close(ctx))
+	}()
+	assert.NilError(t, w.RegisterTrigger(context.Background(), client.TriggerRegistration{ID: "t", FunctionID: "f", Config: json.RawMessage(`{"api_path":"/f"}`)}))
+	var slow []net.Conn
+	for range 16 {
+		conn, err := net.Dial("tcp", w.Addr().String())
+		assert.NilError(t, err)
+		defer conn.Close()
+		_, err = conn.Write([]byte("GET /f HTTP/1.1\r\nHost: x\r\nX-Slow: "))
+		assert.NilError(t, err)
+		slow = append(slow, conn)
+	}
+	resp, err := (&http.Client{Timeout: waitfor.Default}).Get("http://" + w.Addr().String() + "/f")
+	assert.NilError(t, err)
+	resp.Body.Close()
+	assert.Check(t, is.Equal(resp.StatusCode, 200))
+	for _, conn := range slow {
+		_ = conn.SetReadDeadline(time.Now().Add(waitfor.Default))
+		buf := make([]byte, 512)
+		var err error
+		for err == nil {
+			_, err = conn.Read(buf) // a 408 may come first, then the close
+		}
+		var ne net.Error
+		assert.Check(t, !(errors.As(err, &ne) && ne.Timeout()), "the server closed the connection: %v", err)
+	}
 }
