@@ -296,8 +296,12 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 			answer(errb)
 			return false
 		}
-		var once sync.Once
-		release = func() { once.Do(func() { a.conn.releaseCall(cost) }) }
+		if f.owner.conn == nil || f.http != nil {
+			// A call to a socket worker is released with its pending
+			// entry (settle): no closure on the hot path.
+			var once sync.Once
+			release = func() { once.Do(func() { a.conn.releaseCall(cost) }) }
+		}
 	}
 	data := injectCaller(r.data, a.id)
 
@@ -333,7 +337,7 @@ func (e *Engine) routeInvoke(a *worker, r *invokeRequest) (handedOff bool) {
 	}
 	p := &pendingCall{id: r.invocationID, functionID: r.functionID, target: target, caller: a, charged: a.conn, cost: cost}
 	if !e.pending.insert(p) {
-		release()
+		p.settle()
 		answer(&protocol.ErrorBody{Code: codeInvocationError, Message: "invocation id " + r.invocationID + " is already in flight"})
 		return false
 	}
