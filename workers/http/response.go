@@ -38,14 +38,16 @@ func BuildResponse(out json.RawMessage) (int, http.Header, []byte, error) {
 	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		return http.StatusOK, h, nil, nil
 	}
-	var keys map[string]json.RawMessage
-	if t[0] != '{' || json.Unmarshal(t, &keys) != nil || !hasAny(keys, "status_code", "headers", "body") {
+	var env envelope
+	if t[0] == '{' {
+		if err := json.Unmarshal(t, &env); err != nil {
+			// Only the envelope's keys can have a wrong type.
+			return 0, nil, nil, fmt.Errorf("the function's response is not {status_code, headers, body}: %v", err)
+		}
+	}
+	if t[0] != '{' || env.StatusCode == nil && env.Headers == nil && env.Body == nil && !hasEnvelopeKeys(t) {
 		h.Set("Content-Type", "application/json")
 		return http.StatusOK, h, t, nil
-	}
-	var env envelope
-	if err := json.Unmarshal(t, &env); err != nil {
-		return 0, nil, nil, fmt.Errorf("the function's response is not {status_code, headers, body}: %v", err)
 	}
 	status := http.StatusOK
 	if env.StatusCode != nil {
@@ -76,9 +78,15 @@ func BuildResponse(out json.RawMessage) (int, http.Header, []byte, error) {
 	return status, h, body, nil
 }
 
-func hasAny(m map[string]json.RawMessage, keys ...string) bool {
-	for _, k := range keys {
-		if _, ok := m[k]; ok {
+// hasEnvelopeKeys: an object whose envelope keys are all null still is
+// an envelope ({"status_code": null} is a 200 with the default body).
+func hasEnvelopeKeys(obj []byte) bool {
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(obj, &keys) != nil {
+		return false
+	}
+	for _, k := range []string{"status_code", "headers", "body"} {
+		if _, ok := keys[k]; ok {
 			return true
 		}
 	}

@@ -9,7 +9,11 @@
 // (as scripts/bench/state). 64 clients (keep-alive) send POST requests
 // with a small JSON body for a fixed time per path, in interleaved
 // slices; each request's latency is recorded. Printed: p50, p99 and
-// requests/s per path, and the ratios http worker / net/http.
+// requests/s per path, and the ratios http worker / net/http. A third
+// path, "engine call", is the function called directly through the
+// engine by a Go client (64 concurrent calls): the share of the two
+// WebSocket hops alone; a fourth, "listener", an http worker whose
+// function runs in-process: the share of the listener alone.
 //
 //	go run ./scripts/bench/http [-clients 64] [-dur 6s] [-rounds 3]
 package main
@@ -132,11 +136,37 @@ func run(clients int, dur time.Duration, rounds int) error {
 
 	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, IdleConnTimeout: time.Minute}
 	hcl := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	// The engine's own share: the same function called directly by a Go
+	// client (caller → engine → function worker → engine → caller), the
+	// two WebSocket hops the http worker adds to an HTTP request.
+	cc, err := dial("caller")
+	if err != nil {
+		return err
+	}
+	defer cc.Close(ctx)
+	callPayload := json.RawMessage(`{"method":"POST","path":"/echo","path_params":{},"query_params":{},"headers":{},"body":` + payload + `}`)
+	// The listener's own share: a second http worker whose invoker runs
+	// the echo in-process, no engine.
+	lw := httpw.New(cfg, httpw.Options{Invoker: directEcho{}})
+	if err := lw.Listen(); err != nil {
+		return err
+	}
+	defer lw.Close(ctx)
+	if err := lw.RegisterTrigger(ctx, client.TriggerRegistration{ID: "echo", TriggerType: "http", FunctionID: "bench::echo",
+		Config: json.RawMessage(`{"api_path":"/echo","http_method":"POST"}`)}); err != nil {
+		return err
+	}
 	paths := []struct{ name, url string }{
 		{"http worker", "http://" + w.Addr().String() + "/echo"},
 		{"net/http", "http://" + ln.Addr().String() + "/echo"},
+		{"engine call", ""},
+		{"listener", "http://" + lw.Addr().String() + "/echo"},
 	}
 	one := func(u string) error {
+		if u == "" {
+			_, err := cc.Call(ctx, "bench::echo", callPayload)
+			return err
+		}
 		resp, err := hcl.Post(u, "application/json", strings.NewReader(payload))
 		if err != nil {
 			return err
@@ -187,9 +217,14 @@ func run(clients int, dur time.Duration, rounds int) error {
 	for _, p := range paths {
 		fmt.Printf("  %-12s %10s %10s %12.0f %8d\n", p.name, us(pct(p.name, 50)), us(pct(p.name, 99)), rate(p.name), fails[p.name])
 	}
-	a, b := paths[0].name, paths[1].name
+	a, b, e := paths[0].name, paths[1].name, paths[2].name
 	fmt.Printf("  http worker / net/http: p50 %.2f× (target ≤ 2×), p99 %.2f×, req/s %.0f%% (target ≥ 50%%)\n",
 		float64(pct(a, 50))/float64(pct(b, 50)), float64(pct(a, 99))/float64(pct(b, 99)), 100*rate(a)/rate(b))
+	fmt.Printf("  engine call alone / net/http: p50 %.2f×, req/s %.0f%% (the floor of the http worker's hops)\n",
+		float64(pct(e, 50))/float64(pct(b, 50)), 100*rate(e)/rate(b))
+	l := paths[3].name
+	fmt.Printf("  listener without the engine / net/http: p50 %.2f×, req/s %.0f%%\n",
+		float64(pct(l, 50))/float64(pct(b, 50)), 100*rate(l)/rate(b))
 	return nil
 }
 
@@ -224,3 +259,16 @@ func load(clients int, d time.Duration, f func() error) ([]time.Duration, int64)
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d.Microseconds())) }
+
+// directEcho is the echo function called in-process.
+type directEcho struct{}
+
+func (directEcho) Invoke(_ context.Context, _, _ string, payload, _ json.RawMessage) (json.RawMessage, error) {
+	var req struct {
+		Body json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(payload, &req); err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"status_code": 200, "body": req.Body})
+}
