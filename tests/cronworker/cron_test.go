@@ -126,6 +126,34 @@ func checkOnce(t *testing.T, ticks []tick) {
 	}
 }
 
+// startProject runs a project of the Node app and containers (the
+// containers: block's entries, indented by two) with a real
+// `iii compose --up`, in the default namespace: the published Node iii-sdk
+// 0.22.1 knows no namespaces (docs/standard-workers.md).
+func startProject(t *testing.T, containers string) project {
+	t.Helper()
+	sdk := nodesdk.Find(t)
+	app, err := os.ReadFile(filepath.Join("testdata", "app", "app.mjs"))
+	assert.NilError(t, err)
+	return project{composeproj.Start(t, composeproj.Options{
+		III:   iii,
+		Files: map[string][]byte{"app/app.mjs": app},
+		Env:   []string{"III_SDK_URL=" + sdk.URL},
+		Compose: func(port int) string {
+			return fmt.Sprintf(`stop_timeout: 5s
+engine:
+  url: ws://127.0.0.1:%d
+  workers: {}
+containers:
+  app:
+    worker: path://./app
+    scripts: { run: '%s app.mjs' }
+    environment: { III_SDK_URL: '${III_SDK_URL}' }
+%s`, port, sdk.Node, containers)
+		},
+	})}
+}
+
 // TestComposeUpCron: a project with two cron workers from `package://cron`
 // and a Node worker: a job every second fires once per tick between the
 // two workers (also while one of them restarts and the other takes its
@@ -137,35 +165,14 @@ func TestComposeUpCron(t *testing.T) {
 		t.Skip("runs iii compose --up with an engine and Node workers")
 	}
 	t.Parallel()
-	sdk := nodesdk.Find(t)
-	app, err := os.ReadFile(filepath.Join("testdata", "app", "app.mjs"))
-	assert.NilError(t, err)
-	p := project{composeproj.Start(t, composeproj.Options{
-		III:   iii,
-		Files: map[string][]byte{"app/app.mjs": app},
-		Env:   []string{"III_SDK_URL=" + sdk.URL},
-		// No namespace: the published Node iii-sdk 0.22.1 knows none
-		// (docs/standard-workers.md).
-		Compose: func(port int) string {
-			return fmt.Sprintf(`stop_timeout: 5s
-engine:
-  url: ws://127.0.0.1:%d
-  workers: {}
-containers:
-  app:
-    worker: path://./app
-    scripts: { run: '%s app.mjs' }
-    environment: { III_SDK_URL: '${III_SDK_URL}' }
-  cron:
+	p := startProject(t, `  cron:
     worker: package://cron
     version: '^0.21'
   cron2:
     worker: package://cron
     version: '^0.21'
     environment: { III_LOG_LEVEL: debug }
-`, port, sdk.Node)
-		},
-	})}
+`)
 	p.WaitReady(t, "cron", "cron2", "app")
 	lock, err := os.ReadFile(filepath.Join(p.Dir, "worker-compose.lock"))
 	assert.NilError(t, err)
@@ -219,5 +226,40 @@ containers:
 	assert.Check(t, is.Len(r.of(every), stopped), "the unregistered job fired again")
 	checkOnce(t, r.of(clock))
 
+	p.Stop(t)
+}
+
+// TestComposeAddCron: `compose::add worker=cron` adds the package from the
+// default registry (no network), edits the file and the lock, starts it,
+// and the Node worker's cron trigger, registered before any cron worker
+// existed (parked by the engine), fires.
+func TestComposeAddCron(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs iii compose --up with an engine and Node workers")
+	}
+	t.Parallel()
+	p := startProject(t, "")
+	p.WaitReady(t, "app")
+	p.MustCall(t, "app::schedule", "--json", `{"name":"early","expression":"* * * * * *"}`)
+
+	out := p.MustCall(t, "compose::add", "worker=cron")
+	var added struct {
+		Added  []string `json:"added"`
+		Edited bool     `json:"edited"`
+	}
+	assert.NilError(t, json.Unmarshal([]byte(out), &added), out)
+	assert.Check(t, added.Edited, out)
+	assert.Check(t, is.DeepEqual(added.Added, []string{"cron"}), out)
+	file, err := os.ReadFile(filepath.Join(p.Dir, "worker-compose.yaml"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(file), "worker: package://cron"))
+	assert.Check(t, is.Contains(string(file), cron.Version), "an unpinned name is written as the exact latest version")
+	lock, err := os.ReadFile(filepath.Join(p.Dir, "worker-compose.lock"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(lock), cron.Version))
+	p.WaitReady(t, "cron", "app")
+
+	r := p.waitTicks(t, "3 fires of the parked job", func(r record) bool { return len(r.Ticks) >= 3 })
+	checkOnce(t, r.Ticks)
 	p.Stop(t)
 }
