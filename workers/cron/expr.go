@@ -13,12 +13,13 @@ import (
 // seconds first, or seven with a year:
 //
 //	sec  min  hour  day-of-month  month  day-of-week  [year]
-//	0-59 0-59 0-23  1-31          1-12   1-7          1970-2099
+//	0-59 0-59 0-23  1-31          1-12   1-7          1970-2100
 //
-// Each field is `*` (or `?`), a value, a range `a-b`, a step `*/n`, `a/n`
-// (a to the field's end) or `a-b/n`, or a comma list of those. Months
-// take names (JAN or January), days of the week too (MON or Monday), in
-// any case; numeric days of the week count as the crate does, Sunday=1 ..
+// Each field is `*`, a value, a range `a-b`, a step `*/n`, `a/n` (a to
+// the field's end) or `a-b/n`, or a comma list of those; `?` is `*` in the
+// two day fields only. Months take names (JAN or January), days of the
+// week too (MON or Monday), in any case, as single values or ranges (a
+// name takes no step of its own: `Mon-Fri/2`, not `Mon/2`); numeric days of the week count as the crate does, Sunday=1 ..
 // Saturday=7. A time matches when every field matches: the day of the
 // month AND the day of the week (the crate's rule, not Vixie cron's OR).
 // The shorthands @yearly, @annually, @monthly, @weekly, @daily, @midnight
@@ -29,7 +30,7 @@ import (
 // Year bounds of the seventh field.
 const (
 	minYear = 1970
-	maxYear = 2099
+	maxYear = 2100
 )
 
 // Schedule is a parsed expression.
@@ -46,13 +47,14 @@ type field struct {
 	name     string
 	min, max int
 	names    map[string]int
+	any      bool // `?` allowed
 }
 
 var (
 	monthNames = map[string]int{"jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6, "jul": 7, "aug": 8, "sep": 9, "oct": 10, "nov": 11, "dec": 12,
-		"january": 1, "february": 2, "march": 3, "april": 4, "june": 6, "july": 7, "august": 8, "september": 9, "october": 10, "november": 11, "december": 12}
+		"january": 1, "february": 2, "march": 3, "april": 4, "june": 6, "july": 7, "august": 8, "september": 9, "october": 10, "november": 11, "december": 12, "sept": 9}
 	dayNames = map[string]int{"sun": 1, "mon": 2, "tue": 3, "wed": 4, "thu": 5, "fri": 6, "sat": 7,
-		"sunday": 1, "monday": 2, "tuesday": 3, "wednesday": 4, "thursday": 5, "friday": 6, "saturday": 7}
+		"sunday": 1, "monday": 2, "tuesday": 3, "wednesday": 4, "thursday": 5, "friday": 6, "saturday": 7, "tues": 3, "thurs": 5}
 )
 
 func fields() [7]field {
@@ -60,9 +62,9 @@ func fields() [7]field {
 		{name: "seconds", min: 0, max: 59},
 		{name: "minutes", min: 0, max: 59},
 		{name: "hours", min: 0, max: 23},
-		{name: "day of month", min: 1, max: 31},
+		{name: "day of month", min: 1, max: 31, any: true},
 		{name: "month", min: 1, max: 12, names: monthNames},
-		{name: "day of week", min: 1, max: 7, names: dayNames},
+		{name: "day of week", min: 1, max: 7, names: dayNames, any: true},
 		{name: "year", min: minYear, max: maxYear},
 	}
 }
@@ -159,13 +161,16 @@ func parseItem(item string, f field) (lo, hi, step int, err error) {
 		if err != nil || n <= 0 {
 			return 0, 0, 0, fmt.Errorf("step %q is not a positive whole number", stepText)
 		}
-		if n > f.max-f.min+1 {
-			return 0, 0, 0, fmt.Errorf("step %d is larger than the field's range %d-%d", n, f.min, f.max)
-		}
-		step = n
+		// A step past the field's end is the start alone (the crate's).
+		step = min(n, f.max-f.min+1)
 	}
 	switch {
-	case base == "*" || base == "?":
+	case base == "*":
+		return f.min, f.max, step, nil
+	case base == "?":
+		if !f.any {
+			return 0, 0, 0, errors.New("`?` is only for the day-of-month and day-of-week fields")
+		}
 		return f.min, f.max, step, nil
 	case strings.Contains(base, "-"):
 		a, b, _ := strings.Cut(base, "-")
@@ -174,6 +179,9 @@ func parseItem(item string, f field) (lo, hi, step int, err error) {
 		}
 		if hi, err = value(b, f); err != nil {
 			return 0, 0, 0, err
+		}
+		if isName(a) != isName(b) {
+			return 0, 0, 0, fmt.Errorf("range %q mixes a number and a name", base)
 		}
 		if lo > hi {
 			return 0, 0, 0, fmt.Errorf("range %q runs backwards", base)
@@ -184,11 +192,16 @@ func parseItem(item string, f field) (lo, hi, step int, err error) {
 			return 0, 0, 0, err
 		}
 		if hasStep {
+			if isName(base) {
+				return 0, 0, 0, fmt.Errorf("a name takes no step (%q): use a range, e.g. Mon-Fri/2", item)
+			}
 			return lo, f.max, step, nil
 		}
 		return lo, lo, 1, nil
 	}
 }
+
+func isName(s string) bool { return s != "" && (s[0] < '0' || s[0] > '9') }
 
 func value(s string, f field) (int, error) {
 	if s == "" {
