@@ -13,6 +13,7 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/icmd"
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/compose/registry"
@@ -180,6 +181,21 @@ func TestComposeUpHTTP(t *testing.T) {
 	assert.Check(t, is.Equal(r.status, 204))
 	assert.Check(t, is.Equal(r.header.Get("Access-Control-Allow-Origin"), "*"))
 	assert.Check(t, is.Equal(r.header.Get("Access-Control-Allow-Methods"), "GET, POST, PUT, DELETE, OPTIONS"))
+
+	// default_timeout changed live through the configuration entry "http"
+	// (the worker name): the 3 s function now answers 504.
+	p.CallNS("default", "configuration::register", "--json",
+		`{"id":"http","schema":{},"initial_value":{"default_timeout":300}}`).Assert(t, icmd.Success)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		r := request(t, c, "GET", base+"/slow", "")
+		if r.status != 504 {
+			return poll.Continue("GET /slow: %d %s", r.status, r.body)
+		}
+		if code := errCode(t, r.body); code != "TIMEOUT" {
+			return poll.Error(fmt.Errorf("GET /slow: 504 with %s", r.body))
+		}
+		return poll.Success()
+	}, poll.WithTimeout(routeWait), poll.WithDelay(100*time.Millisecond))
 
 	// http::configuration-id answers the entry id.
 	out := p.MustCall(t, httpw.FnConfigurationID)

@@ -33,10 +33,15 @@ iii.registerFunction("app::hello", async (req) => ({
   headers: ["Content-Type: text/plain; charset=utf-8", "X-Hello: yes"],
   body: `hello ${req.path_params.who}`,
 }));
+iii.registerFunction("app::slow", async () => {
+  await new Promise((resolve) => setTimeout(resolve, 3000));
+  return { status_code: 200, body: "slow" };
+});
 iii.registerFunction("app::dup", async () => ({ status_code: 500, body: "the duplicate route answered" }));
 
 iii.registerTrigger({ type: "http", function_id: "app::user", config: { api_path: "users/:id", http_method: "POST" } });
 iii.registerTrigger({ type: "http", function_id: "app::hello", config: { api_path: "/hello/{who}" } });
+iii.registerTrigger({ type: "http", function_id: "app::slow", config: { api_path: "/slow" } });
 // Same method and shape as users/:id: the http worker refuses it. The
 // test asks for it once users/:id is served (parked triggers reach the
 // provider in no set order).
