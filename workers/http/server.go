@@ -396,6 +396,12 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	route, params, allowed := w.router.Match(r.Method, segs)
+	if route == nil && r.Method == http.MethodHead {
+		// A GET route answers HEAD too (net/http drops the body).
+		if route, params, _ = w.router.Match(http.MethodGet, segs); route != nil {
+			allowed = nil
+		}
+	}
 	if route == nil {
 		if r.Method == http.MethodOptions {
 			w.preflight(rw, r, origin, allowed)

@@ -131,6 +131,7 @@ func TestErrors(t *testing.T) {
 		{"GET", "/nope", 404, CodeNotFound},
 		{"GET", "/a", 404, CodeNotFound},
 		{"POST", "/a/1", 405, CodeMethodNotAllowed},
+		{"HEAD", "/a/1", 200, ""},
 		{"GET", "/fail", 500, CodeInternal},
 		{"GET", "/slow", 504, CodeTimeout},
 		{"GET", "/bad", 500, CodeInternal},
@@ -138,6 +139,10 @@ func TestErrors(t *testing.T) {
 		t.Run(tc.method+tc.path, func(t *testing.T) {
 			resp, body := f.do(t, tc.method, tc.path, "")
 			assert.Check(t, is.Equal(resp.StatusCode, tc.status), body)
+			if tc.method == "HEAD" { // served by the GET route, without a body
+				assert.Check(t, is.Equal(body, ""))
+				return
+			}
 			assert.Check(t, is.Equal(errCode(t, body), tc.code))
 			assert.Check(t, is.Equal(resp.Header.Get("Content-Type"), "application/json"))
 			if tc.status == 405 {
