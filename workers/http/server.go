@@ -418,6 +418,9 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), lv.timeout)
 	defer cancel()
 	headers, query := lowerHeaders(r.Header), queryParams(r)
+	if r.Host != "" { // net/http keeps Host out of r.Header
+		headers["host"] = r.Host
+	}
 	mwIn := middlewareInput{Phase: PhasePreHandler, Context: map[string]any{},
 		Request: middlewareReq{PathParams: params, QueryParams: query, Headers: headers, Method: r.Method}}
 	for _, m := range lv.middleware {

@@ -43,6 +43,7 @@ func TestRequestPayloadAndResponse(t *testing.T) {
 	assert.Check(t, is.DeepEqual(got.QueryParams, map[string]string{"q": "b", "z": "1"}))
 	assert.Check(t, is.Equal(got.Headers["x-custom"], "v"))
 	assert.Check(t, is.Equal(got.Headers["content-type"], "application/json"))
+	assert.Check(t, is.Equal(got.Headers["host"], strings.TrimPrefix(f.srv.URL, "http://")))
 	assert.Check(t, is.Equal(string(got.Body), `{"name":"Ada"}`))
 	assert.Check(t, is.DeepEqual(got.Trigger, RequestTrigger{Type: "http", Path: "/users/:id", Method: "POST"}))
 	f.inv.mu.Lock()
