@@ -53,6 +53,9 @@ type Job struct {
 	Metadata   json.RawMessage
 	Condition  string // condition_function_id ("" = none)
 	Schedule   *Schedule
+	// Session is the provider connection (its worker id) the engine
+	// sent the binding on; not part of the definition.
+	Session string
 }
 
 func (j Job) same(o Job) bool {
@@ -127,9 +130,9 @@ type ErrDuplicate struct{ ID string }
 
 func (e ErrDuplicate) Error() string { return "cron trigger '" + e.ID + "' is already registered" }
 
-// Add schedules j. The same definition again is a no-op (the engine
-// sends a provider its bindings again after a reconnect); a different
-// one under the same id is ErrDuplicate, as upstream's.
+// Add schedules j. The same definition again only records its session
+// (the engine sends a provider its bindings again after a reconnect); a
+// different one under the same id is ErrDuplicate, as upstream's.
 func (s *Scheduler) Add(j Job) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -138,6 +141,7 @@ func (s *Scheduler) Add(j Job) error {
 	}
 	if r, ok := s.jobs[j.ID]; ok {
 		if r.job.same(j) {
+			r.job.Session = j.Session
 			return nil
 		}
 		return ErrDuplicate{ID: j.ID}
@@ -164,6 +168,24 @@ func (s *Scheduler) Remove(id string) bool {
 		r.cancel()
 	}
 	return ok
+}
+
+// Prune removes the jobs last sent on another session than current: after
+// a reconnect the engine sends the provider every binding that still
+// exists, so a job not sent again belongs to a trigger that went away
+// while the connection was down. It returns the ids removed.
+func (s *Scheduler) Prune(current string) []string {
+	s.mu.Lock()
+	var gone []string
+	for id, r := range s.jobs {
+		if r.job.Session != current {
+			gone = append(gone, id)
+			r.cancel()
+			delete(s.jobs, id)
+		}
+	}
+	s.mu.Unlock()
+	return gone
 }
 
 // Len is how many jobs are scheduled.

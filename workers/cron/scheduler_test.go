@@ -385,3 +385,47 @@ func TestTriggers(t *testing.T) {
 	assert.NilError(t, tr.UnregisterTrigger(ctx, reg("t1", "")))
 	assert.Check(t, is.Equal(s.Len(), 0))
 }
+
+// TestPruneAfterReconnect: jobs the engine sent again on the new
+// connection stay; the others (their triggers went away meanwhile) go.
+func TestPruneAfterReconnect(t *testing.T) {
+	clk, inv := newFakeClock("2026-01-01T00:00:00Z"), newInvoker()
+	s := NewScheduler(SchedulerOptions{Clock: clk, Invoker: inv})
+	defer s.Close()
+	for _, id := range []string{"kept", "gone"} {
+		j := job(t, id, "0 0 * * * *")
+		j.Session = "w1"
+		assert.NilError(t, s.Add(j))
+	}
+	// Reconnected as w2: the engine sends "kept" again.
+	j := job(t, "kept", "0 0 * * * *")
+	j.Session = "w2"
+	assert.NilError(t, s.Add(j))
+	assert.Check(t, is.DeepEqual(s.Prune("w2"), []string{"gone"}))
+	assert.Check(t, is.Equal(s.Len(), 1))
+	assert.Check(t, is.Len(s.Prune("w2"), 0))
+}
+
+func TestSweeperDue(t *testing.T) {
+	t0 := utc("2026-01-01T00:00:00Z")
+	var w sweeper
+	for i, tc := range []struct {
+		cur  string
+		at   time.Duration
+		want string
+		ok   bool
+	}{
+		{"", 0, "", false},
+		{"w1", 5 * time.Second, "", false},
+		{"w1", 30 * time.Second, "", false},
+		{"w1", 35 * time.Second, "w1", true},
+		{"w1", 40 * time.Second, "", false}, // once per connection
+		{"w2", 45 * time.Second, "", false},
+		{"w2", 70 * time.Second, "", false},
+		{"w2", 75 * time.Second, "w2", true},
+	} {
+		cur, ok := w.due(tc.cur, t0.Add(tc.at))
+		assert.Check(t, is.Equal(cur, tc.want), "step %d", i)
+		assert.Check(t, is.Equal(ok, tc.ok), "step %d", i)
+	}
+}

@@ -13,6 +13,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/protocol"
@@ -45,6 +48,8 @@ type triggerConfig struct {
 // Triggers is the `cron` trigger type's provider side.
 type Triggers struct {
 	S *Scheduler
+	// Session is the provider connection's current worker id (nil: "").
+	Session func() string
 }
 
 var _ client.TriggerHandler = Triggers{}
@@ -77,6 +82,9 @@ func (tr Triggers) RegisterTrigger(_ context.Context, t client.TriggerRegistrati
 	j, err := ParseTrigger(t)
 	if err != nil {
 		return err
+	}
+	if tr.Session != nil {
+		j.Session = tr.Session()
 	}
 	if err := tr.S.Add(j); err != nil {
 		var dup ErrDuplicate
@@ -150,9 +158,10 @@ func Run(ctx context.Context, k *workerkit.Kit) error {
 	}
 	s := NewScheduler(SchedulerOptions{Invoker: ClientInvoker{C: k.Client}, Lock: lock, Logger: k.Log})
 	defer s.Close()
-	if err := (Triggers{S: s}).Register(k.Client); err != nil {
+	if err := (Triggers{S: s, Session: k.Client.WorkerID}).Register(k.Client); err != nil {
 		return fmt.Errorf("register the cron trigger type: %w", err)
 	}
+	go sweep(ctx, s, k.Client.WorkerID, k.Log)
 	if err := k.WatchConfig(ctx, func(_ context.Context, raw json.RawMessage) error {
 		c, err := ParseConfig(raw)
 		if err != nil {
@@ -167,4 +176,51 @@ func Run(ctx context.Context, k *workerkit.Kit) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// Sweep timing: how often the connection's id is looked at, and how long
+// after a reconnect the engine has to send the bindings again.
+const (
+	sweepEvery = 5 * time.Second
+	sweepGrace = 30 * time.Second
+)
+
+// sweep drops, once a reconnect has settled, the jobs the engine did not
+// send again on the new connection (their triggers went away meanwhile).
+func sweep(ctx context.Context, s *Scheduler, session func() string, log hclog.Logger) {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	var sw sweeper
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if cur, ok := sw.due(session(), now); ok {
+				for _, id := range s.Prune(cur) {
+					log.Info("cron trigger dropped: not registered again after a reconnect", "job_id", id)
+				}
+			}
+		}
+	}
+}
+
+// sweeper says when to prune: once per connection id, sweepGrace after
+// it was first seen.
+type sweeper struct {
+	cur    string
+	since  time.Time
+	pruned bool
+}
+
+func (w *sweeper) due(cur string, now time.Time) (string, bool) {
+	if cur != w.cur {
+		w.cur, w.since, w.pruned = cur, now, false
+		return "", false
+	}
+	if w.pruned || cur == "" || now.Sub(w.since) < sweepGrace {
+		return "", false
+	}
+	w.pruned = true
+	return cur, true
 }
