@@ -94,6 +94,8 @@ cross: ## Cross-compile every binary for darwin/arm64 and linux/arm64 (the guest
 	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./workers/state/cmd/state
 	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./workers/cron/cmd/cron
 	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./workers/cron/cmd/cron
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./workers/http/cmd/http
+	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./workers/http/cmd/http
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/iii-guest-agent
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/iii-guest-agent
 
