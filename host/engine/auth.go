@@ -303,7 +303,18 @@ func (e *Engine) viaMiddleware(a *worker, p *principal, mw, ns string, r *invoke
 		reply(nil, &protocol.ErrorBody{Code: protocol.CodeInvocationFailed, Message: "encode middleware input: " + err.Error()})
 		return
 	}
+	// The call waits in the middleware as long as the middleware takes:
+	// charged to the caller like a call it awaits (count and bytes), so a
+	// caller cannot park goroutines and payloads here past its budget.
+	// Released when the middleware answers or the caller leaves (a.ctx).
+	cost := a.conn.heldCost(r, len(in))
+	if errb := a.conn.chargeCall(cost); errb != nil {
+		e.log.Debug("call refused: over a limit", "worker_id", a.id, "function_id", r.functionID, "via", "middleware", "reason", errb.Message)
+		reply(nil, errb)
+		return
+	}
 	started := e.tasks.Go(func() {
+		defer a.conn.releaseCall(cost)
 		out, err := e.Invoke(a.ctx, ns, mw, in)
 		if err != nil {
 			var eb *protocol.ErrorBody
@@ -316,6 +327,7 @@ func (e *Engine) viaMiddleware(a *worker, p *principal, mw, ns string, r *invoke
 		reply(out, nil)
 	})
 	if !started {
+		a.conn.releaseCall(cost)
 		reply(nil, engineStopping())
 	}
 }

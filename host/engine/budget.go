@@ -32,6 +32,15 @@ func (c *wsConn) callCost(r *invokeRequest) int64 {
 	return min(n, c.limits.InflightBytesPerConnection)
 }
 
+// heldCost is what a call the engine carries on its caller's behalf (an
+// enqueue handed to the queue provider, a call waiting in the listener's
+// middleware) counts against InflightBytesPerConnection: its ids and what
+// the engine built of it to hand on (built bytes), which holds the payload.
+func (c *wsConn) heldCost(r *invokeRequest, built int) int64 {
+	n := int64(len(r.invocationID) + len(r.functionID) + built)
+	return min(n, c.limits.InflightBytesPerConnection)
+}
+
 // chargeCall reserves a call's cost on the connection and the engine-wide
 // count of calls in flight; a non-nil error body means the call is refused
 // (and nothing is held). release must be called exactly once otherwise.

@@ -70,15 +70,27 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 		reply(nil, &protocol.ErrorBody{Code: CodeEnqueueError, Message: "encode the enqueue request: " + err.Error()})
 		return
 	}
+	// The hand-over holds the payload until the provider took it: charged
+	// to the enqueuer like a call it awaits (void or not), so one caller
+	// cannot park more than its in-flight budget here. Released when the
+	// hand-over ends (within enqueueTimeout, the caller gone or not: its
+	// enqueue is not lost because it left).
+	cost := a.conn.heldCost(r, len(payload))
+	if errb := a.conn.chargeCall(cost); errb != nil {
+		e.log.Debug("enqueue refused: over a limit", "worker_id", a.id, "function_id", fid, "reason", errb.Message)
+		reply(nil, errb)
+		return
+	}
 	select {
 	case e.enqueues <- struct{}{}:
 	default:
+		a.conn.releaseCall(cost)
 		reply(nil, &protocol.ErrorBody{Code: CodeEnqueueError, Message: fmt.Sprintf(
 			"%d enqueues are already waiting on the queue provider %s; try again later", maxEnqueuesInFlight, EnqueueProviderFunctionID)})
 		return
 	}
 	started := e.tasks.Go(func() {
-		defer func() { <-e.enqueues }()
+		defer func() { <-e.enqueues; a.conn.releaseCall(cost) }()
 		ctx, cancel := context.WithTimeout(e.ctx, enqueueTimeout)
 		defer cancel()
 		_, err := e.Invoke(ctx, DefaultNamespace, EnqueueProviderFunctionID, payload)
@@ -101,6 +113,7 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 	})
 	if !started {
 		<-e.enqueues
+		a.conn.releaseCall(cost)
 		reply(nil, engineStopping())
 	}
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // TestHeldFloods: what a caller can make the engine hold — calls it never
-// answers (1 MB ids, count, payload bytes), registrations with 1 MB
+// answers (1 MB ids, count, payload bytes), enqueues of 1 MiB waiting on a
+// queue provider that does not answer, registrations with 1 MB
 // descriptions, schemas and configs, 60 MiB partial frames on /otel and
 // channel writers, re-joins on the stream socket by a client that does not
 // read — is bounded and charged to that caller, as an anonymous worker and

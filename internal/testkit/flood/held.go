@@ -566,6 +566,7 @@ func RunHeld(ctx context.Context, e *Engine, p *Prober, callers []Caller, done f
 	record("quiet", func() (string, string) { time.Sleep(time.Second); return "", "" })
 	for _, as := range callers {
 		record("unanswered calls, "+as.Name, func() (string, string) { return UnansweredCalls(ctx, e.URL, as) })
+		record("enqueued calls, "+as.Name, func() (string, string) { return EnqueuedCalls(ctx, e, as) })
 		record("1 MB registrations, "+as.Name, func() (string, string) { return BigRegistrations(ctx, e.URL, as) })
 		record("partial frames, "+as.Name, func() (string, string) { return PartialFrames(ctx, e.URL, as, 10) })
 		record("many partial frames, "+as.Name, func() (string, string) { return ManyPartialFrames(ctx, e.URL, as, 400) })
@@ -646,4 +647,60 @@ func ManyPartialFrames(ctx context.Context, url string, as Caller, conns int) (s
 	}
 	return fmt.Sprintf("%s: %d worker sockets each with a 1 MiB frame but its last byte: %d dropped within %v (the rest waited for a slot, holding 64 KiB each)",
 		as.Name, opened.Load(), dropped.Load(), time.Since(start).Round(time.Second)), ""
+}
+
+// EnqueuedCalls: a queue provider (connected with the engine token) takes
+// every hand-over and never answers, and a worker enqueues 200 calls with
+// 1 MiB payloads on one connection. Each hand-over waiting on the provider
+// is charged to the enqueuer like a call it awaits, so 64 pass
+// (limits.inflight_bytes_per_connection) and the rest must be answered
+// LIMIT_EXCEEDED; when the provider leaves, every hand-over ends and the
+// enqueuer has an answer to all 200.
+func EnqueuedCalls(ctx context.Context, e *Engine, as Caller) (string, string) {
+	tok, err := os.ReadFile(filepath.Join(e.Dir, ".iii", "engine-token"))
+	if err != nil {
+		return "", err.Error()
+	}
+	provider, err := dialAs(ctx, e.URL, Caller{Name: "queue provider", Token: strings.TrimSpace(string(tok))})
+	if err != nil {
+		return "", "dial the provider: " + err.Error()
+	}
+	defer provider.CloseNow()
+	took := readAll(provider, `"engine::queue::enqueue"`)
+	if err := provider.Write(ctx, websocket.MessageText, []byte(`{"type":"registerfunction","id":"engine::queue::enqueue"}`)); err != nil {
+		return "", err.Error()
+	}
+	// Past the namespace grace the provider is there for sure.
+	time.Sleep(1500 * time.Millisecond)
+	ws, err := dialAs(ctx, e.URL, as)
+	if err != nil {
+		return "", "dial: " + err.Error()
+	}
+	defer ws.CloseNow()
+	rd := readAll(ws, `"LIMIT_EXCEEDED"`)
+	payload := strings.Repeat("p", 1<<20-1024)
+	const n = 200
+	for i := range n {
+		frame := fmt.Appendf(nil, `{"type":"invokefunction","invocation_id":"q%d","function_id":"flood::job"%s,"data":"%s","action":{"type":"enqueue","queue":"flood"}}`,
+			i, as.nsField(), payload)
+		if err := ws.Write(ctx, websocket.MessageText, frame); err != nil {
+			return "", fmt.Sprintf("enqueue %d: %v", i, err)
+		}
+	}
+	// About 64 MiB of hand-overs in flight (the default); the rest refused.
+	if !rd.waitHits(n-65, 60*time.Second) {
+		return "", fmt.Sprintf("%d of %d enqueues of 1 MiB waiting on a provider that does not answer were refused LIMIT_EXCEEDED, want at least %d (limits.inflight_bytes_per_connection); the provider took %d",
+			rd.hits.Load(), n, n-65, took.hits.Load())
+	}
+	refused, held := rd.hits.Load(), took.hits.Load()
+	provider.CloseNow()
+	// One answer to its namespace declaration, and one to each enqueue.
+	end := time.Now().Add(60 * time.Second)
+	for rd.n.Load() < n+1 && time.Now().Before(end) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := rd.n.Load(); got < n+1 {
+		return "", fmt.Sprintf("after the provider left, the enqueuer had %d answers of %d", got-1, n)
+	}
+	return fmt.Sprintf("%s: %d of %d enqueues of 1 MiB refused LIMIT_EXCEEDED, %d held by the provider until it left", as.Name, refused, n, held), ""
 }
