@@ -185,11 +185,7 @@ func (d *Daemon) resolveAdditions(ctx context.Context, rs *resolver, doc *compos
 			}
 		}
 		if a.latest {
-			idx, _, err := rs.index(ctx, a.src)
-			if err != nil {
-				return nil, forContainer(a.key, err)
-			}
-			v, err := latestExact(idx)
+			v, err := rs.latest(ctx, a.src)
 			if err != nil {
 				return nil, forContainer(a.key, err)
 			}

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
-	"github.com/Masterminds/semver/v3"
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-sandbox/iii/compose"
@@ -85,11 +83,11 @@ func (r *resolver) expand(ctx context.Context, root string, src composefile.Sour
 			}
 			continue
 		}
-		idx, loc, err := r.index(ctx, dsrc)
+		loc, err := r.m.location(dsrc)
 		if err != nil {
 			return nil, nil, fmt.Errorf("dependency %s of %s: %w", name, root, err)
 		}
-		v, dver, err := resolveAll(idx, cons[name], requiredBy[name], loc)
+		v, dver, err := r.rr.ResolveAll(ctx, loc, name, cons[name], requiredBy[name])
 		if err != nil {
 			return nil, nil, err
 		}
@@ -120,37 +118,6 @@ func (r *resolver) expand(ctx context.Context, root string, src composefile.Sour
 		n.deps = keep(n.deps)
 	}
 	return nodes, keep(rootEdges), nil
-}
-
-// resolveAll picks the highest version that every selector admits.
-func resolveAll(idx *registry.Index, sels, why []string, loc registry.Location) (string, *registry.Version, error) {
-	if len(sels) == 1 {
-		return idx.Resolve(sels[0], loc.Describe())
-	}
-	all := idx.SortedVersions()
-	for i := len(all) - 1; i >= 0; i-- {
-		v := all[i].Original()
-		ok := true
-		for _, sel := range sels {
-			ok = ok && admits(idx, sel, all[i])
-		}
-		if ok {
-			return v, idx.Versions[v], nil
-		}
-	}
-	return "", nil, compose.New(compose.CodePackageNotResolved, fmt.Sprintf(
-		"no version of %s in %s satisfies every package that needs it (%s)", idx.Name, loc.Describe(), strings.Join(why, "; ")))
-}
-
-func admits(idx *registry.Index, sel string, v *semver.Version) bool {
-	if t, ok := idx.Tags[sel]; ok {
-		return t == v.Original()
-	}
-	if sel == registry.TagLatest {
-		return idx.Latest() == v.Original()
-	}
-	c, err := semver.NewConstraint(sel)
-	return err == nil && c.Check(v)
 }
 
 func sortedMapKeys[V any](m map[string]V) []string {

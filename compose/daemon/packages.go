@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/Masterminds/semver/v3"
-
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/lockfile"
@@ -113,41 +111,36 @@ func forContainer(key string, err error) error {
 	return compose.New(ce.Code, fmt.Sprintf("container %q: %s", key, ce.Message))
 }
 
-// resolver resolves within one operation; each index is read once.
+// resolver resolves within one operation: each index is read once, each
+// answer of a registry speaking upstream's protocol is reused
+// (registry.Resolver).
 type resolver struct {
-	m       *packageManager
-	indexes map[string]*registry.Index
+	m  *packageManager
+	rr *registry.Resolver
 }
 
 func (m *packageManager) newResolver() *resolver {
-	return &resolver{m: m, indexes: map[string]*registry.Index{}}
+	return &resolver{m: m, rr: m.client.NewResolver(m.plat.Target())}
 }
 
-func (r *resolver) index(ctx context.Context, src composefile.Source) (*registry.Index, registry.Location, error) {
+// latest is the exact version compose::add writes for an unpinned
+// package.
+func (r *resolver) latest(ctx context.Context, src composefile.Source) (string, error) {
 	loc, err := r.m.location(src)
 	if err != nil {
-		return nil, loc, err
+		return "", err
 	}
-	k := loc.String() + "\x00" + src.Name
-	if idx := r.indexes[k]; idx != nil {
-		return idx, loc, nil
-	}
-	idx, err := r.m.client.Index(ctx, loc, src.Name)
-	if err != nil {
-		return nil, loc, err
-	}
-	r.indexes[k] = idx
-	return idx, loc, nil
+	return r.rr.Latest(ctx, loc, src.Name)
 }
 
 // entry resolves a selector of a source into a lock entry. Packages that
 // are built into the engine, or images, cannot be locked.
 func (r *resolver) entry(ctx context.Context, src composefile.Source, worker, sel string) (*lockfile.Entry, *registry.Version, error) {
-	idx, loc, err := r.index(ctx, src)
+	loc, err := r.m.location(src)
 	if err != nil {
 		return nil, nil, err
 	}
-	v, ver, err := idx.Resolve(sel, loc.Describe())
+	v, ver, err := r.rr.Resolve(ctx, loc, src.Name, sel)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -468,14 +461,4 @@ func addAdapter(f *composefile.File, o prepareOptions) (*composefile.File, error
 		return nil, err
 	}
 	return o.reload(f.Path)
-}
-
-// latestExact is the exact version compose::add writes for an unpinned
-// package.
-func latestExact(idx *registry.Index) (string, error) {
-	v := idx.Latest()
-	if _, err := semver.StrictNewVersion(v); err != nil {
-		return "", compose.New(compose.CodePackageNotResolved, fmt.Sprintf("%s has no latest version", idx.Name))
-	}
-	return v, nil
 }

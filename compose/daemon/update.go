@@ -151,11 +151,8 @@ func (d *Daemon) update(ctx context.Context, p *project, f *composefile.File, ol
 			case registry.IsTag(c.Version):
 				sel = c.Version
 			default:
-				idx, _, err := rs.index(ctx, c.Source)
-				if err != nil {
-					return nil, forContainer(t.key, err)
-				}
-				if sel, err = latestExact(idx); err != nil {
+				var err error
+				if sel, err = rs.latest(ctx, c.Source); err != nil {
 					return nil, forContainer(t.key, err)
 				}
 			}

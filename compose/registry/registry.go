@@ -291,7 +291,7 @@ func (c *Client) fetchIndex(ctx context.Context, loc Location, name, where strin
 	case resp.StatusCode == http.StatusOK:
 		return data, nil
 	case resp.StatusCode == http.StatusNotFound:
-		return nil, notInRegistry(loc, name)
+		return nil, indexNotServed{notInRegistry(loc, name)}
 	default:
 		msg := fmt.Sprintf("%s answered %s for %s", loc.Describe(), resp.Status, where)
 		var re registryError
@@ -301,9 +301,21 @@ func (c *Client) fetchIndex(ctx context.Context, loc Location, name, where strin
 				msg += " (" + clip(re.Error.Fix, 300) + ")"
 			}
 		}
-		return nil, compose.New(compose.CodeRegistryUnreachable, msg)
+		err := compose.New(compose.CodeRegistryUnreachable, msg)
+		if resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented {
+			return nil, indexNotServed{err}
+		}
+		return nil, err
 	}
 }
+
+// indexNotServed marks an HTTP registry that has no index.json for a
+// package (404) or serves no GETs there (405, 501): it may speak
+// upstream's protocol instead (resolver.go).
+type indexNotServed struct{ err error }
+
+func (e indexNotServed) Error() string { return e.err.Error() }
+func (e indexNotServed) Unwrap() error { return e.err }
 
 func notInRegistry(loc Location, name string) error {
 	return compose.New(compose.CodePackageNotResolved, fmt.Sprintf("%s has no package %q; check the name in worker: (package://<name> or package://<registry-host>/<name>)",
