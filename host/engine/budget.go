@@ -22,6 +22,9 @@ type callBudget struct {
 	mu    sync.Mutex
 	n     int64
 	bytes int64
+	// enqueues counts those of the n that are enqueues waiting on the
+	// queue provider (maxEnqueuesPerConnection).
+	enqueues int64
 }
 
 // callCost is what one call counts against InflightBytesPerConnection: its
@@ -62,6 +65,39 @@ func (c *wsConn) chargeCall(cost int64) *protocol.ErrorBody {
 	b.n++
 	b.bytes += cost
 	return nil
+}
+
+// chargeEnqueue is chargeCall for an enqueue handed to the queue provider,
+// which also takes one of the engine's maxEnqueuesInFlight hand-overs: one
+// connection holds at most maxEnqueuesPerConnection of them, so it cannot
+// take them all from the others. release with releaseEnqueue.
+func (c *wsConn) chargeEnqueue(cost int64) *protocol.ErrorBody {
+	b := &c.calls
+	b.mu.Lock()
+	over := b.enqueues >= maxEnqueuesPerConnection
+	if !over {
+		b.enqueues++
+	}
+	b.mu.Unlock()
+	if over {
+		return limitBody(fmt.Sprintf("this connection has %d enqueues waiting on the queue provider, its limit; wait for their receipts first", maxEnqueuesPerConnection))
+	}
+	if errb := c.chargeCall(cost); errb != nil {
+		b.mu.Lock()
+		b.enqueues--
+		b.mu.Unlock()
+		return errb
+	}
+	return nil
+}
+
+// releaseEnqueue gives back what chargeEnqueue reserved.
+func (c *wsConn) releaseEnqueue(cost int64) {
+	b := &c.calls
+	b.mu.Lock()
+	b.enqueues--
+	b.mu.Unlock()
+	c.releaseCall(cost)
 }
 
 // releaseCall gives back what chargeCall reserved.

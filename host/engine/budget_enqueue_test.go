@@ -167,3 +167,29 @@ func TestMiddlewareBudget(t *testing.T) {
 		pollUntil(t, "the caller's calls to be released", func() bool { return te.inbound.inflight.Load() == 0 })
 	})
 }
+
+// TestEnqueuesPerConnection: one connection cannot take every hand-over to
+// the queue provider: past maxEnqueuesPerConnection its enqueue is answered
+// LIMIT_EXCEEDED, and another connection's still goes.
+func TestEnqueuesPerConnection(t *testing.T) {
+	te := startEngine(t, Options{})
+	provider := te.dialAdmin(t)
+	provider.registerIn("", "queue", EnqueueProviderFunctionID)
+	c := te.dial(t)
+	for i := range maxEnqueuesPerConnection {
+		c.send(enqueueMsg(fmt.Sprint("e", i), `{}`))
+	}
+	pollUntil(t, "the hand-overs to wait on the provider", func() bool { return len(te.enqueues) == maxEnqueuesPerConnection })
+	c.send(enqueueMsg("over", `{}`))
+	res := c.expect("invocationresult")
+	assert.Equal(t, res.str("invocation_id"), "over")
+	code, msg := errBody(t, res)
+	assert.Equal(t, code, CodeLimitExceeded, msg)
+	assert.Assert(t, strings.Contains(msg, "enqueues waiting"), msg)
+
+	other := te.dial(t)
+	other.send(enqueueMsg("o0", `{}`))
+	pollUntil(t, "the other connection's hand-over", func() bool { return len(te.enqueues) == maxEnqueuesPerConnection+1 })
+	_ = provider.c.CloseNow()
+	pollUntil(t, "the hand-overs to be released", func() bool { return len(te.enqueues) == 0 && te.inbound.inflight.Load() == 0 })
+}

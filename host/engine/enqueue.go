@@ -34,6 +34,10 @@ const enqueueTimeout = 30 * time.Second
 // enqueue_error at once rather than a goroutine each.
 const maxEnqueuesInFlight = 1024
 
+// maxEnqueuesPerConnection caps the hand-overs one connection has waiting
+// at once, so a caller alone cannot take every one of maxEnqueuesInFlight.
+const maxEnqueuesPerConnection = maxEnqueuesInFlight / 4
+
 // enqueue hands r to the queue provider and answers the caller with
 // {"messageReceiptId": id} once the provider took it.
 func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
@@ -76,7 +80,7 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 	// hand-over ends (within enqueueTimeout, the caller gone or not: its
 	// enqueue is not lost because it left).
 	cost := a.conn.heldCost(r, len(payload))
-	if errb := a.conn.chargeCall(cost); errb != nil {
+	if errb := a.conn.chargeEnqueue(cost); errb != nil {
 		e.log.Debug("enqueue refused: over a limit", "worker_id", a.id, "function_id", fid, "reason", errb.Message)
 		reply(nil, errb)
 		return
@@ -84,13 +88,13 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 	select {
 	case e.enqueues <- struct{}{}:
 	default:
-		a.conn.releaseCall(cost)
+		a.conn.releaseEnqueue(cost)
 		reply(nil, &protocol.ErrorBody{Code: CodeEnqueueError, Message: fmt.Sprintf(
 			"%d enqueues are already waiting on the queue provider %s; try again later", maxEnqueuesInFlight, EnqueueProviderFunctionID)})
 		return
 	}
 	started := e.tasks.Go(func() {
-		defer func() { <-e.enqueues; a.conn.releaseCall(cost) }()
+		defer func() { <-e.enqueues; a.conn.releaseEnqueue(cost) }()
 		ctx, cancel := context.WithTimeout(e.ctx, enqueueTimeout)
 		defer cancel()
 		_, err := e.Invoke(ctx, DefaultNamespace, EnqueueProviderFunctionID, payload)
@@ -113,7 +117,7 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 	})
 	if !started {
 		<-e.enqueues
-		a.conn.releaseCall(cost)
+		a.conn.releaseEnqueue(cost)
 		reply(nil, engineStopping())
 	}
 }

@@ -589,12 +589,18 @@ func TestEnqueueInFlightCap(t *testing.T) {
 	te := startEngine(t, Options{})
 	provider := te.dialAdmin(t)
 	provider.registerIn("", "queue", EnqueueProviderFunctionID)
-	caller := te.dial(t)
-	for i := range maxEnqueuesInFlight {
-		caller.send(&protocol.InvokeFunction{InvocationID: fmt.Sprintf("e%d", i), FunctionID: "job",
-			Action: &protocol.TriggerAction{Type: protocol.ActionEnqueue, Queue: "jobs"}})
+	// One connection holds at most maxEnqueuesPerConnection of them.
+	var callers []*rawClient
+	for c := range maxEnqueuesInFlight / maxEnqueuesPerConnection {
+		caller := te.dial(t)
+		callers = append(callers, caller)
+		for i := range maxEnqueuesPerConnection {
+			caller.send(&protocol.InvokeFunction{InvocationID: fmt.Sprintf("e%d-%d", c, i), FunctionID: "job",
+				Action: &protocol.TriggerAction{Type: protocol.ActionEnqueue, Queue: "jobs"}})
+		}
 	}
 	pollUntil(t, "every hand-over to wait on the provider", func() bool { return len(te.enqueues) == maxEnqueuesInFlight })
+	caller := te.dial(t)
 	caller.send(&protocol.InvokeFunction{InvocationID: "over", FunctionID: "job", Action: &protocol.TriggerAction{Type: protocol.ActionEnqueue, Queue: "jobs"}})
 	res := caller.expect("invocationresult")
 	assert.Equal(t, res.str("invocation_id"), "over")
@@ -603,9 +609,11 @@ func TestEnqueueInFlightCap(t *testing.T) {
 	assert.Assert(t, strings.Contains(msg, "already waiting"), msg)
 
 	_ = provider.c.CloseNow()
-	for range maxEnqueuesInFlight {
-		code, _ := errBody(t, caller.expect("invocationresult"))
-		assert.Equal(t, code, CodeEnqueueError)
+	for _, caller := range callers {
+		for range maxEnqueuesPerConnection {
+			code, _ := errBody(t, caller.expect("invocationresult"))
+			assert.Equal(t, code, CodeEnqueueError)
+		}
 	}
 	pollUntil(t, "the slots to come back", func() bool { return len(te.enqueues) == 0 })
 }
