@@ -174,6 +174,21 @@ func TestUpstreamRegistryHost(t *testing.T) {
 	assert.Assert(t, l.Containers["configuration"] == nil, "engine kind: nothing to install")
 	assert.DeepEqual(t, l.Graphs["go-worker"], []string{"go-worker", "gw-dep"})
 
+	// The first package asked the index (404 here), then POST /resolve;
+	// once settled, only POST /resolve and the artefacts.
+	reqs := up.requests()
+	assert.Equal(t, reqs[0], "GET /packages/gw-dep/index.json")
+	for _, r := range reqs[1:] {
+		assert.Check(t, r == "POST /resolve" || strings.HasPrefix(r, "GET /files/"), "%v", reqs)
+	}
+
+	// update resolves again through the registry; nothing newer.
+	var upd struct {
+		Restarted bool `json:"restarted"`
+	}
+	assert.NilError(t, call(t, c, "ur", "compose::update", nil, &upd))
+	assert.Check(t, !upd.Restarted)
+
 	err = call(t, c, "ur", "compose::add", map[string]any{"worker": host + "/go-worker@^7"}, nil)
 	assert.Equal(t, codeOf(err), compose.CodePackageNotResolved, "%v", err)
 	assert.Check(t, is.Contains(err.Error(), "available: 1.0.0, 1.1.0"))
@@ -183,4 +198,9 @@ func TestUpstreamRegistryHost(t *testing.T) {
 	assert.Equal(t, codeOf(err), compose.CodeUnsupportedPackageKind, "%v", err)
 	err = call(t, c, "ur", "compose::add", map[string]any{"worker": host + "/configuration"}, nil)
 	assert.Equal(t, codeOf(err), compose.CodeEngineWorkerIsBuiltin, "%v", err)
+
+	// The registry goes away: the locked, cached packages still start.
+	up.srv.Close()
+	assert.NilError(t, call(t, c, "ur", "compose::restart", nil, &res))
+	assert.Equal(t, res.Status, "ok", "%+v", res)
 }

@@ -14,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/iii-sandbox/iii/compose"
@@ -210,6 +211,11 @@ type Client struct {
 	// HTTP fetches from HTTP(S) registries; nil means a client with
 	// default transport settings (calls are bounded by their contexts).
 	HTTP *http.Client
+
+	// protos remembers what each HTTP registry was found to speak, for
+	// the client's life (resolver.go).
+	mu     sync.Mutex
+	protos map[string]Protocol
 }
 
 func (c *Client) http() *http.Client {

@@ -39,23 +39,23 @@ func (p Protocol) String() string {
 }
 
 // Resolver resolves selectors for one Compose operation (a start, an
-// update, an add): each index is read once, each answer of a resolving
-// registry is reused, and what each HTTP registry speaks is found out once.
+// update, an add): each index is read once and each answer of a resolving
+// registry is reused.
 //
 // Which protocol an HTTP registry speaks is found out by asking: a
 // registry on this machine (a loopback host, a directory served by a
 // static file server, the tests' registries) is asked for our index first,
-// and for POST /resolve when the index GET answers 404, 405 or 501; any
-// other host (upstream's api.workers.iii.dev is the usual one) is asked
-// POST /resolve first, and for the index when that answers 404, 405 or 501
-// without upstream's error body. The first answer that is not such a miss
-// settles the registry's protocol for the rest of the operation, so the
-// cost is one extra request for the first package of a registry that
-// speaks the other protocol. A directory registry is always the index.
+// and POST /resolve when the index GET answers 404, 405 or 501; any other
+// host (upstream's api.workers.iii.dev is the usual one) is asked POST
+// /resolve first, and for the index when that answers 404, 405 or 501
+// without upstream's error body. The Client remembers the protocol that
+// answered and asks it first from then on (a miss still tries the other,
+// so a registry that changes is followed): the cost is one extra request
+// for the first package of a registry that speaks the protocol not tried
+// first. A directory registry is always the index.
 type Resolver struct {
 	c       *Client
 	target  string
-	protos  map[string]Protocol
 	indexes map[string]*Index
 	answers map[string]Resolved            // loc, name, selector → answer
 	learned map[string]map[string]Resolved // loc, name → version → what a graph said
@@ -64,17 +64,34 @@ type Resolver struct {
 // NewResolver starts an operation's resolutions; target is the host's
 // Rust triple, sent to resolving registries.
 func (c *Client) NewResolver(target string) *Resolver {
-	return &Resolver{c: c, target: target, protos: map[string]Protocol{}, indexes: map[string]*Index{},
+	return &Resolver{c: c, target: target, indexes: map[string]*Index{},
 		answers: map[string]Resolved{}, learned: map[string]map[string]Resolved{}}
 }
 
 // Protocol is what loc was found to speak so far.
-func (r *Resolver) Protocol(loc Location) Protocol {
+func (c *Client) Protocol(loc Location) Protocol {
 	if loc.IsDir() {
 		return ProtocolIndex
 	}
-	return r.protos[loc.String()]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.protos[loc.String()]
 }
+
+func (c *Client) remember(loc Location, p Protocol) {
+	if loc.IsDir() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.protos == nil {
+		c.protos = map[string]Protocol{}
+	}
+	c.protos[loc.String()] = p
+}
+
+// Protocol is what loc was found to speak so far.
+func (r *Resolver) Protocol(loc Location) Protocol { return r.c.Protocol(loc) }
 
 func key(loc Location, parts ...string) string {
 	return loc.String() + "\x00" + strings.Join(parts, "\x00")
@@ -82,17 +99,21 @@ func key(loc Location, parts ...string) string {
 
 // Resolve picks the version sel means for package name in loc.
 func (r *Resolver) Resolve(ctx context.Context, loc Location, name, sel string) (string, *Version, error) {
-	if loc.IsDir() || r.protos[loc.String()] == ProtocolIndex {
+	if loc.IsDir() {
 		idx, err := r.index(ctx, loc, name)
 		if err != nil {
 			return "", nil, err
 		}
 		return idx.Resolve(sel, loc.Describe())
 	}
-	if r.protos[loc.String()] == ProtocolResolve {
-		return r.remote(ctx, loc, name, sel)
+	first := r.c.Protocol(loc)
+	if first == ProtocolUnknown {
+		first = ProtocolResolve
+		if isLoopbackLocation(loc) {
+			first = ProtocolIndex
+		}
 	}
-	if isLoopbackLocation(loc) {
+	if first == ProtocolIndex {
 		idx, err := r.index(ctx, loc, name)
 		if err == nil {
 			return idx.Resolve(sel, loc.Describe())
@@ -100,13 +121,13 @@ func (r *Resolver) Resolve(ctx context.Context, loc Location, name, sel string) 
 		if !errors.As(err, new(indexNotServed)) {
 			return "", nil, err
 		}
-		v, ver, rerr := r.remoteProbe(ctx, loc, name, sel)
+		v, ver, rerr := r.remote(ctx, loc, name, sel)
 		if rerr == errNotSpoken {
 			return "", nil, err
 		}
 		return v, ver, rerr
 	}
-	v, ver, err := r.remoteProbe(ctx, loc, name, sel)
+	v, ver, err := r.remote(ctx, loc, name, sel)
 	if err != errNotSpoken {
 		return v, ver, err
 	}
@@ -121,31 +142,25 @@ func (r *Resolver) Resolve(ctx context.Context, loc Location, name, sel string) 
 // registry does.
 var errNotSpoken = errors.New("POST /resolve is not served")
 
-func (r *Resolver) remoteProbe(ctx context.Context, loc Location, name, sel string) (string, *Version, error) {
+// remote asks loc's POST /resolve (an answer already given is reused);
+// errNotSpoken when the registry does not serve it.
+func (r *Resolver) remote(ctx context.Context, loc Location, name, sel string) (string, *Version, error) {
+	if a, ok := r.answers[key(loc, name, sel)]; ok {
+		return a.Version, a.Spec, nil
+	}
 	res, outcome, err := r.c.resolveRemote(ctx, loc, name, sel, r.target)
 	switch outcome {
 	case notSpoken:
 		return "", nil, errNotSpoken
 	case resolvedOK:
-		r.protos[loc.String()] = ProtocolResolve
+		r.c.remember(loc, ProtocolResolve)
 		return r.keep(loc, name, sel, res)
 	}
 	// An answer in upstream's terms settles the protocol too.
 	if compose.CodeOf(err) != compose.CodeRegistryUnreachable {
-		r.protos[loc.String()] = ProtocolResolve
+		r.c.remember(loc, ProtocolResolve)
 	}
 	return "", nil, err
-}
-
-func (r *Resolver) remote(ctx context.Context, loc Location, name, sel string) (string, *Version, error) {
-	if a, ok := r.answers[key(loc, name, sel)]; ok {
-		return a.Version, a.Spec, nil
-	}
-	res, _, err := r.c.resolveRemote(ctx, loc, name, sel, r.target)
-	if err != nil {
-		return "", nil, err
-	}
-	return r.keep(loc, name, sel, res)
 }
 
 // keep records an answer: the root for its selector, and every package of
@@ -173,9 +188,7 @@ func (r *Resolver) index(ctx context.Context, loc Location, name string) (*Index
 	if err != nil {
 		return nil, err
 	}
-	if !loc.IsDir() {
-		r.protos[loc.String()] = ProtocolIndex
-	}
+	r.c.remember(loc, ProtocolIndex)
 	r.indexes[k] = idx
 	return idx, nil
 }

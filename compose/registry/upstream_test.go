@@ -399,7 +399,9 @@ func TestProtocolOrder(t *testing.T) {
 	assert.DeepEqual(t, reset(), []string{"GET /packages/pkg/index.json"})
 	_, _, err = r.Resolve(ctx, loc, "nosuch", "latest")
 	assert.Equal(t, compose.CodeOf(err), compose.CodePackageNotResolved)
-	assert.DeepEqual(t, reset(), []string{"GET /packages/nosuch/index.json"}) // settled: no POST
+	// Remembered: the index first; a miss still tries the other protocol.
+	assert.DeepEqual(t, reset(), []string{"GET /packages/nosuch/index.json", "POST /resolve"})
+	reset()
 
 	// Another host (dialled to the test server): POST /resolve first,
 	// then the index; the second package goes straight to the index.
@@ -414,9 +416,17 @@ func TestProtocolOrder(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, v, "1.0.0")
 	assert.DeepEqual(t, reset(), []string{"POST /resolve", "GET /packages/pkg/index.json"})
-	_, _, err = r.Resolve(ctx, remote, "nosuch", "latest")
+	// A new operation of the same client starts with what answered.
+	cl := &Client{HTTP: hc}
+	_, _, err = cl.NewResolver(upTarget).Resolve(ctx, remote, "pkg", "latest")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, reset(), []string{"POST /resolve", "GET /packages/pkg/index.json"})
+	_, _, err = cl.NewResolver(upTarget).Resolve(ctx, remote, "pkg", "latest")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, reset(), []string{"GET /packages/pkg/index.json"}) // the next operation asks the index first
+	_, _, err = cl.NewResolver(upTarget).Resolve(ctx, remote, "nosuch", "latest")
 	assert.Equal(t, compose.CodeOf(err), compose.CodePackageNotResolved)
-	assert.DeepEqual(t, reset(), []string{"GET /packages/nosuch/index.json"})
+	assert.DeepEqual(t, reset(), []string{"GET /packages/nosuch/index.json", "POST /resolve"})
 
 	// Upstream's registry on another host: one POST per selector.
 	f := newFake()
