@@ -76,28 +76,6 @@ func FuzzParseClientMessage(f *testing.F) {
 	})
 }
 
-// FuzzUpdateOps: any ops array decodes or is refused, and applying what
-// decodes to any value never panics and always encodes.
-func FuzzUpdateOps(f *testing.F) {
-	f.Add([]byte(`[{"type":"merge","path":["a","b"],"value":{"c":1}},{"type":"increment","path":"n","by":-9223372036854775808}]`), []byte(`{"a":[1]}`))
-	f.Add([]byte(`[{"type":"append","value":"x"},{"type":"remove","path":""},{"type":"set","path":"a"}]`), []byte(`"s"`))
-	f.Fuzz(func(t *testing.T, opsJSON, value []byte) {
-		ops, err := decodeOps(opsJSON)
-		if err != nil {
-			return
-		}
-		old, err := decodeValue(value)
-		exists := err == nil
-		if !exists {
-			old = nil
-		}
-		got, _ := applyOps(old, exists, ops)
-		if _, err := json.Marshal(got); err != nil {
-			t.Fatalf("result does not encode: %v", err)
-		}
-	})
-}
-
 func TestDecodeEvent(t *testing.T) {
 	small := Limits{IDBytes: 8, ValueBytes: 32}
 	tests := []struct {
