@@ -285,6 +285,10 @@ func waitGone(t *testing.T, te *testEnv, ns, id string) {
 func TestNodeAdapter(t *testing.T) {
 	ne := nodesdk.Find(t)
 	te := newEnv(t, nil)
+	// This test is not about the heartbeat: a Node process still running
+	// its start-up code on a loaded machine can leave a ping unanswered for
+	// longer than the default 500 ms window, and would be cut mid-test.
+	te.Engine.SetHostHeartbeat(2 * time.Second)
 	assert.NilError(t, te.router.Bind("nodebox", "nb"))
 
 	p := ne.Start(t, sandboxScript, map[string]any{"mode": "adapter", "url": te.URL, "headers": te.adminHeaders(), "name": "nodebox", "namespace": "nb", "major": contract.Major}, waitFor)
