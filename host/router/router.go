@@ -312,9 +312,13 @@ func (r *Router) fetchContract(ctx context.Context, b Binding, infoID string) (s
 	if err != nil {
 		var eb *protocol.ErrorBody
 		if errors.As(err, &eb) && eb.Code == protocol.CodeFunctionNotFound {
+			// Not cached: a worker registers its functions one frame at a
+			// time, so a call that arrives between its first operation and
+			// its adapter::info (a fleet host reconnecting) would otherwise
+			// refuse the whole connection for good.
 			return contract.NewError(contract.S302,
 				"sandbox adapter %q in namespace %q does not serve %s, so the engine cannot check which sandbox contract it speaks; adapters for contract %d must serve it",
-				b.Adapter, b.Namespace, infoID, contract.Major), true
+				b.Adapter, b.Namespace, infoID, contract.Major), false
 		}
 		if ctx.Err() != nil {
 			return nil, false
@@ -326,7 +330,7 @@ func (r *Router) fetchContract(ctx context.Context, b Binding, infoID string) (s
 	if err := json.Unmarshal(out, &info); err != nil || info.Contract == (contract.ContractVersion{}) {
 		return contract.NewError(contract.S302,
 			"sandbox adapter %q in namespace %q reports no readable contract version in %s (want {\"contract\":{\"major\":%d,\"minor\":...}})",
-			b.Adapter, b.Namespace, infoID, contract.Major), true
+			b.Adapter, b.Namespace, infoID, contract.Major), false
 	}
 	return contract.CheckContract(b.Adapter, info.Contract), true
 }

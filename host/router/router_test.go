@@ -365,6 +365,30 @@ func TestRouterFunctions(t *testing.T) {
 	assert.Equal(t, fi["namespace"], "default")
 }
 
+// An adapter worker whose operations are registered before its
+// adapter::info (as a reconnecting host registers them, one frame at a
+// time) is refused only until adapter::info arrives, not for the life of
+// its connection.
+func TestAdapterInfoLateIsNotRefusedForGood(t *testing.T) {
+	te := newEnv(t, nil)
+	assert.NilError(t, te.router.Bind("late", ""))
+	w := te.Client
+	assert.NilError(t, register(t, w, client.FunctionDef{ID: "late::catalog::list"}, func(context.Context, *client.Invocation) (any, error) {
+		return map[string]any{"images": []any{}}, nil
+	}))
+	waitRegistered(t, te, "default", "late::catalog::list")
+	_, err := te.Call(t, "sandbox::catalog::list", nil)
+	se := enginetest.SandboxError(t, err)
+	assert.Equal(t, se.Code, contract.S302)
+	assert.Check(t, is.Contains(se.Message, "does not serve late::adapter::info"))
+
+	assert.NilError(t, register(t, w, client.FunctionDef{ID: "late::adapter::info"}, func(context.Context, *client.Invocation) (any, error) {
+		return map[string]any{"adapter": "late", "adapter_version": "1", "contract": map[string]int{"major": contract.Major, "minor": 1}}, nil
+	}))
+	waitRegistered(t, te, "default", "late::adapter::info")
+	te.MustCall(t, "sandbox::catalog::list", nil)
+}
+
 func register(t *testing.T, w *client.Client, def client.FunctionDef, h client.Handler) error {
 	t.Helper()
 	_, err := w.RegisterFunction(def, h)
