@@ -297,7 +297,13 @@ func (d *dnsService) answer(ctx context.Context, q []byte, size int, overTCP boo
 	default:
 		return respond(dnsmessage.RCodeServerFailure, nil, nil)
 	}
-	ours := dnsmessage.Question{Name: mustName(name), Type: question.Type, Class: dnsmessage.ClassINET}
+	qname, err := dnsmessage.NewName(name)
+	if err != nil {
+		// name came out of a parsed Name, so this should not happen; a
+		// guest's input never reaches a panic all the same.
+		return respond(dnsmessage.RCodeFormatError, nil, nil)
+	}
+	ours := dnsmessage.Question{Name: qname, Type: question.Type, Class: dnsmessage.ClassINET}
 	for _, up := range d.upstreams {
 		if m := d.ask(ctx, up, ours); m != nil {
 			switch m.RCode {
@@ -311,15 +317,6 @@ func (d *dnsService) answer(ctx context.Context, q []byte, size int, overTCP boo
 		}
 	}
 	return respond(dnsmessage.RCodeServerFailure, nil, nil)
-}
-
-func mustName(s string) dnsmessage.Name {
-	n, err := dnsmessage.NewName(s)
-	if err != nil {
-		// s came out of a Name.
-		panic(err)
-	}
-	return n
 }
 
 // dnsRecords picks what an answer carries from an upstream's reply m to
