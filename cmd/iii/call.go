@@ -17,6 +17,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/cmd/iii/internal/jsonpretty"
 	"github.com/iii-sandbox/iii/cmd/iii/internal/payload"
+	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -37,7 +38,16 @@ type callFlags struct {
 	noProgress bool
 	// token is --token: the engine token (or a credential) to present.
 	token string
+	// output is --output: "text" prints a sandbox error (an S-code) as
+	// readable lines, "json" prints every error body as the raw object.
+	output string
 }
+
+// Values of --output.
+const (
+	outputText = "text"
+	outputJSON = "json"
+)
 
 func newCallCmd(e env, defaultHelp func(*cobra.Command, []string)) *cobra.Command {
 	f := &callFlags{}
@@ -60,6 +70,12 @@ A function whose request schema marks a field as a progress channel
 the payload sets that field itself, and its progress is drawn on stderr: a
 redrawn bar on a terminal, plain lines otherwise. --no-progress leaves the
 field out. The result on stdout is the same either way.
+
+A sandbox error (code S001...S999, its message the error object of the
+sandbox contract) is printed as lines: the code and its meaning, the
+message, the fix, whether a retry can help and the docs link. --output json
+prints the error body as the engine sent it instead, the S-code object
+whole in its message (--json is the payload, not the output format).
 "iii call -h FUNCTION" also shows the function's description and request
 schema, as the running engine knows them.`,
 		Example: `  iii call engine::workers::list
@@ -94,6 +110,7 @@ schema, as the running engine knows them.`,
 	fl.Int64Var(&f.timeoutMS, "timeout-ms", 30000, "how long to wait for the result, in milliseconds")
 	fl.StringVarP(&f.namespace, "namespace", "n", "", `namespace FUNCTION resolves in (default "default")`)
 	fl.BoolVar(&f.noProgress, "no-progress", false, "do not ask for progress, and draw none (functions with a progress channel)")
+	fl.StringVarP(&f.output, "output", "o", outputText, `how errors are printed: "text" (a sandbox error as readable lines) or "json" (every error body as the raw object)`)
 	fl.StringVar(&f.token, "token", "", "the engine token to present (default: $III_ENGINE_TOKEN, else the one in ~/.iii/engine-token or the project's)")
 
 	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
@@ -116,6 +133,8 @@ func (f *callFlags) validate(cmd *cobra.Command) error {
 		return usageErrorf(cmd, "--port must be between 1 and 65535, not %d", f.port)
 	case f.timeoutMS <= 0:
 		return usageErrorf(cmd, "--timeout-ms must be positive, not %d", f.timeoutMS)
+	case f.output != outputText && f.output != outputJSON:
+		return usageErrorf(cmd, "--output must be %q or %q, not %q", outputText, outputJSON, f.output)
 	case cmd.Flags().Changed("namespace") && !client.ValidNamespace(f.namespace):
 		return usageErrorf(cmd, "invalid namespace %q: use only lowercase letters, digits, '-' and '_'", f.namespace)
 	}
@@ -194,7 +213,7 @@ func runCall(ctx context.Context, e env, f *callFlags, fn string, data json.RawM
 	// printed.
 	watch.stop()
 	if err != nil {
-		xe := callError(err)
+		xe := callError(err, f.output == outputJSON)
 		if hint := unauthorizedHint(err, withToken); hint != "" {
 			var ex *exitError
 			if errors.As(xe, &ex) {
@@ -214,12 +233,15 @@ func runCall(ctx context.Context, e env, f *callFlags, fn string, data json.RawM
 	return err
 }
 
-// callError shapes a failed call: a remote error as the pretty JSON of its
-// body, the client's own failures (timeout, lost connection) as their
-// message.
-func callError(err error) error {
+// callError shapes a failed call: a sandbox error as readable lines
+// (unless raw), any other remote error as the pretty JSON of its body, the
+// client's own failures (timeout, lost connection) as their message.
+func callError(err error, raw bool) error {
 	var eb *protocol.ErrorBody
 	if errors.As(err, &eb) {
+		if se, ok := contract.FromErrorBody(eb); ok && !raw {
+			return &exitError{code: exitFailure, msg: readableSandboxError(se)}
+		}
 		body, jerr := prettyJSON(mustJSON(eb))
 		if jerr != nil {
 			return &exitError{code: exitFailure, msg: eb.Error()}
@@ -230,6 +252,38 @@ func callError(err error) error {
 		return &exitError{code: exitInterrupted, msg: "interrupted"}
 	}
 	return &exitError{code: exitFailure, msg: err.Error()}
+}
+
+// readableSandboxError prints a sandbox error one field a line: the code
+// and its meaning, the message, the fix (a patch to merge into the request
+// and its note, or the note alone), whether a retry can help, the docs.
+func readableSandboxError(se *contract.Error) string {
+	var b strings.Builder
+	b.WriteString(string(se.Code))
+	if info, ok := contract.LookupCode(se.Code); ok {
+		b.WriteString(" " + info.Title)
+	}
+	if se.Type != "" {
+		b.WriteString(" (" + se.Type + ")")
+	}
+	b.WriteString("\nmessage: " + se.Message)
+	switch {
+	case se.Fix != nil && se.FixNote != "":
+		b.WriteString("\nfix: " + strings.TrimSpace(string(mustJSON(se.Fix))) + ": " + se.FixNote)
+	case se.Fix != nil:
+		b.WriteString("\nfix: " + strings.TrimSpace(string(mustJSON(se.Fix))))
+	case se.FixNote != "":
+		b.WriteString("\nfix: " + se.FixNote)
+	}
+	if se.Retryable {
+		b.WriteString("\nretryable: yes")
+	} else {
+		b.WriteString("\nretryable: no")
+	}
+	if se.DocsURL != "" {
+		b.WriteString("\ndocs: " + se.DocsURL)
+	}
+	return b.String()
 }
 
 func mustJSON(v any) []byte {

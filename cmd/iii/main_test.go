@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/version"
@@ -164,6 +165,18 @@ func attachTestWorkers(e *testscript.Env, u string) error {
 		}},
 		{w, client.FunctionDef{ID: "test::fail"}, func(context.Context, *client.Invocation) (any, error) {
 			return nil, &protocol.ErrorBody{Code: "E_TEST", Message: "it <broke> & failed", Stacktrace: "at test::fail"}
+		}},
+		{w, client.FunctionDef{ID: "test::sandboxfail"}, func(_ context.Context, inv *client.Invocation) (any, error) {
+			// A sandbox error as adapters send it: the S-code, and the
+			// contract's wire object as the message.
+			var in struct {
+				Fix bool `json:"fix"`
+			}
+			_ = json.Unmarshal(inv.Data, &in)
+			if in.Fix {
+				return nil, contract.ParentNotFound("/work/a/b.txt").ErrorBody()
+			}
+			return nil, contract.NewError(contract.S002, "sandbox sb-1 not found").ErrorBody()
 		}},
 		{w, client.FunctionDef{ID: "test::plainfail"}, func(context.Context, *client.Invocation) (any, error) {
 			return nil, errors.New("boom")
