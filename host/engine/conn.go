@@ -428,6 +428,10 @@ func (c *wsConn) handleFrame(data []byte, inPlace inPlaceRunner) (handedOff bool
 // once; any other frame with an invocation id is answered to its sender.
 func (e *Engine) badFrame(w *worker, err error) {
 	var de *protocol.DecodeError
+	if errors.As(err, &de) && errors.Is(err, protocol.ErrUnknownType) && de.InvocationID == "" {
+		e.unknownFrame(w, de.Type)
+		return
+	}
 	if !errors.As(err, &de) || de.InvocationID == "" {
 		e.log.Warn("dropping undecodable frame", "worker_id", w.id, "error", err)
 		return

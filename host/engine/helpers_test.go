@@ -75,6 +75,8 @@ type rawClient struct {
 	closeErr error
 	workerID string
 	token    string
+	// hello is the engine's greeting, every field as sent.
+	hello frame
 }
 
 func (te *testEngine) dial(t *testing.T) *rawClient {
@@ -112,6 +114,7 @@ func (te *testEngine) dialWith(t *testing.T, h http.Header) *rawClient {
 		}
 	})
 	hello := rc.expect("workerregistered")
+	rc.hello = hello
 	rc.workerID, rc.token = hello.str("worker_id"), hello.str("reattach_token")
 	assert.Assert(t, rc.workerID != "" && rc.token != "")
 	return rc

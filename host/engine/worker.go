@@ -63,6 +63,10 @@ type worker struct {
 
 	active atomic.Int64 // in-flight invocations routed to this worker
 
+	// warnedUnknownFrame: the worker sent a frame type this engine does
+	// not speak and was told so in the log once (unknownFrame).
+	warnedUnknownFrame atomic.Bool
+
 	// delegated holds, under the trigger registry's lock, the bindings
 	// of other principals whose function or condition this worker, as
 	// their trigger type's provider, calls for them (authority.go);
