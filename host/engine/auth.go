@@ -252,7 +252,7 @@ func (p *principal) authorizeRegistration(id string) *protocol.ErrorBody {
 	if p.admin {
 		return nil
 	}
-	if reservedID(id) {
+	if reservedID(id) && !(p.cred != nil && p.cred.queue && slices.Contains(QueueProviderFunctions, id)) {
 		return &protocol.ErrorBody{Code: CodeForbidden, Message: "function ids under " + strings.Join(reservedPrefixes, ", ") + " are reserved to the engine token's holder; " + id + " cannot be registered"}
 	}
 	if slices.Contains(streamIDs, id) {
@@ -369,6 +369,9 @@ func (e *Engine) admitRegistration(w *worker, f *function) *protocol.ErrorBody {
 		return errb
 	}
 	if errb := p.admitSandboxHost(f); errb != nil {
+		return errb
+	}
+	if errb := p.admitQueueProvider(f); errb != nil {
 		return errb
 	}
 	if errb := e.admitAdapterName(p, f); errb != nil {
@@ -564,6 +567,31 @@ func (p *principal) admitSandboxHost(f *function) *protocol.ErrorBody {
 		f.privileged = true
 	}
 	return nil
+}
+
+// QueueProviderFunctions are what a queue provider credential's holder
+// may register (in default, and nothing else): the enqueue provider and
+// the queue worker's read-only views.
+var QueueProviderFunctions = []string{EnqueueProviderFunctionID, "engine::queue::list_topics",
+	"engine::queue::dlq_topics", "engine::queue::topic_stats", "engine::queue::dlq_messages"}
+
+// admitQueueProvider applies a queue provider credential's rule to a
+// registration: only QueueProviderFunctions, in default.
+func (p *principal) admitQueueProvider(f *function) *protocol.ErrorBody {
+	if p.cred == nil || !p.cred.queue {
+		return nil
+	}
+	if f.ns != DefaultNamespace || !slices.Contains(QueueProviderFunctions, f.id) {
+		return &protocol.ErrorBody{Code: CodeForbidden, Message: "the queue provider credential " + quote(p.label) + " registers only " +
+			strings.Join(QueueProviderFunctions, ", ") + " in namespace \"default\"; " + f.id + " in namespace " + quote(f.ns) + " is refused"}
+	}
+	return nil
+}
+
+// queueProvider reports whether p may own the enqueue provider: the
+// engine token's holder, or a queue provider credential's.
+func (p *principal) queueProvider() bool {
+	return p != nil && (p.admin || p.cred != nil && p.cred.queue)
 }
 
 // AdapterOwner describes who serves (ns, id) for the sandbox router.

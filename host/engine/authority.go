@@ -266,9 +266,9 @@ func (e *Engine) checkDelegated(a *worker, ns, id string, f *function) *protocol
 		}
 		e.triggers.mu.Unlock()
 	}
-	// Only the engine token's holder can own engine::queue::enqueue: other
-	// callers skip the lookup.
-	if e.enqueued.n.Load() > 0 && a.principal != nil && a.principal.admin {
+	// Only the engine token's holder or a queue provider credential's can
+	// own engine::queue::enqueue: other callers skip the lookup.
+	if e.enqueued.n.Load() > 0 && a.principal.queueProvider() {
 		if q := e.reg.get(DefaultNamespace, EnqueueProviderFunctionID); q != nil && q.owner == a {
 			cs = append(cs, e.enqueued.callers(k)...)
 		}

@@ -34,6 +34,10 @@ type credential struct {
 	// host is set for a sandbox host credential: its holder serves one
 	// adapter's functions in one namespace (docs/security.md).
 	host *sandboxHost
+	// queue is set for a queue provider credential: its holder registers
+	// only QueueProviderFunctions, in default, and its calls of enqueued
+	// targets are checked as their enqueuers (docs/queues.md).
+	queue bool
 	// persisted: the credential is in the credentials file too.
 	persisted bool
 	// revoked is set as revocation starts, before its connections are
@@ -82,6 +86,11 @@ type CredentialSpec struct {
 	// register only <adapter>::* in Namespace, and the sandbox router
 	// trusts what it registers as that adapter (docs/security.md).
 	SandboxHost *SandboxHostSpec `json:"sandbox_host,omitempty"`
+	// QueueProvider makes it a queue provider credential (Compose gives
+	// one to the queue package of its default registry): Namespace must
+	// be default, and its holder may register QueueProviderFunctions there
+	// and nothing else, nor trigger types or triggers.
+	QueueProvider bool `json:"queue_provider,omitempty"`
 	// Persist keeps the credential (its token's sha256 and this spec,
 	// never the token) in the engine's credentials file, so it survives
 	// a restart of the engine.
@@ -136,7 +145,16 @@ func newCredential(spec CredentialSpec) (*credential, *protocol.ErrorBody) {
 		}
 		grants[ns] = append([]string(nil), ids...)
 	}
-	c := &credential{label: sanitizeText(spec.Label)}
+	c := &credential{label: sanitizeText(spec.Label), queue: spec.QueueProvider}
+	if spec.QueueProvider {
+		if spec.SandboxHost != nil {
+			return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "a credential is a queue provider or a sandbox host, not both"}
+		}
+		if spec.Namespace != DefaultNamespace {
+			return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "a queue provider credential's namespace is default (where " +
+				EnqueueProviderFunctionID + " lives), not " + quote(spec.Namespace) + "; grant the namespaces its deliveries reach in allow"}
+		}
+	}
 	if h := spec.SandboxHost; h != nil {
 		if errb := validSandboxHost(h); errb != nil {
 			return nil, errb
@@ -147,6 +165,10 @@ func newCredential(spec CredentialSpec) (*credential, *protocol.ErrorBody) {
 	s.AllowTriggerTypeRegistration = false
 	s.Namespaces = grants
 	s.Declarable = []string{spec.Namespace}
+	if spec.QueueProvider {
+		none := []string{}
+		s.AllowedTriggerTypes = &none
+	}
 	c.session = s
 	return c, nil
 }
@@ -252,5 +274,5 @@ func (e *Engine) fnCredentialsRevoke(_ context.Context, call *Call) (any, *proto
 	return map[string]bool{"revoked": e.RevokeCredential(in.Token)}, nil
 }
 
-var schemaCredentialsIssueIn = json.RawMessage(`{"type":"object","required":["namespace"],"properties":{"label":{"type":"string"},"namespace":{"type":"string"},"allow":{"type":"object","additionalProperties":{"type":"array","items":{"type":"string"}}},"sandbox_host":{"type":"object","required":["adapter","host_name"],"properties":{"adapter":{"type":"string","pattern":"^[a-z0-9][a-z0-9_-]{0,63}$"},"host_name":{"type":"string","pattern":"^[a-z0-9-]{1,63}$"}},"additionalProperties":false},"persist":{"type":"boolean","default":false}}}`)
+var schemaCredentialsIssueIn = json.RawMessage(`{"type":"object","required":["namespace"],"properties":{"label":{"type":"string"},"namespace":{"type":"string"},"allow":{"type":"object","additionalProperties":{"type":"array","items":{"type":"string"}}},"sandbox_host":{"type":"object","required":["adapter","host_name"],"properties":{"adapter":{"type":"string","pattern":"^[a-z0-9][a-z0-9_-]{0,63}$"},"host_name":{"type":"string","pattern":"^[a-z0-9-]{1,63}$"}},"additionalProperties":false},"queue_provider":{"type":"boolean","default":false},"persist":{"type":"boolean","default":false}}}`)
 var schemaCredentialsRevokeIn = json.RawMessage(`{"type":"object","required":["token"],"properties":{"token":{"type":"string"}}}`)

@@ -15,8 +15,9 @@ import (
 // the standalone queue worker registers (a Compose worker, `iii worker add
 // queue`), which stores it and later invokes the target. Without a
 // provider the caller gets enqueue_error saying how to install one
-// (docs/queues.md). engine:: ids are reserved to the engine token's holder,
-// so only a trusted worker can be the provider, and the caller's own right
+// (docs/queues.md). engine:: ids are reserved to the engine token's holder
+// (and this one to a queue provider credential's, which Compose gives the
+// queue package), so only a trusted worker can be the provider, and the caller's own right
 // to invoke the target is checked before anything is handed over (the
 // provider invokes with its rights, not the caller's).
 
@@ -108,7 +109,7 @@ func (e *Engine) enqueue(a *worker, ns string, r *invokeRequest) {
 		if asErrorBody(err, &eb) {
 			if eb.Code == protocol.CodeFunctionNotFound {
 				msg = "No queue provider is installed. An enqueue action routes through the " + EnqueueProviderFunctionID +
-					" provider, which the standalone queue worker registers. Add it with `iii worker add queue`. This engine reserves engine::queue::enqueue to a worker connected with the engine token: start the queue worker with the token (docs/queues.md). (underlying: " + eb.Message + ")"
+					" provider, which the standalone queue worker registers. Add it with `iii worker add queue`. This engine reserves engine::queue::enqueue to the engine token's holder and to the queue package Compose starts from its default registry (package://queue), which it gives a narrow provider credential (docs/queues.md). (underlying: " + eb.Message + ")"
 			} else {
 				msg = eb.Code + ": " + eb.Message
 			}
