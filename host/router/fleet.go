@@ -178,9 +178,15 @@ func (r *Router) hostGone(b Binding, host, op string) *contract.Error {
 }
 
 func (r *Router) noHosts(b Binding) *contract.Error {
+	url := "<this engine's wss:// url>"
+	if r.opts.EngineURL != nil {
+		if u := r.opts.EngineURL(); u != "" {
+			url = u
+		}
+	}
 	return contract.NewError(contract.S301,
-		"no sandbox host of adapter %q is connected in namespace %q (the binding admits hosts %s); start one with `%s serve --engine <this engine's url> --credential-file <file> --host-name <name>` (docs/scale-out.md)",
-		b.Adapter, b.Namespace, b.Hosts, b.Adapter)
+		"no sandbox host of adapter %q is connected in namespace %q (the binding admits hosts %s); start one with `%s serve --engine %s --credential-file <file> --host-name <name> --fleet --config-file <config.json>` (each host with its own name and sandbox host credential, docs/scale-out.md)",
+		b.Adapter, b.Namespace, b.Hosts, b.Adapter, url)
 }
 
 // fleetList merges every connected host's list.

@@ -272,6 +272,8 @@ func TestFleet(t *testing.T) {
 	se = enginetest.SandboxError(t, err)
 	assert.Equal(t, se.Code, contract.S301)
 	assert.Check(t, is.Contains(se.Message, "no sandbox host"))
+	// The hint starts a host the fleet uses: --fleet, this engine's url.
+	assert.Check(t, is.Contains(se.Message, "fleet serve --engine "+te.URL+" --credential-file <file> --host-name <name> --fleet"))
 }
 
 // TestFleetHostOtherMajor: a host that speaks another contract major is

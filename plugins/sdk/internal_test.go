@@ -2,6 +2,8 @@ package sdk
 
 import (
 	"bytes"
+	"errors"
+	"flag"
 	"io"
 	"os"
 	"strings"
@@ -220,6 +222,44 @@ func TestByHand(t *testing.T) {
 	errOut.Reset()
 	assert.Equal(t, byHand(ServeConfig{Name: "sandbox-example"}, []string{"--version"}, &out, &errOut), ExitOK)
 	assert.Equal(t, out.String(), "sandbox-example (unversioned) (iii sandbox adapter, sandbox contract 1.1)\n")
+
+	// Asked for help, the same text goes to stdout and the exit is 0.
+	for _, arg := range []string{"--help", "-h", "help"} {
+		out.Reset()
+		errOut.Reset()
+		assert.Equal(t, byHand(cfg, []string{arg}, &out, &errOut), ExitOK, arg)
+		assert.Equal(t, errOut.String(), "", arg)
+		golden.Assert(t, out.String(), "byhand.golden")
+	}
+
+	// An adapter that names its images gets examples with its own.
+	out.Reset()
+	errOut.Reset()
+	withImages := ServeConfig{Name: "sandbox-example", Version: "1.2.3", Images: func() []string { return []string{"", "ruby", "go", "rust"} }}
+	assert.Equal(t, byHand(withImages, nil, &out, &errOut), ExitFailed)
+	golden.Assert(t, errOut.String(), "byhand-images.golden")
+}
+
+// TestServeHelp: `serve --help` describes every flag, names --fleet in its
+// synopsis and example, and suggests only images the adapter has.
+func TestServeHelp(t *testing.T) {
+	_, remote, err := remoteArgs([]string{"serve", "--help"}, func(string) string { return "" })
+	assert.Check(t, remote)
+	assert.Check(t, errors.Is(err, flag.ErrHelp), "serve --help is a request for help, not a failure: %v", err)
+	_, _, err = remoteArgs([]string{"--engine", "ws://e:1", "-h"}, func(string) string { return "" })
+	assert.Check(t, errors.Is(err, flag.ErrHelp))
+
+	cfg := ServeConfig{Name: "sandbox-example", Version: "1.2.3"}
+	help := serveHelp(cfg)
+	golden.Assert(t, help, "servehelp.golden")
+	var o RemoteOptions
+	serveFlags(&o, func(string) string { return "" }).VisitAll(func(f *flag.Flag) {
+		assert.Check(t, is.Contains(help, "  --"+f.Name), "flag %s", f.Name)
+		assert.Check(t, is.Contains(help, f.Usage), "flag %s", f.Name)
+		assert.Check(t, is.Contains(help, serveEnv[f.Name]), "flag %s", f.Name)
+	})
+	assert.Check(t, !strings.Contains(help, "node"), "an adapter without images is not told to allow node")
+	assert.Check(t, is.Contains(serveHelp(ServeConfig{Name: "x", Images: func() []string { return []string{"shell"} }}), `{"image_allowlist":["shell"]}`))
 }
 
 func TestNewLogger(t *testing.T) {

@@ -96,15 +96,7 @@ func remoteArgs(args []string, getenv func(string) string) (o RemoteOptions, ok 
 	if !wants {
 		return o, false, nil
 	}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.EngineURL, "engine", getenv(EnvEngineURL), "the engine's ws:// or wss:// address")
-	fs.StringVar(&o.CredentialFile, "credential-file", getenv(EnvCredentialFile), "a file holding the bearer token")
-	fs.StringVar(&o.Namespace, "namespace", or(getenv(EnvNamespace), "default"), "the namespace to serve in")
-	fs.StringVar(&o.HostName, "host-name", getenv(EnvHostName), "this host's name")
-	fs.StringVar(&o.ConfigFile, "config-file", getenv(EnvConfigFile), "the adapter's configuration, a JSON file")
-	envFleet := getenv(EnvFleet)
-	fs.BoolVar(&o.Fleet, "fleet", envFleet == "1" || envFleet == "true", "serve as one host of a fleet (needs --host-name)")
+	fs := serveFlags(&o, getenv)
 	if err := fs.Parse(args); err != nil {
 		return o, true, err
 	}
@@ -128,6 +120,67 @@ func remoteArgs(args []string, getenv func(string) string) (o RemoteOptions, ok 
 		return o, true, fmt.Errorf("--engine %q must be a ws:// or wss:// address with a host", o.EngineURL)
 	}
 	return o, true, nil
+}
+
+// serveFlags is the flag set of `serve`, each flag defaulting to its
+// environment variable; serveHelp prints it.
+func serveFlags(o *RemoteOptions, getenv func(string) string) *flag.FlagSet {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.EngineURL, "engine", getenv(EnvEngineURL),
+		"the engine's ws:// or wss:// address (wss:// beyond loopback), e.g. wss://engine.example:49134; required")
+	fs.StringVar(&o.CredentialFile, "credential-file", getenv(EnvCredentialFile),
+		"a file (mode 0600) holding the token the engine accepts: a sandbox host credential from engine::credentials::issue, or the engine token; required")
+	fs.StringVar(&o.Namespace, "namespace", or(getenv(EnvNamespace), "default"),
+		"the namespace the adapter registers its functions in: the namespace config.yaml's sandbox: section binds")
+	fs.StringVar(&o.HostName, "host-name", getenv(EnvHostName),
+		"this host's name (a-z 0-9 -, at most 63), the host_name of its sandbox host credential; reported in adapter::info")
+	fs.StringVar(&o.ConfigFile, "config-file", getenv(EnvConfigFile),
+		"the adapter's configuration as a JSON object (image_allowlist, ...), applied before it connects")
+	envFleet := getenv(EnvFleet)
+	fs.BoolVar(&o.Fleet, "fleet", envFleet == "1" || envFleet == "true",
+		"serve as one host of a fleet (config.yaml sandbox: {hosts: ...}, docs/scale-out.md): register <adapter>::host::<host-name>::<op>; needs --host-name. Without it a fleet binding never uses this host")
+	return fs
+}
+
+// serveEnv names each serve flag's environment variable.
+var serveEnv = map[string]string{
+	"engine": EnvEngineURL, "credential-file": EnvCredentialFile, "namespace": EnvNamespace,
+	"host-name": EnvHostName, "config-file": EnvConfigFile, "fleet": EnvFleet,
+}
+
+// serveArg names each valued serve flag's argument in the help.
+var serveArg = map[string]string{
+	"engine": "URL", "credential-file": "FILE", "namespace": "NS", "host-name": "NAME", "config-file": "FILE",
+}
+
+// serveHelp is `serve --help`: what serve does and every flag with its
+// description and environment variable.
+func serveHelp(cfg ServeConfig) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage:\n%s\n", remoteUsage(cfg.Name))
+	fmt.Fprintf(&b, "Runs %s on this machine as a worker of an iii engine, over WebSocket (docs/remote-adapters.md).\n", cfg.Name)
+	b.WriteString("Alone, it serves the engine's sandbox: binding of this adapter. As one host of a fleet\n")
+	b.WriteString("(config.yaml sandbox: {adapter: " + cfg.Name + ", hosts: \"*\"}, docs/scale-out.md) start every host\n")
+	b.WriteString("with --fleet and its own --host-name:\n\n")
+	fmt.Fprintf(&b, "    %s serve --engine wss://ENGINE:49134 --credential-file FILE --host-name h1 --fleet --config-file CONFIG.json\n\n", cfg.Name)
+	fmt.Fprintf(&b, "CONFIG.json is the adapter's configuration, e.g. %s\n\n", exampleConfigJSON(cfg))
+	b.WriteString("Flags (each defaults to its environment variable):\n")
+	var o RemoteOptions
+	fs := serveFlags(&o, func(string) string { return "" })
+	fs.VisitAll(func(f *flag.Flag) {
+		arg := ""
+		if a := serveArg[f.Name]; a != "" {
+			arg = " " + a
+		}
+		fmt.Fprintf(&b, "  --%s%s\n        %s (%s", f.Name, arg, f.Usage, serveEnv[f.Name])
+		if f.DefValue != "" && f.DefValue != "false" {
+			fmt.Fprintf(&b, "; default %s", f.DefValue)
+		}
+		b.WriteString(")\n")
+	})
+	b.WriteString("  --help\n        print this help\n")
+	return b.String()
 }
 
 // hostNameRE is a host name as sandbox host credentials name hosts.

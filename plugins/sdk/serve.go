@@ -2,7 +2,9 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -66,6 +68,11 @@ type ServeConfig struct {
 	// ShutdownTimeout bounds the adapter's Shutdown; zero means
 	// DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// Images, when set, names the images the adapter's catalog offers
+	// without configuration (its presets, e.g. python and node): the
+	// image_allowlist examples of --help use them. Nil: the examples name
+	// a placeholder image, never one the adapter may not have.
+	Images func() []string
 }
 
 // Shutdowner is implemented by adapters that hold something that must not
@@ -101,8 +108,11 @@ func serve(cfg ServeConfig) int {
 	if os.Getenv(contract.HandshakeMagicCookieKey) != contract.HandshakeMagicCookieValue {
 		ro, remote, err := remoteArgs(os.Args[1:], os.Getenv)
 		switch {
+		case errors.Is(err, flag.ErrHelp):
+			fmt.Fprint(os.Stdout, serveHelp(cfg))
+			return ExitOK
 		case err != nil:
-			fmt.Fprintf(os.Stderr, "%s serve: %v\n%s", cfg.Name, err, remoteUsage(cfg.Name))
+			fmt.Fprintf(os.Stderr, "%s serve: %v\n%s(%s serve --help describes every flag)\n", cfg.Name, err, remoteUsage(cfg.Name), cfg.Name)
 			return ExitFailed
 		case remote:
 			return serveRemote(cfg, ro, os.Stderr)
@@ -243,13 +253,18 @@ func newLogger(name string, out io.Writer, level string) (hclog.Logger, error) {
 // go-plugin's own message talks about "plugins" in general, this one
 // names the engine and how to use the adapter. --version is answered so
 // packagers and users can check a binary without starting an engine.
+// Asked for help (--help, -h, help), it prints the same to stdout and
+// exits 0.
 func byHand(cfg ServeConfig, args []string, stdout, stderr io.Writer) int {
+	out, code := stderr, ExitFailed
 	if len(args) == 1 {
 		switch args[0] {
 		case "--version", "-version", "version":
 			fmt.Fprintf(stdout, "%s %s (iii sandbox adapter, sandbox contract %d.%d)\n",
 				cfg.Name, versionOr(cfg.Version), contract.Major, contract.Minor)
 			return ExitOK
+		case "--help", "-help", "-h", "help":
+			out, code = stdout, ExitOK
 		}
 	}
 	var b strings.Builder
@@ -258,16 +273,50 @@ func byHand(cfg ServeConfig, args []string, stdout, stderr io.Writer) int {
 	b.WriteString("It is started by the iii engine, not by hand. To use it, install the binary where the engine\n")
 	b.WriteString("looks for adapters (~/.iii/plugins, a directory on $III_PLUGIN_PATH, or beside iii) and bind it\n")
 	b.WriteString("in config.yaml with its configuration (without one it admits no image):\n\n")
-	fmt.Fprintf(&b, "    sandbox:\n      adapter: %s\n      namespace: default\n      config:\n        image_allowlist: [python, node]\n\n", cfg.Name)
+	fmt.Fprintf(&b, "    sandbox:\n      adapter: %s\n      namespace: default\n      config:\n        image_allowlist: [%s]\n\n", cfg.Name, strings.Join(exampleImages(cfg), ", "))
 	b.WriteString("then start the engine with `iii` (it starts the adapter itself, and again when that section\n")
 	b.WriteString("changes) and call sandbox::* functions, e.g. `iii call sandbox::catalog::list`.\n")
 	b.WriteString("To start it in an engine that already runs:\n\n")
-	fmt.Fprintf(&b, "    iii call engine::adapters::start --json '{\"adapter\":\"%s\",\"namespace\":\"default\",\"config\":{\"image_allowlist\":[\"python\",\"node\"]}}'\n\n", cfg.Name)
+	fmt.Fprintf(&b, "    iii call engine::adapters::start --json '{\"adapter\":\"%s\",\"namespace\":\"default\",\"config\":%s}'\n\n", cfg.Name, exampleConfigJSON(cfg))
 	b.WriteString("To run it on another machine, connected to the engine over WebSocket (docs/remote-adapters.md):\n\n")
 	b.WriteString(remoteUsage(cfg.Name))
-	b.WriteString("\nRun it with --version to print its version.\n")
-	fmt.Fprint(stderr, b.String())
-	return ExitFailed
+	fmt.Fprintf(&b, "\nAs one host of a fleet (docs/scale-out.md), add --fleet and --host-name; `%s serve --help` describes every flag.\n", cfg.Name)
+	if exampleImages(cfg)[0] == placeholderImage {
+		fmt.Fprintf(&b, "%s is a placeholder: use an image of the adapter's catalog (its documentation names them).\n", placeholderImage)
+	}
+	b.WriteString("Run it with --version to print its version.\n")
+	fmt.Fprint(out, b.String())
+	return code
+}
+
+// placeholderImage stands in the examples for an adapter that does not
+// name its images (ServeConfig.Images).
+const placeholderImage = "IMAGE"
+
+// exampleImages are the images the help's image_allowlist examples name:
+// the adapter's own (at most two), else the placeholder.
+func exampleImages(cfg ServeConfig) []string {
+	var names []string
+	if cfg.Images != nil {
+		for _, n := range cfg.Images() {
+			if n != "" {
+				names = append(names, n)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return []string{placeholderImage}
+	}
+	return names[:min(len(names), 2)]
+}
+
+// exampleConfigJSON is an adapter configuration admitting exampleImages.
+func exampleConfigJSON(cfg ServeConfig) string {
+	b, err := json.Marshal(map[string][]string{"image_allowlist": exampleImages(cfg)})
+	if err != nil {
+		return `{"image_allowlist":["` + placeholderImage + `"]}`
+	}
+	return string(b)
 }
 
 func versionOr(v string) string {
@@ -319,8 +368,8 @@ func watchLifeline(f *os.File, gone func(error)) {
 
 // remoteUsage is the WebSocket transport's synopsis.
 func remoteUsage(name string) string {
-	return fmt.Sprintf("    %s serve --engine wss://ENGINE:49134 --credential-file FILE [--namespace NS] [--host-name NAME] [--config-file CONFIG.json]\n", name) +
-		fmt.Sprintf("    (or %s, %s, %s, %s, %s)\n", EnvEngineURL, EnvCredentialFile, EnvNamespace, EnvHostName, EnvConfigFile)
+	return fmt.Sprintf("    %s serve --engine wss://ENGINE:49134 --credential-file FILE [--namespace NS] [--host-name NAME [--fleet]] [--config-file CONFIG.json]\n", name) +
+		fmt.Sprintf("    (or %s, %s, %s, %s, %s, %s=1)\n", EnvEngineURL, EnvCredentialFile, EnvNamespace, EnvHostName, EnvConfigFile, EnvFleet)
 }
 
 // newAdapter calls cfg.New and logs why it gave no adapter; both

@@ -24,6 +24,7 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/catalog"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
 	"github.com/iii-sandbox/iii/plugins/sdk"
 )
@@ -42,6 +43,14 @@ func main() {
 		Version: adapter.Version,
 		New: func(_ context.Context, log hclog.Logger) (contract.Adapter, error) {
 			return adapter.New(adapter.Options{Log: log})
+		},
+		// --help's configuration examples name the presets.
+		Images: func() []string {
+			var names []string
+			for _, e := range catalog.Presets() {
+				names = append(names, e.Name)
+			}
+			return names
 		},
 	})
 }

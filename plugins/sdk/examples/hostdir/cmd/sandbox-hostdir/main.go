@@ -19,5 +19,13 @@ func main() {
 		New: func(_ context.Context, log hclog.Logger) (contract.Adapter, error) {
 			return hostdir.NewAdapter(log), nil
 		},
+		// --help's configuration examples name the presets.
+		Images: func() []string {
+			var names []string
+			for _, img := range hostdir.NewProvider(hclog.NewNullLogger()).Presets() {
+				names = append(names, img.Name)
+			}
+			return names
+		},
 	})
 }
