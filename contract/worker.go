@@ -77,6 +77,8 @@ const (
 	// <state_dir>/workers/<vm_id>/exec.sock and unix socket paths are
 	// short.
 	MaxVMIDLen = 48
+	// MaxWorkerInclude bounds worker::start's include.
+	MaxWorkerInclude = 64
 	// DefaultWorkerStopTimeoutMS is worker::stop's grace between SIGTERM
 	// and SIGKILL, Compose's default stop_timeout.
 	DefaultWorkerStopTimeoutMS uint64 = 10_000
@@ -141,6 +143,11 @@ type WorkerStartRequest struct {
 	// out (for example a Compose state directory moved there with
 	// III_COMPOSE_STATE_DIR).
 	Exclude []string `json:"exclude,omitempty"`
+	// Include names top-level entries of HostDir that the adapter's copy
+	// would leave out by default (for sandbox-libkrun: node_modules, dist,
+	// …) and copies all the same, e.g. vendored dependencies. Plain names,
+	// never .iii; an adapter refuses a name it does not leave out (S001).
+	Include []string `json:"include,omitempty"`
 	// Wait makes the call return only once the command runs (or the
 	// start failed, which is then the call's error).
 	Wait bool `json:"wait,omitempty"`

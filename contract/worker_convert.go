@@ -37,6 +37,7 @@ func workerStartRequestToProto(r *WorkerStartRequest) *pb.WorkerStartRequest {
 		MemoryMb:  r.MemoryMB,
 		EngineUrl: validUTF8(r.EngineURL),
 		Exclude:   validUTF8s(r.Exclude),
+		Include:   validUTF8s(r.Include),
 		Wait:      r.Wait,
 
 		EngineCredential: validUTF8(r.EngineCredential),
@@ -62,6 +63,7 @@ func workerStartRequestFromProto(p *pb.WorkerStartRequest) *WorkerStartRequest {
 		MemoryMB:  p.MemoryMb,
 		EngineURL: p.GetEngineUrl(),
 		Exclude:   nilIfEmpty(p.GetExclude()),
+		Include:   nilIfEmpty(p.GetInclude()),
 		Wait:      p.GetWait(),
 
 		EngineCredential: p.GetEngineCredential(),

@@ -119,6 +119,20 @@ func decodeWorkerStart(raw json.RawMessage) (*WorkerStartRequest, *Error) {
 		}
 		q.Exclude[i] = filepath.Clean(p)
 	}
+	if q.Include, e = r.strings("include"); e != nil {
+		return nil, e
+	}
+	if len(q.Include) > MaxWorkerInclude {
+		return nil, r.fail("include lists %d names; at most %d", len(q.Include), MaxWorkerInclude)
+	}
+	for i, n := range q.Include {
+		if n == "" || n == "." || n == ".." || len(n) > 255 || strings.ContainsAny(n, "/\\\x00") {
+			return nil, r.fail("include[%d] %q must be a plain name of an entry at the top of host_dir (such as node_modules)", i, truncate(n, 120))
+		}
+		if n == ".iii" {
+			return nil, r.fail("include[%d] is .iii: Compose's state (the project token among it) never enters a VM", i)
+		}
+	}
 	if q.Wait, e = r.boolean("wait", false); e != nil {
 		return nil, e
 	}

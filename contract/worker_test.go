@@ -18,7 +18,7 @@ import (
 const fullWorkerStart = `{"vm_id":"shop-3f2a1b9c-default-api","name":"api","namespace":"shop","image":"node",
 "host_dir":"/srv/shop/./workers/api/","workdir":"src","install":"npm ci","command":"node index.mjs",
 "env":{"B":"2","A":"1"},"config":{"file_name":"api.yaml","content":"port: 1\n"},"cpus":2,"memory_mb":1024,
-"engine_url":"ws://127.0.0.1:49134","exclude":["/srv/shop/state/"],"wait":true,"engine_credential":"c0ffee","_caller_worker_id":"x"}`
+"engine_url":"ws://127.0.0.1:49134","exclude":["/srv/shop/state/"],"include":["node_modules"],"wait":true,"engine_credential":"c0ffee","_caller_worker_id":"x"}`
 
 func TestDecodeWorkerStart(t *testing.T) {
 	got, err := DecodeWorkerStartRequest(json.RawMessage(fullWorkerStart))
@@ -28,7 +28,7 @@ func TestDecodeWorkerStart(t *testing.T) {
 		VMID: "shop-3f2a1b9c-default-api", Name: "api", Namespace: "shop", Image: "node",
 		HostDir: "/srv/shop/workers/api", Workdir: "/workspace/src", Install: "npm ci", Command: "node index.mjs",
 		Env: []string{"A=1", "B=2"}, Config: &WorkerConfigFile{FileName: "api.yaml", Content: "port: 1\n"},
-		CPUs: &two, MemoryMB: &mem, EngineURL: "ws://127.0.0.1:49134", Exclude: []string{"/srv/shop/state"}, Wait: true, EngineCredential: "c0ffee",
+		CPUs: &two, MemoryMB: &mem, EngineURL: "ws://127.0.0.1:49134", Exclude: []string{"/srv/shop/state"}, Include: []string{"node_modules"}, Wait: true, EngineCredential: "c0ffee",
 	})
 
 	base := `"vm_id":"w1","name":"w","image":"node","host_dir":"/d","command":"node .","engine_url":"ws://localhost:1"`
@@ -55,6 +55,12 @@ func TestDecodeWorkerStart(t *testing.T) {
 		{"config without content", `{` + base + `,"config":{"file_name":"a"}}`, "config.content is required"},
 		{"zero cpus", `{` + base + `,"cpus":0}`, "at least 1"},
 		{"relative exclude", `{` + base + `,"exclude":["x"]}`, "must be an absolute host path"},
+		{"include a path", `{` + base + `,"include":["lib/dist"]}`, "must be a plain name"},
+		{"include dot-dot", `{` + base + `,"include":[".."]}`, "must be a plain name"},
+		{"include empty", `{` + base + `,"include":[""]}`, "must be a plain name"},
+		{"include .iii", `{` + base + `,"include":[".iii"]}`, "never enters a VM"},
+		{"include not strings", `{` + base + `,"include":[1]}`, "include"},
+		{"include too many", `{` + base + `,"include":[` + strings.TrimSuffix(strings.Repeat(`"dist",`, MaxWorkerInclude+1), ",") + `]}`, "at most"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := DecodeWorkerStartRequest(json.RawMessage(tc.body))
@@ -158,7 +164,7 @@ func TestWorkerConvertRoundTrip(t *testing.T) {
 	pid, code, cur := 7, -1, uint64(3)
 	start := &WorkerStartRequest{VMID: "v", Name: "n", Namespace: "ns", Image: "i", HostDir: "/h", Workdir: "/w", Install: "in",
 		Command: "c", Env: []string{"A=1"}, Config: &WorkerConfigFile{FileName: "f", Content: "x"}, CPUs: &one, MemoryMB: &two,
-		EngineURL: "ws://e", Exclude: []string{"/x"}, Wait: true, EngineCredential: "c0ffee"}
+		EngineURL: "ws://e", Exclude: []string{"/x"}, Include: []string{"dist"}, Wait: true, EngineCredential: "c0ffee"}
 	assertEveryFieldSet(t, start)
 	assert.DeepEqual(t, roundTrip(t, start, workerStartRequestToProto, workerStartRequestFromProto, func() *pb.WorkerStartRequest { return &pb.WorkerStartRequest{} }), start)
 

@@ -35,6 +35,52 @@ type manifest struct {
 		Kind      string `yaml:"kind"`
 		BaseImage string `yaml:"base_image"`
 	} `yaml:"runtime"`
+	// Copy steers the copy of a VM worker's directory into its VM.
+	Copy struct {
+		// Include names top-level entries the copy leaves out by default
+		// (node_modules, dist, …) to copy all the same: vendored
+		// dependencies, a prebuilt build.
+		Include []string `yaml:"include"`
+		// Exclude lists further paths, relative to the worker's
+		// directory, to leave out (and everything below them).
+		Exclude []string `yaml:"exclude"`
+	} `yaml:"copy"`
+}
+
+// maxCopyEntries bounds copy.include and copy.exclude each.
+const maxCopyEntries = 64
+
+// copyPaths is a VM worker's copy.include (plain names) and copy.exclude
+// (turned into absolute paths under dir), checked: a path that is absolute
+// or climbs out of dir, a name with a slash, or .iii is INVALID_MANIFEST.
+func copyPaths(key, dir string, m *manifest) (include, exclude []string, err error) {
+	if m == nil {
+		return nil, nil, nil
+	}
+	where := filepath.Join(dir, ManifestFile)
+	bad := func(format string, args ...any) error {
+		return compose.New(compose.CodeInvalidManifest, fmt.Sprintf("container %q: %s: ", key, where)+fmt.Sprintf(format, args...))
+	}
+	if len(m.Copy.Include) > maxCopyEntries || len(m.Copy.Exclude) > maxCopyEntries {
+		return nil, nil, bad("copy.include and copy.exclude take at most %d entries each", maxCopyEntries)
+	}
+	for i, n := range m.Copy.Include {
+		if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\\\x00") {
+			return nil, nil, bad("copy.include[%d] %q must be the plain name of an entry at the top of the worker's directory (such as node_modules or dist)", i, clip(n, 80))
+		}
+		if n == ".iii" {
+			return nil, nil, bad("copy.include[%d] is .iii: Compose's state (the project token among it) never enters a VM", i)
+		}
+		include = append(include, n)
+	}
+	for i, p := range m.Copy.Exclude {
+		rel := filepath.Clean(filepath.FromSlash(p))
+		if p == "" || strings.IndexByte(p, 0) >= 0 || filepath.IsAbs(rel) || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return nil, nil, bad("copy.exclude[%d] %q must be a path relative to the worker's directory, below it", i, clip(p, 80))
+		}
+		exclude = append(exclude, filepath.Join(dir, rel))
+	}
+	return include, exclude, nil
 }
 
 // parseManifest decodes iii.worker.yaml. Errors are INVALID_MANIFEST.

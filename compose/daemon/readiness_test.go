@@ -153,6 +153,7 @@ func FuzzParseManifest(f *testing.F) {
 	f.Add([]byte("name: a\nscripts: { start: node a.js }\n"))
 	f.Add([]byte("scripts: [\n"))
 	f.Add([]byte("&a [*a]"))
+	f.Add([]byte("copy: { include: [node_modules], exclude: [data, ../x] }\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := parseManifest(data, "iii.worker.yaml")
 		if err == nil && m == nil {
@@ -160,6 +161,11 @@ func FuzzParseManifest(f *testing.F) {
 		}
 		if err != nil && compose.CodeOf(err) != compose.CodeInvalidManifest {
 			t.Fatalf("uncoded error %v", err)
+		}
+		if err == nil {
+			if _, _, err := copyPaths("k", "/w", m); err != nil && compose.CodeOf(err) != compose.CodeInvalidManifest {
+				t.Fatalf("uncoded copy error %v", err)
+			}
 		}
 	})
 }

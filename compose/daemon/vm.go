@@ -187,7 +187,7 @@ type vmPlan struct {
 	ref                    *vmRef
 	image, install, cmd    string
 	workdir                string
-	exclude                []string
+	exclude, include       []string
 	holdsComposeFile       bool
 	hookDir                string
 	bundle                 bool
@@ -221,6 +221,9 @@ func (p *project) planVM(f *composefile.File, decl *composefile.Container, pi *p
 	}
 	if m != nil {
 		pl.install = m.Scripts.Install
+	}
+	if pl.include, pl.exclude, err = copyPaths(key, dir, m); err != nil {
+		return nil, err
 	}
 	pl.hookDir = dir
 	if decl.WorkingDir != "" {
@@ -368,7 +371,7 @@ func (p *project) startVM(ctx context.Context, f *composefile.File, c *container
 	req := contract.WorkerStartRequest{
 		VMID: ref.id, Name: key, Namespace: p.ns, Image: pl.image, HostDir: pl.ref.hostDir,
 		Workdir: pl.workdir, Install: pl.install, Command: pl.cmd, Env: env, Config: cfg,
-		EngineURL: p.d.url, Exclude: pl.exclude, EngineCredential: cred,
+		EngineURL: p.d.url, Exclude: pl.exclude, Include: pl.include, EngineCredential: cred,
 	}
 	_ = log.Write(proc.Stderr, []byte(fmt.Sprintf("[compose] starting %s in a VM: %s::worker::start vm_id %s, image %s, %s", key, ref.adapter.name, ref.id, pl.image, pl.cmd)))
 	if _, err := p.d.vmCall(ctx, ref.adapter, contract.OpWorkerStart, req, adapterStartTimeout); err != nil {

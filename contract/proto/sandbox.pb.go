@@ -3008,8 +3008,11 @@ type WorkerStartRequest struct {
 	// The adapter presents it on the worker's connection to the engine from the
 	// host side; it never enters the VM.
 	EngineCredential string `protobuf:"bytes,16,opt,name=engine_credential,json=engineCredential,proto3" json:"engine_credential,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Top-level names of host_dir the copy would leave out by default and
+	// copies all the same (vendored dependencies).
+	Include       []string `protobuf:"bytes,17,rep,name=include,proto3" json:"include,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerStartRequest) Reset() {
@@ -3152,6 +3155,13 @@ func (x *WorkerStartRequest) GetEngineCredential() string {
 		return x.EngineCredential
 	}
 	return ""
+}
+
+func (x *WorkerStartRequest) GetInclude() []string {
+	if x != nil {
+		return x.Include
+	}
+	return nil
 }
 
 type WorkerStartResponse struct {
@@ -4318,7 +4328,7 @@ const file_sandbox_proto_rawDesc = "" +
 	"\x12total_replacements\x18\x02 \x01(\x04R\x11totalReplacements\"I\n" +
 	"\x10WorkerConfigFile\x12\x1b\n" +
 	"\tfile_name\x18\x01 \x01(\tR\bfileName\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xf2\x03\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\x8c\x04\n" +
 	"\x12WorkerStartRequest\x12\x13\n" +
 	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -4337,7 +4347,8 @@ const file_sandbox_proto_rawDesc = "" +
 	"engine_url\x18\r \x01(\tR\tengineUrl\x12\x18\n" +
 	"\aexclude\x18\x0e \x03(\tR\aexclude\x12\x12\n" +
 	"\x04wait\x18\x0f \x01(\bR\x04wait\x12+\n" +
-	"\x11engine_credential\x18\x10 \x01(\tR\x10engineCredentialB\a\n" +
+	"\x11engine_credential\x18\x10 \x01(\tR\x10engineCredential\x12\x18\n" +
+	"\ainclude\x18\x11 \x03(\tR\aincludeB\a\n" +
 	"\x05_cpusB\f\n" +
 	"\n" +
 	"_memory_mb\"_\n" +

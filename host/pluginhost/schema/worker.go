@@ -46,6 +46,7 @@ func workerRequests() map[string]m {
 			"memory_mb":  m{"type": "integer", "minimum": 64, "default": 1024},
 			"engine_url": str("The engine's ws:// URL as the host sees it; a 127.0.0.1 or localhost host becomes the guest's gateway 10.0.2.2."),
 			"exclude":    strings("Further absolute host paths under host_dir the copy leaves out."),
+			"include":    strings("Top-level names of host_dir the copy leaves out by default (node_modules, dist, …) to copy all the same, e.g. vendored dependencies; never .iii."),
 			"wait":       boolean("Return once the command runs; a failed start is then the call's error.", false),
 		}),
 		contract.OpWorkerStop: object([]string{"vm_id"}, m{

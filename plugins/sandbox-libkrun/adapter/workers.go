@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -246,6 +247,9 @@ func (s *workerSet) plan(ctx context.Context, req *contract.WorkerStartRequest) 
 		if !pathUnder(ex, req.HostDir) && !pathUnder(ex, hostDir) {
 			s.p.log.Debug("an exclude path outside host_dir has no effect", "vm_id", req.VMID, "exclude", ex)
 		}
+	}
+	if err := checkInclude(req.Include); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	catalogFn := s.catalog
@@ -626,13 +630,14 @@ func (w *workerVM) stepCopyWorkspace(ctx context.Context, b *Boot, pl *workerPla
 		err error
 	}
 	done := make(chan result, 1)
+	rule := copyRule{include: pl.req.Include, exclude: pl.req.Exclude}
 	go func() {
-		st, err := writeWorkspaceTar(ctx, pw, pl.hostDir, pl.req.Exclude)
+		st, err := writeWorkspaceTar(ctx, pw, pl.hostDir, rule)
 		_ = pw.CloseWithError(err)
 		done <- result{st, err}
 	}()
 	res, err := b.Agent.Workspace(ctx, agentproto.WorkspaceRequest{
-		Dir: contract.DefaultWorkerWorkdir, Prune: true, Keep: WorkspaceExcludes(),
+		Dir: contract.DefaultWorkerWorkdir, Prune: true, Keep: []string{StateDirName}, KeepTop: rule.keepTop(),
 	}, pr)
 	// Unblocks the writer if the guest ended the stream early.
 	_ = pr.CloseWithError(errors.New("the guest stopped reading the workspace"))
@@ -648,6 +653,26 @@ func (w *workerVM) stepCopyWorkspace(ctx context.Context, b *Boot, pl *workerPla
 	}
 	w.note("workspace: copied %d files (%d bytes), %d directories, %d links from %s; removed %d stale entries",
 		res.Files, res.Bytes, res.Dirs, res.Symlinks, pl.hostDir, res.Removed)
+	if rep := copyReport(tr.st, pl.req.Install); rep != "" {
+		w.note("%s", rep)
+	}
+	return nil
+}
+
+// checkInclude refuses an include name the copy does not leave out: it
+// would include nothing, which is surely not what the caller meant.
+func checkInclude(include []string) error {
+	var names []string
+	for _, s := range copySkips {
+		names = append(names, s.name)
+	}
+	for i, n := range include {
+		if !slices.Contains(names, n) {
+			return contract.NewError(contract.S001,
+				"invalid worker::start request: include[%d] %q is not a name the copy leaves out, so there is nothing to include; it leaves out %s at the top of host_dir (and .iii everywhere, which nothing includes); leave %q out of include",
+				i, truncate(n, 120), strings.Join(names, ", "), truncate(n, 120))
+		}
+	}
 	return nil
 }
 

@@ -15,32 +15,120 @@ import (
 	"syscall"
 )
 
-// WorkspaceExcludes are the names the copy of a worker's host directory
-// into its VM leaves out, at any depth: what the guest's own install step
-// makes (dependencies, build output, caches), version control, and .iii,
-// where Compose keeps a project's state, the project token among it, which
-// must never be readable inside a VM, whatever the worker's directory is
-// (path://. included). The guest keeps its own copies of these names when
-// it prunes the workspace.
-func WorkspaceExcludes() []string {
-	return []string{"node_modules", ".venv", "target", "dist", "__pycache__", ".pytest_cache", ".next", ".git", ".iii"}
+// copySkips are the names the copy of a worker's host directory into its
+// VM leaves out by default, each with the reason the copy reports. They
+// apply at the top of the directory only, where a project keeps what its
+// install step and its builds make: never below it, so vendored
+// dependencies (node_modules/iii-sdk/dist, vendor/x/target, a
+// site-packages tree) arrive whole. worker::start's include (Compose:
+// copy.include in iii.worker.yaml) copies any of them all the same.
+var copySkips = []struct{ name, why string }{
+	{"node_modules", "dependencies: the worker's install step makes them in the guest"},
+	{".venv", "a virtual environment built for the host: the install step makes the guest's"},
+	{"target", "build output"},
+	{"dist", "build output"},
+	{".next", "build output"},
+	{"__pycache__", "bytecode cache"},
+	{".pytest_cache", "test cache"},
+	{".git", "version control"},
 }
 
-// tarStats counts what a workspace archive holds.
+// StateDirName is where Compose keeps a project's state, the project token
+// among it. The copy leaves it out at any depth, whatever the worker's
+// directory is (path://. included), and nothing includes it: the token
+// must never be readable inside a VM.
+const StateDirName = ".iii"
+
+const stateDirWhy = "Compose's state (the project token among it): never copied into a VM"
+
+// WorkspaceExcludes are the names the copy leaves out of the top of a
+// worker's directory by default (and .iii, left out at any depth).
+func WorkspaceExcludes() []string {
+	out := make([]string, 0, len(copySkips)+1)
+	for _, s := range copySkips {
+		out = append(out, s.name)
+	}
+	return append(out, StateDirName)
+}
+
+// copyRule decides what the copy of a worker's directory leaves out.
+type copyRule struct {
+	// include are default-skipped top-level names to copy all the same.
+	include []string
+	// exclude are further absolute host paths to leave out (and below).
+	exclude []string
+}
+
+// skip reports whether the entry at rel (a slash path relative to the
+// worker's directory) whose host path is full is left out, and why.
+func (r copyRule) skip(rel, full string) (string, bool) {
+	name := path.Base(rel)
+	if name == StateDirName {
+		return stateDirWhy, true
+	}
+	if underAny(full, r.exclude) {
+		return "listed in exclude", true
+	}
+	if strings.Contains(rel, "/") || slices.Contains(r.include, name) {
+		return "", false
+	}
+	for _, s := range copySkips {
+		if s.name == name {
+			return s.why, true
+		}
+	}
+	return "", false
+}
+
+// keepTop are the top-level names the guest keeps when it prunes the
+// workspace: those the copy left out by default, which the guest's own
+// install step may have made there (node_modules survives the next copy).
+func (r copyRule) keepTop() []string {
+	var out []string
+	for _, s := range copySkips {
+		if !slices.Contains(r.include, s.name) {
+			out = append(out, s.name)
+		}
+	}
+	return out
+}
+
+// skippedEntry is one entry the copy left out.
+type skippedEntry struct {
+	Path string // relative to the worker's directory, "/" after a directory
+	Why  string
+}
+
+// maxSkippedListed bounds the entries a copy records by name; the count
+// goes on.
+const maxSkippedListed = 50
+
+// tarStats counts what a workspace archive holds and names what it left out.
 type tarStats struct {
 	Files, Dirs, Symlinks, Skipped, Bytes int64
+	// Left are the entries left out, in walk order (at most
+	// maxSkippedListed; Skipped counts them all).
+	Left []skippedEntry
+}
+
+func (st *tarStats) leave(rel string, dir bool, why string) {
+	st.Skipped++
+	if len(st.Left) < maxSkippedListed {
+		if dir {
+			rel += "/"
+		}
+		st.Left = append(st.Left, skippedEntry{Path: rel, Why: why})
+	}
 }
 
 // writeWorkspaceTar writes the tree under root to w as a tar stream, names
 // relative to root. It never follows a symbolic link (links travel as
-// links), skips device files, sockets and FIFOs, leaves out
-// WorkspaceExcludes at any depth and every path in exclude (and below),
-// and records permission bits and modification times only (the guest owns
-// the files).
-func writeWorkspaceTar(ctx context.Context, w io.Writer, root string, exclude []string) (tarStats, error) {
+// links), skips device files, sockets and FIFOs, leaves out what rule
+// says, names every entry it left out in the stats, and records
+// permission bits and modification times only (the guest owns the files).
+func writeWorkspaceTar(ctx context.Context, w io.Writer, root string, rule copyRule) (tarStats, error) {
 	var st tarStats
 	tw := tar.NewWriter(w)
-	excl := WorkspaceExcludes()
 	var walk func(dir, rel string) error
 	walk = func(dir, rel string) error {
 		des, err := os.ReadDir(dir)
@@ -52,14 +140,12 @@ func writeWorkspaceTar(ctx context.Context, w io.Writer, root string, exclude []
 				return err
 			}
 			name := de.Name()
-			if slices.Contains(excl, name) {
-				continue
-			}
 			full := filepath.Join(dir, name)
-			if underAny(full, exclude) {
+			r := path.Join(rel, name)
+			if why, skip := rule.skip(r, full); skip {
+				st.leave(r, de.IsDir(), why)
 				continue
 			}
-			r := path.Join(rel, name)
 			fi, err := os.Lstat(full)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // removed while we walked
@@ -93,7 +179,7 @@ func writeWorkspaceTar(ctx context.Context, w io.Writer, root string, exclude []
 				st.Files++
 				st.Bytes += n
 			default:
-				st.Skipped++
+				st.leave(r, false, "a "+fileKind(fi.Mode())+", which a copy cannot carry")
 			}
 		}
 		return nil
@@ -102,6 +188,75 @@ func writeWorkspaceTar(ctx context.Context, w io.Writer, root string, exclude []
 		return st, err
 	}
 	return st, tw.Close()
+}
+
+// fileKind names a non-regular file's type.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeNamedPipe != 0:
+		return "FIFO"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
+}
+
+// copyReport is the worker log's account of what the copy left out and how
+// to copy it; "" when nothing was left out. install is the worker's
+// install step: dependencies left out with no install step to make them
+// are called out, since the worker then cannot find them.
+func copyReport(st tarStats, install string) string {
+	if st.Skipped == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "workspace: left out %d entr%s:", st.Skipped, plural(st.Skipped, "y", "ies"))
+	for i, e := range st.Left {
+		if i > 0 {
+			b.WriteString(";")
+		}
+		fmt.Fprintf(&b, " %s (%s)", e.Path, e.Why)
+	}
+	if more := st.Skipped - int64(len(st.Left)); more > 0 {
+		fmt.Fprintf(&b, "; and %d more", more)
+	}
+	var byDefault, deps []string
+	for _, e := range st.Left {
+		name := strings.TrimSuffix(e.Path, "/")
+		for _, s := range copySkips {
+			if s.name == name {
+				byDefault = append(byDefault, name)
+				if name == "node_modules" || name == ".venv" {
+					deps = append(deps, name)
+				}
+			}
+		}
+	}
+	if len(byDefault) > 0 {
+		fmt.Fprintf(&b, ". To copy %s all the same (vendored dependencies, a prebuilt build), list %s under copy.include in iii.worker.yaml (worker::start's include)",
+			strings.Join(byDefault, ", "), oneOrThem(len(byDefault)))
+	}
+	if len(deps) > 0 && strings.TrimSpace(install) == "" {
+		fmt.Fprintf(&b, ". The worker has no install step, so nothing makes %s in the guest: set scripts.install in iii.worker.yaml to install the dependencies there, or copy them with copy.include: [%s]",
+			strings.Join(deps, " or "), strings.Join(deps, ", "))
+	}
+	return b.String()
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func oneOrThem(n int) string {
+	if n == 1 {
+		return "it"
+	}
+	return "them"
 }
 
 // tarFile adds one regular file. It is opened without following links and

@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -180,22 +182,93 @@ func tarNames(t *testing.T, b []byte) map[string]*tar.Header {
 	}
 }
 
-// TestWorkspaceTar: excluded names go at any depth, .iii (the project
-// token) included; links travel as links; extra excludes and special files
-// are left out.
+// TestCopyRule: the default names are left out at the top of the
+// worker's directory only (vendored dependencies below it arrive whole),
+// include copies them all the same, .iii goes at any depth and nothing
+// includes it, exclude paths go with everything below them.
+func TestCopyRule(t *testing.T) {
+	const root = "/w"
+	for _, tc := range []struct {
+		rel     string
+		include []string
+		why     string // "" = copied
+	}{
+		{rel: "index.mjs"},
+		{rel: "node_modules", why: "dependencies"},
+		{rel: "node_modules", include: []string{"node_modules"}},
+		{rel: "node_modules/iii-sdk/dist", include: []string{"node_modules"}},
+		{rel: "node_modules/iii-sdk/dist/index.mjs", include: []string{"node_modules"}},
+		{rel: "vendor/iii-sdk/dist"},
+		{rel: "vendor/iii-sdk/node_modules"},
+		{rel: "lib/python3.11/site-packages/pkg/__pycache__"},
+		{rel: "src/dist"},
+		{rel: "crate/target"},
+		{rel: "dist", why: "build output"},
+		{rel: "dist", include: []string{"node_modules"}, why: "build output"},
+		{rel: "dist", include: []string{"dist"}},
+		{rel: "target", why: "build output"},
+		{rel: ".next", why: "build output"},
+		{rel: ".venv", why: "virtual environment"},
+		{rel: "__pycache__", why: "bytecode cache"},
+		{rel: ".pytest_cache", why: "test cache"},
+		{rel: ".git", why: "version control"},
+		{rel: ".iii", why: "never copied into a VM"},
+		{rel: ".iii", include: []string{".iii"}, why: "never copied into a VM"},
+		{rel: "sub/.iii", why: "never copied into a VM"},
+		{rel: "node_modules/x/.iii", include: []string{"node_modules"}, why: "never copied into a VM"},
+		{rel: "state", why: "listed in exclude"},
+		{rel: "state/project-token", why: "listed in exclude"},
+		{rel: "stateful"},
+		{rel: "Dist"},
+	} {
+		t.Run(tc.rel+"+"+strings.Join(tc.include, ","), func(t *testing.T) {
+			r := copyRule{include: tc.include, exclude: []string{"/w/state"}}
+			why, skip := r.skip(tc.rel, root+"/"+tc.rel)
+			if tc.why == "" {
+				assert.Check(t, !skip, "left out: %s", why)
+				return
+			}
+			assert.Check(t, skip)
+			assert.Check(t, is.Contains(why, tc.why))
+		})
+	}
+	r := copyRule{include: []string{"node_modules", "dist"}}
+	assert.DeepEqual(t, r.keepTop(), []string{".venv", "target", ".next", "__pycache__", ".pytest_cache", ".git"})
+}
+
+func TestCheckInclude(t *testing.T) {
+	assert.NilError(t, checkInclude(nil))
+	assert.NilError(t, checkInclude([]string{"node_modules", "dist", ".venv", "target", ".git"}))
+	err := checkInclude([]string{"dist", "vendor"})
+	var se *contract.Error
+	assert.Assert(t, errors.As(err, &se))
+	assert.Equal(t, se.Code, contract.S001)
+	assert.Check(t, is.Contains(se.Message, `include[1] "vendor" is not a name the copy leaves out`))
+	assert.Check(t, is.Contains(se.Message, "node_modules, .venv, target, dist"))
+}
+
+// TestWorkspaceTar goes through the real copy: the default names are left
+// out at the top only, so a vendored node_modules/iii-sdk/dist arrives
+// when node_modules is included; .iii (the project token) never does;
+// links travel as links; extra excludes and special files are left out;
+// every entry left out is named with its reason, and the report says how
+// to include it.
 func TestWorkspaceTar(t *testing.T) {
 	root := t.TempDir()
 	for name, content := range map[string]string{
-		"index.mjs":                          "x",
-		"src/lib.mjs":                        "y",
-		"src/dist/out.js":                    "z",
-		"node_modules/dep/index.js":          "dep",
-		"pkg/node_modules/dep/index.js":      "dep",
-		".iii/compose/default/project-token": "secret",
-		"sub/.iii/other":                     "secret",
-		".git/HEAD":                          "ref",
-		"py/__pycache__/m.pyc":               "c",
-		"state/project-token":                "secret",
+		"index.mjs":                           "x",
+		"src/lib.mjs":                         "y",
+		"src/dist/out.js":                     "z",
+		"dist/bundle.js":                      "b",
+		"node_modules/iii-sdk/dist/index.mjs": "sdk",
+		"node_modules/iii-sdk/package.json":   "{}",
+		"pkg/node_modules/dep/index.js":       "dep",
+		".iii/compose/default/project-token":  "secret",
+		"sub/.iii/other":                      "secret",
+		"node_modules/x/.iii/project-token":   "secret",
+		".git/HEAD":                           "ref",
+		"py/__pycache__/m.pyc":                "c",
+		"state/project-token":                 "secret",
 	} {
 		p := filepath.Join(root, filepath.FromSlash(name))
 		assert.NilError(t, os.MkdirAll(filepath.Dir(p), 0o755))
@@ -203,21 +276,85 @@ func TestWorkspaceTar(t *testing.T) {
 	}
 	assert.NilError(t, os.Symlink("/etc/passwd", filepath.Join(root, "passwd")))
 	assert.NilError(t, syscall.Mkfifo(filepath.Join(root, "fifo"), 0o600))
-	var buf bytes.Buffer
-	st, err := writeWorkspaceTar(context.Background(), &buf, root, []string{filepath.Join(root, "state")})
-	assert.NilError(t, err)
-	names := tarNames(t, buf.Bytes())
-	var got []string
-	for n := range names {
-		got = append(got, n)
+
+	copyOf := func(t *testing.T, include []string) ([]string, tarStats, []byte) {
+		var buf bytes.Buffer
+		st, err := writeWorkspaceTar(context.Background(), &buf, root, copyRule{include: include, exclude: []string{filepath.Join(root, "state")}})
+		assert.NilError(t, err)
+		names := tarNames(t, buf.Bytes())
+		var got []string
+		for n := range names {
+			got = append(got, n)
+		}
+		sort.Strings(got)
+		if h := names["passwd"]; h != nil {
+			assert.Equal(t, h.Typeflag, byte(tar.TypeSymlink))
+			assert.Equal(t, h.Linkname, "/etc/passwd")
+		}
+		assert.Equal(t, names["index.mjs"].Mode, int64(0o640))
+		assert.Check(t, !bytes.Contains(buf.Bytes(), []byte("secret")))
+		return got, st, buf.Bytes()
 	}
-	sort.Strings(got)
-	assert.DeepEqual(t, got, []string{"index.mjs", "passwd", "pkg/", "py/", "src/", "src/lib.mjs", "sub/"})
-	assert.Equal(t, names["passwd"].Typeflag, byte(tar.TypeSymlink))
-	assert.Equal(t, names["passwd"].Linkname, "/etc/passwd")
-	assert.Equal(t, names["index.mjs"].Mode, int64(0o640))
-	assert.DeepEqual(t, st, tarStats{Files: 2, Dirs: 4, Symlinks: 1, Skipped: 1, Bytes: 2})
-	assert.Check(t, !bytes.Contains(buf.Bytes(), []byte("secret")))
+
+	t.Run("defaults", func(t *testing.T) {
+		got, st, _ := copyOf(t, nil)
+		assert.DeepEqual(t, got, []string{
+			"index.mjs", "passwd", "pkg/", "pkg/node_modules/", "pkg/node_modules/dep/", "pkg/node_modules/dep/index.js",
+			"py/", "py/__pycache__/", "py/__pycache__/m.pyc", "src/", "src/dist/", "src/dist/out.js", "src/lib.mjs", "sub/",
+		})
+		assert.DeepEqual(t, st.Left, []skippedEntry{
+			{".git/", "version control"},
+			{".iii/", stateDirWhy},
+			{"dist/", "build output"},
+			{"fifo", "a FIFO, which a copy cannot carry"},
+			{"node_modules/", "dependencies: the worker's install step makes them in the guest"},
+			{"state/", "listed in exclude"},
+			{"sub/.iii/", stateDirWhy},
+		})
+		assert.Equal(t, st.Skipped, int64(7))
+		assert.Equal(t, st.Files, int64(5))
+
+		rep := copyReport(st, "")
+		assert.Check(t, is.Contains(rep, "workspace: left out 7 entries: .git/ (version control); .iii/ ("))
+		assert.Check(t, is.Contains(rep, "node_modules/ (dependencies: the worker's install step makes them in the guest)"))
+		assert.Check(t, is.Contains(rep, "To copy .git, dist, node_modules all the same"))
+		assert.Check(t, is.Contains(rep, "list them under copy.include in iii.worker.yaml (worker::start's include)"))
+		assert.Check(t, is.Contains(rep, "The worker has no install step, so nothing makes node_modules in the guest"))
+		assert.Check(t, !strings.Contains(copyReport(st, "npm ci"), "no install step"))
+	})
+
+	t.Run("include node_modules and dist", func(t *testing.T) {
+		got, st, _ := copyOf(t, []string{"node_modules", "dist"})
+		for _, want := range []string{"dist/bundle.js", "node_modules/iii-sdk/dist/index.mjs", "node_modules/iii-sdk/package.json"} {
+			assert.Check(t, slices.Contains(got, want), "%s is not copied: %v", want, got)
+		}
+		assert.Check(t, !slices.Contains(got, "node_modules/x/.iii/"), ".iii is left out below an included name too")
+		assert.DeepEqual(t, st.Left, []skippedEntry{
+			{".git/", "version control"},
+			{".iii/", stateDirWhy},
+			{"fifo", "a FIFO, which a copy cannot carry"},
+			{"node_modules/x/.iii/", stateDirWhy},
+			{"state/", "listed in exclude"},
+			{"sub/.iii/", stateDirWhy},
+		})
+		rep := copyReport(st, "")
+		assert.Check(t, is.Contains(rep, "To copy .git all the same"))
+		assert.Check(t, is.Contains(rep, "list it under copy.include"))
+		assert.Check(t, !strings.Contains(rep, "no install step"), "node_modules was copied")
+	})
+
+	t.Run("nothing left out", func(t *testing.T) {
+		assert.Equal(t, copyReport(tarStats{Files: 3}, ""), "")
+	})
+
+	t.Run("long lists are cut", func(t *testing.T) {
+		var st tarStats
+		for i := range maxSkippedListed + 5 {
+			st.leave(fmt.Sprintf("f%d", i), false, "a FIFO, which a copy cannot carry")
+		}
+		assert.Equal(t, len(st.Left), maxSkippedListed)
+		assert.Check(t, is.Contains(copyReport(st, ""), "; and 5 more"))
+	})
 }
 
 func TestLogStore(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -179,12 +180,14 @@ type ProcStopRequest struct {
 // skipped. Nothing is ever written through a symbolic link: a link or file
 // where the archive has a directory is replaced. With Prune, entries under
 // Dir that the archive does not hold are removed afterwards, except those
-// named in Keep (at any depth, e.g. node_modules, which belongs to the
-// guest's install step) and everything below them.
+// named in Keep (at any depth) or in KeepTop (directly in Dir, e.g.
+// node_modules, which belongs to the guest's install step) and everything
+// below them.
 type WorkspaceRequest struct {
-	Dir   string   `json:"dir"`
-	Prune bool     `json:"prune,omitempty"`
-	Keep  []string `json:"keep,omitempty"`
+	Dir     string   `json:"dir"`
+	Prune   bool     `json:"prune,omitempty"`
+	Keep    []string `json:"keep,omitempty"`
+	KeepTop []string `json:"keep_top,omitempty"`
 }
 
 // NetStatsRequest asks for the guest's traffic counters (NetStats in the
@@ -445,7 +448,7 @@ func validate(m Message) error {
 		if !strings.HasPrefix(m.Dir, "/") || path.Clean(m.Dir) != m.Dir || m.Dir == "/" {
 			return fmt.Errorf("workspace dir %q must be a clean absolute path other than /", m.Dir)
 		}
-		for _, k := range m.Keep {
+		for _, k := range append(slices.Clip(m.Keep), m.KeepTop...) {
 			if k == "" || k == "." || k == ".." || strings.ContainsAny(k, "/\x00") {
 				return fmt.Errorf("keep entry %q is not a plain name", k)
 			}

@@ -10,7 +10,7 @@ func TestWorkerMessages(t *testing.T) {
 	for _, m := range []Message{
 		&SpawnRequest{Name: "worker", Argv: []string{"/bin/sh", "-c", "x"}, Env: []string{"A=1"}, Workdir: "/workspace"},
 		&ProcStopRequest{Name: "install", GraceMS: 5},
-		&WorkspaceRequest{Dir: "/workspace", Prune: true, Keep: []string{"node_modules", ".iii"}},
+		&WorkspaceRequest{Dir: "/workspace", Prune: true, Keep: []string{".iii"}, KeepTop: []string{"node_modules", "dist"}},
 	} {
 		p, err := EncodeMessage(m)
 		assert.NilError(t, err)
@@ -29,6 +29,8 @@ func TestWorkerMessages(t *testing.T) {
 		`{"type":"workspace","dir":"/a/../b"}`,
 		`{"type":"workspace","dir":"/w","keep":["a/b"]}`,
 		`{"type":"workspace","dir":"/w","keep":[".."]}`,
+		`{"type":"workspace","dir":"/w","keep_top":["a/b"]}`,
+		`{"type":"workspace","dir":"/w","keep_top":[""]}`,
 	} {
 		_, err := DecodeMessage([]byte(bad))
 		assert.Check(t, err != nil, bad)

@@ -115,8 +115,9 @@ func (we *workerEnv) project(t *testing.T) (dir, token string) {
 	b, err := os.ReadFile(filepath.Join("testdata", "vmworker", "worker.mjs"))
 	assert.NilError(t, err)
 	assert.NilError(t, os.WriteFile(filepath.Join(dir, "worker.mjs"), b, 0o644))
-	// The copy into the VM leaves node_modules out at any depth: the
-	// worker's install step lays the SDK out from a pack.
+	// The copy into the VM leaves the top-level node_modules out (it is
+	// not in include): the worker's install step lays the SDK out from a
+	// pack.
 	assert.NilError(t, nodesdk.WriteWorkerFiles(dir, nodesdk.FindModules(t)))
 	return dir, token
 }
@@ -156,8 +157,9 @@ func (we *workerEnv) logText(t *testing.T, vmID string) string {
 }
 
 // TestVMWorkerNodeSDK boots a Node worker that uses the published iii-sdk
-// in a VM: the project directory is copied in without node_modules, dist
-// or .iii (the project token never reaches the guest), the install step
+// in a VM: the project directory is copied in without the top-level
+// node_modules or .iii (the project token never reaches the guest) but
+// with a nested dist, the copy's log names what it left out, the install step
 // runs once and its result survives a restart on the persistent disk, the
 // worker reaches the engine on the host through the gateway and registers
 // a function that a host caller invokes through the engine; logs, stop,
@@ -194,7 +196,7 @@ func TestVMWorkerNodeSDK(t *testing.T) {
 	assert.Equal(t, got["token_file"], false)
 	assert.Equal(t, got["engine_token_env"], nil)
 	assert.Equal(t, got["top_node_modules_marker"], false, "node_modules is the guest's own")
-	assert.Equal(t, got["nested_dist"], false, "dist is left out at any depth")
+	assert.Equal(t, got["nested_dist"], true, "dist is left out at the top only: src/dist arrives")
 
 	var st contract.WorkerStatus
 	we.worker(t, contract.OpWorkerStatus, map[string]any{"vm_id": vmID}, &st)
@@ -206,6 +208,8 @@ func TestVMWorkerNodeSDK(t *testing.T) {
 	assert.Check(t, is.Contains(text, "stdout: unpacked"), "install output is logged")
 	assert.Check(t, is.Contains(text, "system: install: done"))
 	assert.Check(t, is.Contains(text, "stdout: worker ready"))
+	assert.Check(t, is.Contains(text, "node_modules/ (dependencies: the worker's install step makes them in the guest)"), "the copy names what it left out")
+	assert.Check(t, is.Contains(text, "copy.include in iii.worker.yaml"))
 
 	// A start that asks for what already runs changes nothing.
 	var again contract.WorkerStartResponse

@@ -57,7 +57,7 @@ func (Workspace) Unpack(ctx context.Context, req *agentproto.WorkspaceRequest, r
 	// so the host's stream ends normally rather than being cut off.
 	_, _ = io.Copy(io.Discard, r)
 	if req.Prune {
-		if err := u.prune(dir, "", req.Keep); err != nil {
+		if err := u.prune(dir, "", req.Keep, req.KeepTop); err != nil {
 			return nil, err
 		}
 	}
@@ -271,9 +271,10 @@ func removeAny(p string) error {
 }
 
 // prune removes what lies under dir (rel below the workspace) that the
-// archive did not hold, leaving names in keep alone at any depth. It never
-// descends into a symbolic link.
-func (u *unpacker) prune(dir, rel string, keep []string) error {
+// archive did not hold, leaving names in keep alone at any depth and those
+// in keepTop directly under the workspace. It never descends into a
+// symbolic link.
+func (u *unpacker) prune(dir, rel string, keep, keepTop []string) error {
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		return fsError("workspace", dir, err)
@@ -283,7 +284,7 @@ func (u *unpacker) prune(dir, rel string, keep []string) error {
 			return agentproto.Errorf(agentproto.CodeCanceled, "workspace: %v", err)
 		}
 		name := de.Name()
-		if slices.Contains(keep, name) {
+		if slices.Contains(keep, name) || (rel == "" && slices.Contains(keepTop, name)) {
 			continue
 		}
 		r := path.Join(rel, name)
@@ -296,7 +297,7 @@ func (u *unpacker) prune(dir, rel string, keep []string) error {
 			continue
 		}
 		if de.IsDir() {
-			if err := u.prune(p, r, keep); err != nil {
+			if err := u.prune(p, r, keep, keepTop); err != nil {
 				return err
 			}
 		}
