@@ -16,6 +16,9 @@ import (
 // project token enters the VM.
 type credentials struct {
 	byVM map[string]string
+	// byProvider are the queue provider credentials, by namespace/key
+	// (provider.go).
+	byProvider map[string]string
 }
 
 // issueVMCredential asks the engine for a credential for one VM worker and
@@ -62,6 +65,6 @@ func (d *Daemon) revokeVMCredential(ctx context.Context, vmID string) {
 
 func (d *Daemon) revokeCredential(ctx context.Context, tok string) {
 	if _, err := d.eng.Call(context.WithoutCancel(ctx), engine.FnCredentialsRevoke, map[string]string{"token": tok}); err != nil {
-		d.log.Warn("could not revoke a VM worker's engine credential", "error", err)
+		d.log.Warn("could not revoke a worker's engine credential", "error", err)
 	}
 }

@@ -539,6 +539,7 @@ func (p *project) stopOne(ctx context.Context, c *container, lastErr *compose.Er
 		}
 		cancel()
 		p.d.untrack(pr.Pid)
+		p.revokeQueueProviderCredential(ctx, c.key)
 		if l := c.log; l != nil {
 			_ = l.Write(proc.Stderr, []byte(fmt.Sprintf("[compose] %s stopped (%s)", c.key, exitText(pr))))
 		}

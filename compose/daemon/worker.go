@@ -23,7 +23,7 @@ const (
 // startHost runs a path:// worker, or a binary package (pi) from the
 // package cache, as a host process and waits until it registers in the
 // project namespace.
-func (p *project) startHost(ctx context.Context, f *composefile.File, c *container, pi *pkgInfo) error {
+func (p *project) startHost(ctx context.Context, f *composefile.File, c *container, pi *pkgInfo) (err error) {
 	decl := c.decl
 	key := c.key
 	live, err := listWorkers(ctx, p.d.eng)
@@ -87,6 +87,18 @@ func (p *project) startHost(ctx context.Context, f *composefile.File, c *contain
 	}
 	if decl.ConfigName != "" {
 		reserved[envConfigName] = decl.ConfigName
+	}
+	if hb == nil && queueProviderGrant(decl, pi) {
+		tok, err := p.issueQueueProviderCredential(ctx, key)
+		if err != nil {
+			return err
+		}
+		reserved[envQueueProviderToken] = tok
+		defer func() {
+			if err != nil {
+				p.revokeQueueProviderCredential(ctx, key)
+			}
+		}()
 	}
 	env, err := workerEnv(p.d.lookup, decl, reserved)
 	if err != nil {
