@@ -163,6 +163,26 @@ func TestConfigRejected(t *testing.T) {
 	assert.Check(t, is.Contains(se.Message, "max_concurrent_sandboxes"), "callers get the reason")
 	assert.Check(t, is.Contains(se.Message, `namespace "tools"`))
 	assert.Check(t, is.Contains(se.Message, "engine::adapters::restart"))
+	// An operator must fix the configuration: no retry helps, and the
+	// error says which key, not "start or install the adapter".
+	assert.Check(t, !se.Retryable, "a rejected configuration is not retryable")
+	assert.Check(t, is.Equal(se.Type, contract.TypeConfig))
+	assert.Check(t, is.Contains(se.Message, "sandbox.config"))
+	assert.Check(t, is.Contains(se.FixNote, "sandbox.config"))
+	assert.Check(t, !strings.Contains(se.Message+se.FixNote, "then retry"))
+	assert.Check(t, !strings.Contains(se.Message+se.FixNote, "start or install"))
+	assert.Check(t, !strings.Contains(se.Message+se.FixNote, "sandbox::catalog::list"), "catalog::list answers this same S301")
+
+	// An allowlist naming an image the adapter lacks names those it has:
+	// sandbox::catalog::list cannot be asked while the adapter is down.
+	_, err = te.Call(t, FnRestart, map[string]any{"adapter": "sandbox-hostdir", "namespace": "tools",
+		"config": hostdirConfig(t, map[string]any{"image_allowlist": []string{"ruby"}})})
+	assert.Equal(t, codeOf(err), CodeConfigRejected)
+	_, err = te.Call(t, "sandbox-hostdir::catalog::list", map[string]any{}, client.WithNamespace("tools"))
+	se = enginetest.SandboxError(t, err)
+	assert.Check(t, is.Contains(se.Message, `"ruby" is neither a preset nor a custom_images key: the presets are python, node, shell`))
+	assert.Check(t, !strings.Contains(se.Message, "see sandbox::catalog::list"))
+	assert.Check(t, !se.Retryable)
 
 	// Restart without config keeps the bad value: still refused.
 	_, err = te.Call(t, FnRestart, map[string]any{"adapter": "sandbox-hostdir", "namespace": "tools"})

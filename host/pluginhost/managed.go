@@ -130,12 +130,41 @@ func (m *managed) downError(le *launchError) *contract.Error {
 	if le.kind == failIncompatible && le.serr != nil {
 		return le.serr
 	}
-	fix := fmt.Sprintf("fix it and restart the adapter: `iii call engine::adapters::restart --json '{\"adapter\":\"%s\",\"namespace\":\"%s\",\"config\":{...}}'` (config replaces its configuration; leave it out to keep it), or `iii call compose::restart` when Compose runs it",
+	restart := fmt.Sprintf("`iii call engine::adapters::restart --json '{\"adapter\":\"%s\",\"namespace\":\"%s\",\"config\":{...}}'`",
 		m.key.adapter, m.key.ns)
-	if m.snapshot().StartedBy == OriginConfig {
+	fix := fmt.Sprintf("fix it and restart the adapter: %s (config replaces its configuration; leave it out to keep it), or `iii call compose::restart` when Compose runs it",
+		restart)
+	byConfig := m.snapshot().StartedBy == OriginConfig
+	if byConfig {
 		fix = "fix sandbox.config (or sandbox.adapter) in the engine's config.yaml: the engine starts the adapter again when the file changes"
 	}
+	if le.kind == failRejected {
+		return m.rejectedError(le, byConfig, restart)
+	}
 	return contract.NewError(contract.S301, "sandbox adapter %q is bound in namespace %q but is not running: %s; %s", m.key.adapter, m.key.ns, le.reason, fix)
+}
+
+// rejectedError is what calls get while the adapter is down because it
+// refused its configuration. A retry cannot help until an operator fixes
+// that configuration, so it is not retryable and says which key to fix:
+// sandbox.config in config.yaml, or the config it was started with. It
+// points at nothing that answers S301 itself (sandbox::catalog::list does
+// in this state).
+func (m *managed) rejectedError(le *launchError, byConfig bool, restart string) *contract.Error {
+	var fix string
+	if byConfig {
+		fix = "fix sandbox.config in the engine's config.yaml (the adapter's configuration: the reason names the key at fault); " +
+			"the engine starts the adapter again when the file changes, and `iii call engine::adapters::list` shows its state and last_error"
+	} else {
+		fix = "fix the configuration it was started with (the reason names the key at fault): sandbox.config when config.yaml binds it, " +
+			"the adapter's config_override in a worker-compose.yaml then `iii call compose::restart`, or the config of " + restart +
+			"; `iii call engine::adapters::list` shows its state and last_error"
+	}
+	e := contract.NewError(contract.S301, "sandbox adapter %q in namespace %q is not running: %s. Retrying does not help: %s",
+		m.key.adapter, m.key.ns, le.reason, fix)
+	e.Type = contract.TypeConfig
+	e.Retryable = false
+	return e.WithFixNote("operator action, not retryable: " + fix)
 }
 
 // begin launches the adapter and, when it runs, supervises it. A failed

@@ -207,7 +207,7 @@ func ParseConfig(raw []byte, presets []contract.CatalogImage, providerKeys []str
 	}
 	known := func(name string) bool { return presetNames[name] || cfg.CustomImages[name] != "" }
 	if allowRaw != nil {
-		if cfg.ImageAllowlist, err = parseAllowlist(allowRaw, known); err != nil {
+		if cfg.ImageAllowlist, err = parseAllowlist(allowRaw, known, knownImageNames(presets, cfg.CustomImages)); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -364,7 +364,34 @@ func parseCustomImages(raw json.RawMessage, presets map[string]bool) (map[string
 	return out, nil
 }
 
-func parseAllowlist(raw json.RawMessage, known func(string) bool) ([]string, error) {
+// knownImageNames lists what an allowlist may name, for its error: the
+// message names them itself, since sandbox::catalog::list answers S301
+// while the adapter is down for a rejected configuration.
+func knownImageNames(presets []contract.CatalogImage, custom map[string]string) string {
+	var names []string
+	for _, p := range presets {
+		names = append(names, p.Name)
+	}
+	var customs []string
+	for n := range custom {
+		customs = append(customs, n)
+	}
+	slices.Sort(customs)
+	s := "the presets are " + orNone(names)
+	if len(customs) > 0 {
+		s += " and the custom_images keys " + strings.Join(customs, ", ")
+	}
+	return s
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "(none)"
+	}
+	return strings.Join(names, ", ")
+}
+
+func parseAllowlist(raw json.RawMessage, known func(string) bool, names string) ([]string, error) {
 	raw = bytes.TrimSpace(raw)
 	var items []json.RawMessage
 	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
@@ -378,7 +405,7 @@ func parseAllowlist(raw json.RawMessage, known func(string) bool) ([]string, err
 		}
 		if !known(name) {
 			return nil, configErr(fmt.Sprintf("%s[%d]", KeyImageAllowlist, i),
-				"%q is neither a preset nor a custom_images key; see sandbox::catalog::list for the names", truncate(name, 64))
+				"%q is neither a preset nor a custom_images key: %s", truncate(name, 64), names)
 		}
 		if !slices.Contains(out, name) {
 			out = append(out, name)
