@@ -216,6 +216,10 @@ type ListEntry struct {
 	ExecInFlight   uint32 `json:"exec_in_flight"`
 	ExecSlotsFree  uint32 `json:"exec_slots_free"`
 	Stopped        bool   `json:"stopped"`
+	// HostName is the sandbox host that holds the sandbox, which the
+	// router adds to every entry of sandbox::list when the binding is a
+	// fleet (docs/scale-out.md). Adapters leave it empty.
+	HostName string `json:"host_name,omitempty"`
 }
 
 // ListResponse is sandbox::list's reply: an object, never a bare array.

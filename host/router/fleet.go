@@ -32,12 +32,68 @@ const infoMaxAge = time.Second
 // fleetState is the router's memory of its fleet.
 type fleetState struct {
 	mu sync.Mutex
-	// owner maps a sandbox id to its host.
-	owner map[string]string
+	// owner maps a sandbox id to its host, and the host's adapter
+	// instance that held it.
+	owner map[string]sandboxHome
 	// info caches each host's capacity; placed counts creates sent to
 	// it since (so a burst spreads before the next info).
 	info map[string]hostInfo
+	// instances caches each host's adapter instance (sdk.InstanceFactKey
+	// of its adapter::info), per worker connection.
+	instances map[string]hostInstance
+	// lost remembers sandboxes whose host restarted (lostMax at most).
+	lost lostSandboxes
 }
+
+// sandboxHome is where a sandbox lives: its host, and the instance id of
+// the adapter process that held it ("" when the host reports none).
+type sandboxHome struct {
+	host, instance string
+}
+
+// hostInstance is the adapter instance a host's worker connection served.
+type hostInstance struct {
+	worker, instance string
+}
+
+// lostMax bounds how many sandboxes lost to host restarts the router
+// remembers, oldest forgotten first: an id is only remembered when the
+// router knew it already (it placed it, or a trusted host listed it), and
+// never more than this many, whatever callers or hosts do.
+const lostMax = 4096
+
+// lostSandboxes is a bounded first-in first-out set of sandbox ids lost
+// when their host's adapter process restarted, with that host.
+type lostSandboxes struct {
+	host  map[string]string
+	order []string
+}
+
+func (l *lostSandboxes) add(id, host string) {
+	if l.host == nil {
+		l.host = map[string]string{}
+	}
+	if _, ok := l.host[id]; ok {
+		l.host[id] = host
+		return
+	}
+	for len(l.order) >= lostMax {
+		delete(l.host, l.order[0])
+		l.order = l.order[1:]
+	}
+	l.host[id] = host
+	l.order = append(l.order, id)
+}
+
+func (l *lostSandboxes) get(id string) (string, bool) {
+	h, ok := l.host[id]
+	return h, ok
+}
+
+// remove forgets id (it is live again: a host lists it). The order keeps
+// it until it reaches the front; add and the bound stay correct since
+// deleting a missing key does nothing.
+func (l *lostSandboxes) remove(id string) { delete(l.host, id) }
 
 type hostInfo struct {
 	at       time.Time
@@ -96,7 +152,7 @@ func (r *Router) fleetForward(ctx context.Context, b Binding, op string, data js
 			var created struct {
 				SandboxID string `json:"sandbox_id"`
 			}
-			if json.Unmarshal(out, &created) == nil && created.SandboxID != "" && !r.claim(created.SandboxID, host, hosts) {
+			if json.Unmarshal(out, &created) == nil && created.SandboxID != "" && !r.claim(created.SandboxID, host, r.instanceOf(ctx, b, host), hosts) {
 				return nil, contract.NewError(contract.S300,
 					"sandbox host %q of adapter %q answered the create with sandbox id %s, which another connected host holds; the answer is dropped",
 					host, b.Adapter, created.SandboxID).ErrorBody()
@@ -121,18 +177,103 @@ func (r *Router) fleetForward(ctx context.Context, b Binding, op string, data js
 		}
 		return r.invokeHost(ctx, b, hosts[0], op, data)
 	}
-	host, ok := r.ownerOfSandbox(ctx, b, hosts, named.SandboxID)
+	home, ok := r.ownerOfSandbox(ctx, b, hosts, named.SandboxID)
 	if !ok {
+		if host, lost := r.lostTo(named.SandboxID); lost {
+			return nil, lostWithHost(named.SandboxID, host, b).ErrorBody()
+		}
 		return nil, contract.NewError(contract.S002, "sandbox %s is not on any connected host of sandbox adapter %q (hosts: %s)",
 			named.SandboxID, b.Adapter, strings.Join(hosts, ", ")).ErrorBody()
 	}
-	out, err := r.invokeHost(ctx, b, host, op, data)
+	out, err := r.invokeHost(ctx, b, home.host, op, data)
+	if hasCode(err, contract.S002) && home.instance != "" {
+		// The host does not know it: if another adapter process serves
+		// the host now, the sandbox died with the one that held it.
+		if cur := r.instanceOf(ctx, b, home.host); cur != "" && cur != home.instance {
+			r.forgetSandbox(named.SandboxID)
+			r.markLost(named.SandboxID, home.host)
+			return nil, lostWithHost(named.SandboxID, home.host, b).ErrorBody()
+		}
+	}
 	if (err == nil && op == contract.OpStop) || hasCode(err, contract.S002) {
 		// Stopped, or gone on its own (idle timeout): the host is asked
 		// again should the id come back.
 		r.forgetSandbox(named.SandboxID)
 	}
 	return out, err
+}
+
+// lostWithHost is S002 for a sandbox whose host's adapter process
+// restarted since it held it: the sandbox (its VM, its files) ended with
+// that process.
+func lostWithHost(id, host string, b Binding) *contract.Error {
+	return contract.NewError(contract.S002,
+		"sandbox %s was on sandbox host %q of adapter %q, whose adapter process restarted since (the host reconnected as a new instance): "+
+			"the sandbox was lost with the old process, as every sandbox of a host whose adapter restarts is (docs/scale-out.md, \"When a host is lost\")",
+		id, host, b.Adapter).WithFixNote("the sandbox is gone for good: call sandbox::create for a new one and use the sandbox_id it returns")
+}
+
+// instanceOf is the adapter instance id host's connection reports in its
+// adapter::info (sdk.InstanceFactKey), asked once per worker connection;
+// "" when the host is not connected or reports none.
+func (r *Router) instanceOf(ctx context.Context, b Binding, host string) string {
+	o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, contract.HostFunctionID(b.Adapter, host, contract.OpAdapterInfo))
+	if !o.Registered {
+		return ""
+	}
+	r.fleet.mu.Lock()
+	c, ok := r.fleet.instances[host]
+	r.fleet.mu.Unlock()
+	if ok && c.worker == o.WorkerID {
+		return c.instance
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := r.invokeHost(ictx, b, host, contract.OpAdapterInfo, json.RawMessage(`{}`))
+	if err != nil {
+		return ""
+	}
+	inst := instanceFact(out)
+	r.noteInstance(host, o.WorkerID, inst)
+	return inst
+}
+
+// noteInstance records the instance id host's worker connection reported.
+func (r *Router) noteInstance(host, worker, instance string) {
+	if worker == "" {
+		return
+	}
+	r.fleet.mu.Lock()
+	defer r.fleet.mu.Unlock()
+	if r.fleet.instances == nil {
+		r.fleet.instances = map[string]hostInstance{}
+	}
+	r.fleet.instances[host] = hostInstance{worker: worker, instance: instance}
+}
+
+// instanceFact reads adapter::info's instance id ("" when absent).
+func instanceFact(info json.RawMessage) string {
+	var in struct {
+		Instance string `json:"instance_id"`
+	}
+	if json.Unmarshal(info, &in) != nil || len(in.Instance) > 128 {
+		return ""
+	}
+	return in.Instance
+}
+
+func (r *Router) markLost(id, host string) {
+	r.fleet.mu.Lock()
+	defer r.fleet.mu.Unlock()
+	r.fleet.lost.add(id, host)
+}
+
+// lostTo reports the host a sandbox was lost with when its adapter
+// process restarted.
+func (r *Router) lostTo(id string) (string, bool) {
+	r.fleet.mu.Lock()
+	defer r.fleet.mu.Unlock()
+	return r.fleet.lost.get(id)
 }
 
 // hasCode reports whether err is a sandbox error of code as it comes back
@@ -192,19 +333,23 @@ func (r *Router) noHosts(b Binding) *contract.Error {
 // fleetList merges every connected host's list.
 func (r *Router) fleetList(ctx context.Context, b Binding, hosts []string) (json.RawMessage, error) {
 	type result struct {
-		host string
-		out  json.RawMessage
-		err  error
+		host, instance string
+		out            json.RawMessage
+		err            error
 	}
 	results := make(chan result, len(hosts))
 	for _, h := range hosts {
 		go func() {
 			out, err := r.invokeHost(ctx, b, h, contract.OpList, json.RawMessage(`{}`))
-			results <- result{h, out, err}
+			var inst string
+			if err == nil {
+				inst = r.instanceOf(ctx, b, h)
+			}
+			results <- result{h, inst, out, err}
 		}()
 	}
 	merged := []json.RawMessage{}
-	seen, answered := map[string]bool{}, map[string]bool{}
+	seen, answered := map[string]bool{}, map[string]string{}
 	for range hosts {
 		res := <-results
 		if res.err != nil {
@@ -219,67 +364,87 @@ func (r *Router) fleetList(ctx context.Context, b Binding, hosts []string) (json
 			r.log.Warn("a sandbox host's list is not a list", "host", res.host, "error", err.Error())
 			continue
 		}
+		hostName, _ := json.Marshal(res.host)
 		for _, s := range l.Sandboxes {
-			var e struct {
-				SandboxID string `json:"sandbox_id"`
+			var e map[string]json.RawMessage
+			if json.Unmarshal(s, &e) != nil || e == nil {
+				r.log.Warn("a sandbox host's list holds an entry that is not an object; left out", "host", res.host)
+				continue
 			}
-			if json.Unmarshal(s, &e) == nil && e.SandboxID != "" {
-				seen[e.SandboxID] = true
-				r.claim(e.SandboxID, res.host, hosts)
+			var id string
+			if json.Unmarshal(e["sandbox_id"], &id) == nil && id != "" {
+				seen[id] = true
+				r.claim(id, res.host, res.instance, hosts)
 			}
+			// Which host holds it: the name the router reaches it by,
+			// whatever the host wrote there itself.
+			e["host_name"] = hostName
+			entry, err := json.Marshal(e)
+			if err != nil {
+				continue
+			}
+			merged = append(merged, entry)
 		}
-		answered[res.host] = true
-		merged = append(merged, l.Sandboxes...)
+		answered[res.host] = res.instance
 	}
 	r.forgetUnlisted(answered, seen)
 	return json.Marshal(map[string]any{"sandboxes": merged})
 }
 
-// ownerOfSandbox is the host holding sandbox id: remembered, or found in
-// the hosts' lists.
-func (r *Router) ownerOfSandbox(ctx context.Context, b Binding, hosts []string, id string) (string, bool) {
+// ownerOfSandbox is where sandbox id lives: remembered, or found in the
+// hosts' lists.
+func (r *Router) ownerOfSandbox(ctx context.Context, b Binding, hosts []string, id string) (sandboxHome, bool) {
 	r.fleet.mu.Lock()
-	host, ok := r.fleet.owner[id]
+	home, ok := r.fleet.owner[id]
 	r.fleet.mu.Unlock()
 	if ok {
-		return host, true
+		return home, true
 	}
 	if _, err := r.fleetList(ctx, b, hosts); err != nil {
-		return "", false
+		return sandboxHome{}, false
 	}
 	r.fleet.mu.Lock()
 	defer r.fleet.mu.Unlock()
-	host, ok = r.fleet.owner[id]
-	return host, ok
+	home, ok = r.fleet.owner[id]
+	return home, ok
 }
 
-// claim records that host holds sandbox id, unless another host among
-// the connected ones holds it already: a host cannot take over another's
-// sandbox by answering with its id. It reports whether host holds it now.
-func (r *Router) claim(id, host string, connected []string) bool {
+// claim records that host (its adapter instance) holds sandbox id, unless
+// another host among the connected ones holds it already: a host cannot
+// take over another's sandbox by answering with its id. It reports
+// whether host holds it now.
+func (r *Router) claim(id, host, instance string, connected []string) bool {
 	r.fleet.mu.Lock()
 	defer r.fleet.mu.Unlock()
 	if r.fleet.owner == nil {
-		r.fleet.owner = map[string]string{}
+		r.fleet.owner = map[string]sandboxHome{}
 	}
-	if cur, ok := r.fleet.owner[id]; ok && cur != host && slices.Contains(connected, cur) {
-		r.log.Warn("a sandbox host claims a sandbox another connected host holds; ignored", "sandbox_id", id, "host", host, "holder", cur)
+	if cur, ok := r.fleet.owner[id]; ok && cur.host != host && slices.Contains(connected, cur.host) {
+		r.log.Warn("a sandbox host claims a sandbox another connected host holds; ignored", "sandbox_id", id, "host", host, "holder", cur.host)
 		return false
 	}
-	r.fleet.owner[id] = host
+	r.fleet.owner[id] = sandboxHome{host: host, instance: instance}
+	r.fleet.lost.remove(id)
 	return true
 }
 
 // forgetUnlisted drops what the router remembers of the answering hosts'
 // sandboxes that their lists no longer hold (ended on their own), so the
-// map does not grow for ever.
-func (r *Router) forgetUnlisted(answered, listed map[string]bool) {
+// map does not grow for ever. answered maps each host that answered to
+// its adapter instance: a sandbox an earlier instance held is remembered
+// as lost with the host's restart (bounded, lostMax).
+func (r *Router) forgetUnlisted(answered map[string]string, listed map[string]bool) {
 	r.fleet.mu.Lock()
 	defer r.fleet.mu.Unlock()
-	for id, host := range r.fleet.owner {
-		if answered[host] && !listed[id] {
-			delete(r.fleet.owner, id)
+	for id, home := range r.fleet.owner {
+		cur, ok := answered[home.host]
+		if !ok || listed[id] {
+			continue
 		}
+		if home.instance != "" && cur != "" && cur != home.instance {
+			r.fleet.lost.add(id, home.host)
+		}
+		delete(r.fleet.owner, id)
 	}
 }
 
@@ -343,8 +508,13 @@ func (r *Router) refreshInfo(ctx context.Context, b Binding, hosts []string) {
 			fresh := hostInfo{at: time.Now(), free: -1, memory: -1}
 			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
+			o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, contract.HostFunctionID(b.Adapter, h, contract.OpAdapterInfo))
 			if out, err := r.invokeHost(ictx, b, h, contract.OpAdapterInfo, json.RawMessage(`{}`)); err == nil {
 				fresh.free, fresh.memory = capacityOf(out)
+				if o2 := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, contract.HostFunctionID(b.Adapter, h, contract.OpAdapterInfo)); o2.WorkerID == o.WorkerID {
+					// The same connection before and after: its answer.
+					r.noteInstance(h, o.WorkerID, instanceFact(out))
+				}
 			}
 			r.fleet.mu.Lock()
 			r.fleet.info[h] = fresh

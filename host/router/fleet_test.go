@@ -3,6 +3,8 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +27,11 @@ type fakeHost struct {
 	name  string
 	slots int
 	cl    *client.Client
+	// instance is the adapter::info instance_id: a "restarted" host gets
+	// a new one (and no sandboxes), a reconnected one keeps it.
+	instance string
+	// redial connects the host again, same instance and sandboxes.
+	redial func(t *testing.T)
 
 	mu   sync.Mutex
 	live map[string]bool
@@ -38,19 +45,15 @@ func startFakeHostMajor(t *testing.T, te *testEnv, adapter, ns, name, registerAs
 	t.Helper()
 	cred := issueCredential(t, te, map[string]any{"label": "hosts/" + name, "namespace": ns,
 		"sandbox_host": map[string]any{"adapter": adapter, "host_name": name}})
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	cl, err := client.Dial(ctx, te.URL, client.Options{Name: adapter + "-" + name, Namespace: ns, Token: cred,
-		IgnoreEnv: true, ConfirmRegistration: true, Reconnect: client.ReconnectPolicy{Disable: true}})
-	assert.NilError(t, err)
-	h := &fakeHost{name: name, slots: slots, cl: cl, live: map[string]bool{}}
+	h := &fakeHost{name: name, slots: slots, live: map[string]bool{}, instance: uuid.NewString()}
 	t.Cleanup(func() { _ = h.close() })
 	handlers := map[string]client.Handler{
 		"adapter::info": func(context.Context, *client.Invocation) (any, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			return map[string]any{"adapter": adapter, "adapter_version": "1", "contract": map[string]int{"major": major, "minor": 1},
-				"capacity": map[string]any{"free_slots": h.slots - len(h.live), "memory_available_bytes": 1 << 30}}, nil
+				"capacity":    map[string]any{"free_slots": h.slots - len(h.live), "memory_available_bytes": 1 << 30},
+				"instance_id": h.instance}, nil
 		},
 		contract.OpCreate: func(context.Context, *client.Invocation) (any, error) {
 			h.mu.Lock()
@@ -91,18 +94,43 @@ func startFakeHostMajor(t *testing.T, te *testEnv, adapter, ns, name, registerAs
 			return map[string]any{"stopped": true}, nil
 		},
 	}
-	for op, fn := range handlers {
-		_, err := cl.RegisterFunction(client.FunctionDef{ID: contract.HostFunctionID(adapter, registerAs, op)}, fn)
+	h.redial = func(t *testing.T) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		cl, err := client.Dial(ctx, te.URL, client.Options{Name: adapter + "-" + name, Namespace: ns, Token: cred,
+			IgnoreEnv: true, ConfirmRegistration: true, Reconnect: client.ReconnectPolicy{Disable: true}})
 		assert.NilError(t, err)
+		h.cl = cl
+		for op, fn := range handlers {
+			_, err := cl.RegisterFunction(client.FunctionDef{ID: contract.HostFunctionID(adapter, registerAs, op)}, fn)
+			assert.NilError(t, err)
+		}
+		waitRegistered(t, te, ns, contract.HostFunctionID(adapter, registerAs, contract.OpCreate))
 	}
-	waitRegistered(t, te, ns, contract.HostFunctionID(adapter, registerAs, contract.OpCreate))
+	h.redial(t)
 	return h
 }
 
 func (h *fakeHost) close() error {
+	if h.cl == nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	return h.cl.Close(ctx)
+}
+
+// restart is the host's adapter process dying and a new one connecting:
+// a new instance, no sandboxes.
+func (h *fakeHost) restart(t *testing.T) {
+	t.Helper()
+	assert.NilError(t, h.close())
+	h.mu.Lock()
+	h.instance = uuid.NewString()
+	h.live = map[string]bool{}
+	h.mu.Unlock()
+	h.redial(t)
 }
 
 func (h *fakeHost) count() int {
@@ -284,4 +312,121 @@ func TestFleetHostOtherMajor(t *testing.T) {
 	_, err := te.Call(t, "sandbox::create", map[string]any{"image": "python"})
 	assert.Equal(t, enginetest.SandboxError(t, err).Code, contract.S302)
 	assert.Equal(t, h.count(), 0, "a create reached the host")
+}
+
+// TestFleetHostRestart: every sandbox::list entry names its host
+// (host_name); after a host's adapter process restarts (a new instance
+// id in adapter::info, its sandboxes gone) an old sandbox id answers S002
+// saying the host restarted and the sandbox was lost with it, whether the
+// router still remembered the sandbox or had dropped it on a list since;
+// an id no host ever had is the plain S002; a host that only reconnected
+// (the same instance) keeps its sandboxes.
+func TestFleetHostRestart(t *testing.T) {
+	te := newEnv(t, func() (Binding, bool) { return Binding{Adapter: "fleet", Namespace: "sbx", Hosts: "*"}, true })
+	h1 := startFakeHost(t, te, "fleet", "sbx", "h1", "h1", 10)
+	h2 := startFakeHost(t, te, "fleet", "sbx", "h2", "h2", 10)
+	created := map[string]bool{}
+	for range 4 {
+		out := te.MustCall(t, "sandbox::create", map[string]any{"image": "python"})
+		created[out["sandbox_id"].(string)] = true
+	}
+	holder := func(id string) *fakeHost {
+		for _, h := range []*fakeHost{h1, h2} {
+			h.mu.Lock()
+			ok := h.live[id]
+			h.mu.Unlock()
+			if ok {
+				return h
+			}
+		}
+		return nil
+	}
+
+	// list: every entry carries the host that holds it.
+	list := te.MustCall(t, "sandbox::list", map[string]any{})
+	entries := list["sandboxes"].([]any)
+	assert.Assert(t, is.Len(entries, 4))
+	for _, e := range entries {
+		m := e.(map[string]any)
+		id := m["sandbox_id"].(string)
+		assert.Check(t, created[id])
+		assert.Check(t, holder(id) != nil)
+		assert.Check(t, is.Equal(m["host_name"], holder(id).name), "entry %v", m)
+	}
+
+	var onH1 []string
+	for id := range created {
+		if holder(id) == h1 {
+			onH1 = append(onH1, id)
+		}
+	}
+	// Two hosts with equal room: placement alternates, two each.
+	assert.Assert(t, len(onH1) >= 2, "h1 holds %d of 4 sandboxes", len(onH1))
+
+	// A reconnect of the same process: its sandboxes answer as before.
+	assert.NilError(t, h1.close())
+	h1.redial(t)
+	te.MustCall(t, "sandbox::exec", map[string]any{"sandbox_id": onH1[0], "cmd": "true"})
+
+	// The adapter process restarts: the remembered sandbox is lost with it.
+	h1.restart(t)
+	_, err := te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": onH1[0], "cmd": "true"})
+	se := enginetest.SandboxError(t, err)
+	assert.Equal(t, se.Code, contract.S002)
+	assert.Check(t, is.Contains(se.Message, `sandbox host "h1" of adapter "fleet", whose adapter process restarted`))
+	assert.Check(t, is.Contains(se.Message, "lost with the old process"))
+	assert.Check(t, is.Contains(se.Message, "docs/scale-out.md"))
+	assert.Check(t, !strings.Contains(se.Message, "never created"))
+	assert.Check(t, is.Contains(se.FixNote, "sandbox::create"))
+	// Asked again (the router forgot where it was): still explained.
+	_, err = te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": onH1[0], "cmd": "true"})
+	assert.Check(t, is.Contains(enginetest.SandboxError(t, err).Message, "restarted"))
+
+	// The other: a list first drops it from the router's memory of where
+	// sandboxes live; the call after still says why it is gone.
+	list = te.MustCall(t, "sandbox::list", map[string]any{})
+	for _, e := range list["sandboxes"].([]any) {
+		assert.Check(t, e.(map[string]any)["sandbox_id"] != onH1[1])
+		assert.Check(t, is.Equal(e.(map[string]any)["host_name"], "h2"))
+	}
+	_, err = te.Call(t, "sandbox::fs::ls", map[string]any{"sandbox_id": onH1[1], "path": "/"})
+	se = enginetest.SandboxError(t, err)
+	assert.Equal(t, se.Code, contract.S002)
+	assert.Check(t, is.Contains(se.Message, `sandbox host "h1"`))
+	assert.Check(t, is.Contains(se.Message, "restarted"))
+
+	// h2's sandboxes are untouched, and an id nobody had is plain S002.
+	for id := range created {
+		if holder(id) == h2 {
+			te.MustCall(t, "sandbox::exec", map[string]any{"sandbox_id": id, "cmd": "true"})
+		}
+	}
+	_, err = te.Call(t, "sandbox::exec", map[string]any{"sandbox_id": uuid.NewString(), "cmd": "true"})
+	se = enginetest.SandboxError(t, err)
+	assert.Equal(t, se.Code, contract.S002)
+	assert.Check(t, is.Contains(se.Message, "is not on any connected host"))
+}
+
+// TestLostSandboxesBounded: the memory of sandboxes lost to host restarts
+// never holds more than lostMax ids, oldest forgotten first, and an id
+// seen live again is no longer reported lost.
+func TestLostSandboxesBounded(t *testing.T) {
+	var l lostSandboxes
+	for i := range lostMax + 100 {
+		l.add(fmt.Sprint("sb-", i), "h1")
+	}
+	assert.Check(t, is.Len(l.host, lostMax))
+	assert.Check(t, len(l.order) <= lostMax)
+	_, ok := l.get("sb-0")
+	assert.Check(t, !ok, "the oldest is forgotten")
+	h, ok := l.get(fmt.Sprint("sb-", lostMax+99))
+	assert.Check(t, ok && h == "h1")
+	l.remove(fmt.Sprint("sb-", lostMax+99))
+	_, ok = l.get(fmt.Sprint("sb-", lostMax+99))
+	assert.Check(t, !ok)
+	// Adding again after removals still respects the bound.
+	for i := range 2 * lostMax {
+		l.add(fmt.Sprint("again-", i), "h2")
+	}
+	assert.Check(t, len(l.host) <= lostMax && len(l.order) <= lostMax)
 }

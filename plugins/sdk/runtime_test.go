@@ -74,4 +74,18 @@ func TestServedInfoHasRuntime(t *testing.T) {
 	assert.Check(t, out.Runtime.Goroutines >= 1, "%s", raw)
 	assert.Check(t, out.Runtime.RSSBytes > 0, "%s", raw)
 	assert.Check(t, out.Runtime.OpenFDs > 0, "%s", raw)
+
+	// The process's instance id: the same on every call of one adapter,
+	// another for another process (here: another served adapter).
+	var ids struct {
+		Instance string `json:"instance_id"`
+	}
+	assert.NilError(t, json.Unmarshal(raw, &ids))
+	assert.Check(t, is.Len(ids.Instance, 32), "%s", raw)
+	again, err := a.Info(context.Background())
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(again.Facts[InstanceFactKey], ids.Instance))
+	other, err := newServedAdapter(infoOnly{info: shared}, ServeConfig{Name: "x"}, hclog.NewNullLogger(), nil).Info(context.Background())
+	assert.NilError(t, err)
+	assert.Check(t, other.Facts[InstanceFactKey] != ids.Instance)
 }

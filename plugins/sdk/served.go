@@ -2,6 +2,8 @@ package sdk
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"maps"
@@ -31,12 +33,28 @@ type servedAdapter struct {
 	st    *stopper
 	// facts are added to Info's facts (a remote adapter's host_name).
 	facts map[string]any
+	// instance is this process's InstanceFactKey.
+	instance string
+}
+
+// InstanceFactKey is the adapter::info fact that names the adapter process:
+// random, new in every process, so whoever reads it twice knows whether
+// the adapter restarted in between (and so lost its sandboxes). The fleet
+// router compares it to tell a host that restarted from one that only
+// reconnected (docs/scale-out.md).
+const InstanceFactKey = "instance_id"
+
+// newInstanceID is a random 128-bit id in hex.
+func newInstanceID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }
 
 var _ contract.Adapter = (*servedAdapter)(nil)
 
 func newServedAdapter(inner contract.Adapter, cfg ServeConfig, log hclog.Logger, st *stopper) *servedAdapter {
-	return &servedAdapter{inner: inner, cfg: cfg, log: log, st: st}
+	return &servedAdapter{inner: inner, cfg: cfg, log: log, st: st, instance: newInstanceID()}
 }
 
 // recovered turns a panic in op into an S-code error in *err.
@@ -68,6 +86,7 @@ func (a *servedAdapter) Info(ctx context.Context) (out *contract.AdapterInfo, er
 		c.Contract = contract.Current()
 	}
 	c.Facts = withRuntime(c.Facts, procstats.Read())
+	c.Facts[InstanceFactKey] = a.instance
 	maps.Copy(c.Facts, a.facts)
 	return &c, nil
 }

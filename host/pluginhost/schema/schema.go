@@ -303,6 +303,7 @@ func responses() map[string]m {
 					"exec_in_flight":   whole(""),
 					"exec_slots_free":  whole(""),
 					"stopped":          m{"type": "boolean"},
+					"host_name":        str("The sandbox host that holds it: sandbox::list of a fleet binding sets it on every entry (docs/scale-out.md)."),
 				})},
 		}),
 		contract.OpStop: object([]string{"sandbox_id", "stopped"}, m{
