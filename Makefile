@@ -20,14 +20,21 @@ CRON_DEFAULTS := {"adapter":{"name":"local"}}
 # to httpworker.DefaultConfig.
 HTTP_VERSION ?= 0.22.7
 HTTP_DEFAULTS := {"cors":{"allowed_origins":["*"],"allowed_methods":["GET","POST","PUT","DELETE","OPTIONS"]}}
+# Keep QUEUE_VERSION equal to queue.Version (workers/queue/config.go; a test checks), QUEUE_DEFAULTS
+# to queue.DefaultConfig.
+QUEUE_VERSION ?= 0.21.26
+QUEUE_DEFAULTS := {"adapter":{"name":"builtin","config":{"store_method":"file_based","file_path":"data/queue"}}}
 SANDBOX_LIBKRUN_DEFAULTS := {"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}
 
-.PHONY: help build test test-nokvm bench demo fmt vet fuzz setup setup-test cross clean proto
+.PHONY: help build modules test test-nokvm bench demo fmt vet fuzz setup setup-test cross clean proto
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
 
-build: ## Build every binary into bin/: iii, the adapters, the guest agent.
+modules: ## Download every module go.mod names into the module cache (an adapter module's offline `go mod tidy` needs them).
+	$(GO) mod download
+
+build: modules ## Build every binary into bin/: iii, the adapters, the guest agent.
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/iii ./cmd/iii
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/sandbox-libkrun ./plugins/sandbox-libkrun/cmd/sandbox-libkrun
@@ -50,6 +57,10 @@ build: ## Build every binary into bin/: iii, the adapters, the guest agent.
 	$(GO) run ./scripts/publish -registry $(BIN)/registry -name http -version $(HTTP_VERSION) \
 		-description 'HTTP routes as triggers (trigger type http, its own listener on 127.0.0.1:3111)' \
 		-default-config '$(HTTP_DEFAULTS)' $(BIN)/http
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/queue ./workers/queue/cmd/queue
+	$(GO) run ./scripts/publish -registry $(BIN)/registry -name queue -version $(QUEUE_VERSION) \
+		-description 'Durable topics and function queues: retries, dead letters, the enqueue provider (trigger type durable:subscriber)' \
+		-default-config '$(QUEUE_DEFAULTS)' $(BIN)/queue
 
 setup: ## Install what sandboxes need (QEMU, a kernel, tools) and build the preset images (idempotent).
 	./scripts/setup.sh
@@ -96,6 +107,8 @@ cross: ## Cross-compile every binary for darwin/arm64 and linux/arm64 (the guest
 	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./workers/cron/cmd/cron
 	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./workers/http/cmd/http
 	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./workers/http/cmd/http
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./workers/queue/cmd/queue
+	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./workers/queue/cmd/queue
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/iii-guest-agent
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/iii-guest-agent
 
