@@ -139,7 +139,11 @@ func (h *Host) functions() []hostFunction {
 		{engine.FunctionDef{ID: FnList, Description: "List the sandbox adapters the engine runs, with their state.",
 			RequestSchema: json.RawMessage(`{"type":"object","properties":{}}`), ResponseSchema: json.RawMessage(schemaListOut)},
 			func(context.Context, *engine.Call) (json.RawMessage, error) {
-				return encode(map[string]any{"adapters": h.List()})
+				warnings := []string{}
+				if h.opts.Warnings != nil {
+					warnings = append(warnings, h.opts.Warnings()...)
+				}
+				return encode(map[string]any{"adapters": h.List(), "warnings": warnings})
 			}},
 	}
 }
@@ -168,4 +172,5 @@ const schemaStatusObject = `{"type":"object","required":["adapter","namespace","
 
 const schemaStatus = schemaStatusObject
 
-const schemaListOut = `{"type":"object","required":["adapters"],"properties":{"adapters":{"type":"array","items":` + schemaStatusObject + `}}}`
+const schemaListOut = `{"type":"object","required":["adapters","warnings"],"properties":{"adapters":{"type":"array","items":` + schemaStatusObject + `},` +
+	`"warnings":{"type":"array","items":{"type":"string"},"description":"What to fix in the sandbox binding now, e.g. a host that serves a fleet-bound adapter without --fleet (the router never uses it)."}}}`

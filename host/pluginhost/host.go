@@ -102,6 +102,10 @@ type Options struct {
 	// function, so a reloaded config.yaml takes effect at once. The Go API
 	// (Start, Stop, Restart) is the engine's own and takes no token.
 	Token func() string
+	// Warnings, when set, returns what engine::adapters::list reports
+	// beside the adapters as warnings: the router's, such as a host that
+	// serves a fleet-bound adapter without --fleet.
+	Warnings func() []string
 }
 
 func (o *Options) defaults() {

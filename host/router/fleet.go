@@ -325,9 +325,13 @@ func (r *Router) noHosts(b Binding) *contract.Error {
 			url = u
 		}
 	}
-	return contract.NewError(contract.S301,
+	e := contract.NewError(contract.S301,
 		"no sandbox host of adapter %q is connected in namespace %q (the binding admits hosts %s); start one with `%s serve --engine %s --credential-file <file> --host-name <name> --fleet --config-file <config.json>` (each host with its own name and sandbox host credential, docs/scale-out.md)",
 		b.Adapter, b.Namespace, b.Hosts, b.Adapter, url)
+	if w := r.strayWarning(); w != "" {
+		e.Message += ". Note: " + w
+	}
+	return e
 }
 
 // fleetList merges every connected host's list.

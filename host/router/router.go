@@ -87,6 +87,9 @@ type Router struct {
 
 	// owned records who created each sandbox (tenancy.go).
 	owned owners
+
+	// strays watches for hosts that miss --fleet (stray.go).
+	strays strayWatch
 }
 
 type ownerCheck struct {
@@ -130,11 +133,13 @@ func New(eng *engine.Engine, opts Options) (*Router, error) {
 		}
 	}
 	r.worker = w
+	r.strays.start(r)
 	return r, nil
 }
 
 // Close detaches the router; sandbox::* is no longer served.
 func (r *Router) Close() {
+	r.strays.stop()
 	if r.worker != nil {
 		r.worker.Detach()
 	}

@@ -162,3 +162,13 @@ func (s *Server) notInstalled(adapter, namespace string) string {
 	}
 	return *m
 }
+
+// bindingWarnings are the router's warnings about the sandbox binding
+// (engine::adapters::list shows them). The router is created after the
+// plugin host, before the engine serves anyone.
+func (s *Server) bindingWarnings() []string {
+	if s.rt == nil {
+		return nil
+	}
+	return s.rt.Warnings()
+}

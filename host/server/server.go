@@ -174,7 +174,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	// Both attach before any listener accepts a worker, so their names
 	// and sandbox::* are the engine's from the first moment.
-	if s.ph, err = pluginhost.New(s.eng, pluginhost.Options{Logger: s.log.Named("engine"), Finder: opts.Finder, OnConfig: s.storeAdapterConfig, OnStopped: s.adapterStopped, Token: s.engineToken}); err != nil {
+	if s.ph, err = pluginhost.New(s.eng, pluginhost.Options{Logger: s.log.Named("engine"), Finder: opts.Finder, OnConfig: s.storeAdapterConfig, OnStopped: s.adapterStopped, Token: s.engineToken,
+		Warnings: s.bindingWarnings}); err != nil {
 		s.shutdown()
 		return nil, err
 	}

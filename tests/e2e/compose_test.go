@@ -132,7 +132,7 @@ containers:
 	// config_override reached the adapter: node is not allowed.
 	res = call("sandbox::run", "image=node", "lang=node", "code=console.log(1)")
 	assert.Check(t, res.ExitCode != 0)
-	assert.Check(t, is.Contains(res.Stderr(), `"code": "S100"`))
+	assert.Check(t, is.Contains(res.Stderr(), "Error: S100 image not in the catalog"))
 	assert.Check(t, is.Contains(res.Stderr(), "python"), "S100 lists the allowed names")
 
 	// A sandbox left running: SIGTERM to Compose must end its VM too. The
@@ -161,8 +161,14 @@ containers:
 	assert.Check(t, is.Contains(out.Tail(100), "engine started"))
 }
 
-// composeStatus is the state compose::status gives sandbox-libkrun.
+// composeStatus is the state compose::status gives sandbox-libkrun in the
+// default namespace.
 func composeStatus(url string) (string, error) {
+	return containerState(url, "default", "sandbox-libkrun")
+}
+
+// containerState is the state compose::status (in ns) gives container.
+func containerState(url, ns, container string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := client.Dial(ctx, url, client.Options{Name: "e2e-compose-probe-" + strconv.FormatInt(time.Now().UnixNano(), 36),
@@ -171,7 +177,7 @@ func composeStatus(url string) (string, error) {
 		return "", err
 	}
 	defer func() { _ = c.Close(ctx) }()
-	raw, err := c.Call(ctx, "compose::status", nil, client.WithNamespace("default"))
+	raw, err := c.Call(ctx, "compose::status", nil, client.WithNamespace(ns))
 	if err != nil {
 		return "", err
 	}
@@ -185,11 +191,11 @@ func composeStatus(url string) (string, error) {
 		return "", err
 	}
 	for _, c := range st.Containers {
-		if c.Container == "sandbox-libkrun" {
+		if c.Container == container {
 			return c.State, nil
 		}
 	}
-	return "", fmt.Errorf("no sandbox-libkrun in %s", raw)
+	return "", fmt.Errorf("no %s in %s", container, raw)
 }
 
 // findEngineLog is the managed engine's log under the Compose state

@@ -52,32 +52,7 @@ func TestRemoteFleet(t *testing.T) {
 	call := func(op string, payload any) (json.RawMessage, error) { return caller.Call(ctx, op, payload) }
 	hosts := map[string]*fleetHost{}
 	for _, name := range []string{"h1", "h2", "h3"} {
-		raw, err := caller.c.Call(ctx, "engine::credentials::issue", map[string]any{"label": "fleet/" + name, "namespace": "default",
-			"sandbox_host": map[string]any{"adapter": hostdir.Name, "host_name": name}})
-		assert.NilError(t, err)
-		var issued struct {
-			Token string `json:"token"`
-		}
-		assert.NilError(t, json.Unmarshal(raw, &issued))
-		cred := filepath.Join(dir, name+".credential")
-		assert.NilError(t, os.WriteFile(cred, []byte(issued.Token), 0o600))
-		cfg := filepath.Join(dir, name+".json")
-		assert.NilError(t, os.WriteFile(cfg, []byte(`{"image_allowlist":["shell"]}`), 0o600))
-		h := &fleetHost{name: name, state: filepath.Join(dir, "state-"+name), logs: &syncbuf.Buffer{}, done: make(chan struct{})}
-		h.cmd = exec.Command(adapterBin, "serve", "--engine", engProc.url(), "--credential-file", cred, "--host-name", name, "--fleet", "--config-file", cfg)
-		h.cmd.Env = append(os.Environ(), hostdir.EnvStateDir+"="+h.state)
-		h.cmd.Stdout, h.cmd.Stderr = h.logs, h.logs
-		assert.NilError(t, h.cmd.Start())
-		cmd, done := h.cmd, h.done
-		go func() { _ = cmd.Wait(); close(done) }()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			waitfor.Closed(t, done, waitfor.Default, "the killed host "+name+" to be reaped")
-			if t.Failed() {
-				t.Logf("host %s log:\n%s", h.name, h.logs.Tail(60))
-			}
-		})
-		hosts[name] = h
+		hosts[name] = startFleetHost(t, caller, dir, adapterBin, engProc.url(), name, "--fleet")
 	}
 	// All three serve: a create lands somewhere and catalog::list works.
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
@@ -125,6 +100,10 @@ func TestRemoteFleet(t *testing.T) {
 	var list contract.ListResponse
 	assert.NilError(t, json.Unmarshal(raw, &list))
 	assert.Check(t, is.Len(list.Sandboxes, 12))
+	// Every entry names the host that holds it.
+	for _, e := range list.Sandboxes {
+		assert.Check(t, is.Equal(e.HostName, owner[e.SandboxID]), "sandbox %s", e.SandboxID)
+	}
 	// fs reaches the right host too.
 	for id := range owner {
 		_, err := call(contract.OpFsMkdir, map[string]any{"sandbox_id": id, "path": "/tmp/fleet-" + id[:8], "parents": true})
@@ -167,4 +146,125 @@ func TestRemoteFleet(t *testing.T) {
 		assert.NilError(t, err)
 		assert.Check(t, host != "h2")
 	}
+
+	// h2 comes back: a new adapter process, so its sandboxes died with
+	// the old one, and the old id says so instead of "never created".
+	hosts["h2"] = startFleetHost(t, caller, dir, adapterBin, engProc.url(), "h2", "--fleet")
+	// adapter::info is the last function a host registers.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if _, err := caller.c.Call(ctx, contract.HostFunctionID(hostdir.Name, "h2", contract.OpAdapterInfo), map[string]any{}); err != nil {
+			return poll.Continue("h2: %v", err)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(20*time.Millisecond))
+	_, err = call(contract.OpExec, map[string]any{"sandbox_id": h2Sandbox, "argv": []string{"true"}})
+	se := contract.AsError(err, "")
+	assert.Assert(t, err != nil, "the sandbox of the killed h2 answered")
+	assert.Check(t, is.Equal(se.Code, contract.S002), "%v", err)
+	assert.Check(t, is.Contains(se.Message, "restarted"))
+	// Asked again, once the router has forgotten where it was.
+	_, err = call(contract.OpFsLs, map[string]any{"sandbox_id": h2Sandbox, "path": "/tmp"})
+	se = contract.AsError(err, "")
+	assert.Assert(t, err != nil)
+	assert.Check(t, is.Equal(se.Code, contract.S002), "%v", err)
+	assert.Check(t, is.Contains(se.Message, `sandbox host "h2" of adapter "sandbox-hostdir", whose adapter process restarted`))
+	assert.Check(t, is.Contains(se.Message, "lost with the old process"))
+	assert.Check(t, !strings.Contains(se.Message, "never created"), "%s", se.Message)
+}
+
+// startFleetHost issues a sandbox host credential for name and runs a
+// sandbox-hostdir serving the engine at url as that host, with extra
+// flags (--fleet, or none). It waits for nothing.
+func startFleetHost(t *testing.T, caller *engineCaller, dir, adapterBin, url, name string, extra ...string) *fleetHost {
+	t.Helper()
+	ctx := context.Background()
+	raw, err := caller.c.Call(ctx, "engine::credentials::issue", map[string]any{"label": "fleet/" + name, "namespace": "default",
+		"sandbox_host": map[string]any{"adapter": hostdir.Name, "host_name": name}})
+	assert.NilError(t, err)
+	var issued struct {
+		Token string `json:"token"`
+	}
+	assert.NilError(t, json.Unmarshal(raw, &issued))
+	cred := filepath.Join(dir, name+".credential")
+	assert.NilError(t, os.WriteFile(cred, []byte(issued.Token), 0o600))
+	cfg := filepath.Join(dir, name+".json")
+	assert.NilError(t, os.WriteFile(cfg, []byte(`{"image_allowlist":["shell"]}`), 0o600))
+	h := &fleetHost{name: name, state: filepath.Join(dir, "state-"+name), logs: &syncbuf.Buffer{}, done: make(chan struct{})}
+	args := append([]string{"serve", "--engine", url, "--credential-file", cred, "--host-name", name, "--config-file", cfg}, extra...)
+	h.cmd = exec.Command(adapterBin, args...)
+	h.cmd.Env = append(os.Environ(), hostdir.EnvStateDir+"="+h.state)
+	h.cmd.Stdout, h.cmd.Stderr = h.logs, h.logs
+	assert.NilError(t, h.cmd.Start())
+	cmd, done := h.cmd, h.done
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		waitfor.Closed(t, done, waitfor.Default, "the killed host "+name+" to be reaped")
+		if t.Failed() {
+			t.Logf("host %s log:\n%s", h.name, h.logs.Tail(60))
+		}
+	})
+	return h
+}
+
+// TestRemoteFleetHostWithoutFleetFlag: under a fleet binding, a real
+// sandbox-hostdir started without --fleet (as the old hint said) serves
+// <adapter>::* that the router never uses. The engine logs a warning
+// naming --fleet, engine::adapters::list shows it under warnings, and
+// sandbox::create's S301 says so; once a host with --fleet joins, the
+// create works.
+func TestRemoteFleetHostWithoutFleetFlag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds iii and the adapter and runs adapter processes")
+	}
+	dir := t.TempDir()
+	iii, adapterBin := buildEngineAndAdapter(t, dir)
+	token, err := enginetoken.New()
+	assert.NilError(t, err)
+	engProc := startEngineProcess(t, iii, filepath.Join(dir, "home"), token, "hosts: '*'")
+	caller := dialCaller(t, engProc.url(), token)
+	ctx := context.Background()
+
+	stray := startFleetHost(t, caller, dir, adapterBin, engProc.url(), "h1")
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if strings.Contains(engProc.logs.String(), "serves a fleet-bound adapter without --fleet") {
+			return poll.Success()
+		}
+		return poll.Continue("no warning in the engine's log yet")
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(50*time.Millisecond))
+	assert.Check(t, is.Contains(engProc.logs.String(), "--fleet --host-name h1"))
+	assert.Check(t, is.Contains(stray.logs.String(), "connected to the engine; serving"))
+
+	raw, err := caller.c.Call(ctx, "engine::adapters::list", map[string]any{})
+	assert.NilError(t, err)
+	var listed struct {
+		Warnings []string `json:"warnings"`
+	}
+	assert.NilError(t, json.Unmarshal(raw, &listed))
+	assert.Assert(t, is.Len(listed.Warnings, 1), "%s", raw)
+	assert.Check(t, is.Contains(listed.Warnings[0], `sandbox host "h1"`))
+	assert.Check(t, is.Contains(listed.Warnings[0], "without --fleet"))
+	assert.Check(t, is.Contains(listed.Warnings[0], "sandbox-hostdir::host::h1::*"))
+
+	_, err = caller.Call(ctx, contract.OpCreate, map[string]any{"image": "shell"})
+	se := contract.AsError(err, "")
+	assert.Assert(t, err != nil)
+	assert.Check(t, is.Equal(se.Code, contract.S301))
+	assert.Check(t, is.Contains(se.Message, "--fleet"))
+	assert.Check(t, is.Contains(se.Message, "without --fleet"))
+
+	// A host that does it right is used; the stray still is not.
+	startFleetHost(t, caller, dir, adapterBin, engProc.url(), "h2", "--fleet")
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if _, err := caller.Call(ctx, contract.OpCreate, map[string]any{"image": "shell"}); err != nil {
+			return poll.Continue("create: %v", err)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(time.Minute), poll.WithDelay(50*time.Millisecond))
+	raw, err = caller.Call(ctx, contract.OpList, map[string]any{})
+	assert.NilError(t, err)
+	var list contract.ListResponse
+	assert.NilError(t, json.Unmarshal(raw, &list))
+	assert.Assert(t, is.Len(list.Sandboxes, 1))
+	assert.Check(t, is.Equal(list.Sandboxes[0].HostName, "h2"))
 }
