@@ -23,10 +23,15 @@ type Recipe struct {
 }
 
 // basePackages give every image a libc, a /bin/sh, the core utilities
-// (env, ls, cat, …) and the CA bundle for outbound TLS.
+// (env, ls, cat, …), tar and gzip (an install step's `tar xzf` of a
+// vendored archive) and the CA bundle for outbound TLS.
 func basePackages() []string {
-	return []string{"libc6", "dash", "coreutils", "ca-certificates"}
+	return []string{"libc6", "dash", "coreutils", "tar", "gzip", "ca-certificates"}
 }
+
+// tarCheck packs a file with tar czf and unpacks it with tar xzf in the
+// image's /tmp, then prints it: 4.
+const tarCheck = "cd /tmp && rm -rf iii-t && mkdir -p iii-t/in/a && echo 4 > iii-t/in/a/f && tar czf iii-t/a.tgz -C iii-t/in a && gzip -t iii-t/a.tgz && mkdir iii-t/out && tar xzf iii-t/a.tgz -C iii-t/out && cat iii-t/out/a/f && rm -rf iii-t"
 
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -83,7 +88,7 @@ func recipes() []Recipe {
 			Links:    map[string]string{"usr/bin/nodejs": "node", "usr/bin/which": "which.debianutils"},
 			Env:      []string{defaultPath, "LANG=C.UTF-8"},
 			Cmd:      []string{"node"},
-			Check:    []string{"/bin/sh", "-c", "npm --version >&2 && node -e 'console.log(2+2)'"},
+			Check:    []string{"/bin/sh", "-c", "(" + tarCheck + ") >&2 && npm --version >&2 && node -e 'console.log(2+2)'"},
 			Want:     "4\n",
 		},
 	}

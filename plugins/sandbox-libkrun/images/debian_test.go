@@ -22,15 +22,21 @@ func presetLayout(t *testing.T) string {
 	return filepath.Join(root, "oci")
 }
 
+// tarXZF packs a file with tar czf and unpacks it with tar xzf, as an
+// install step unpacking a vendored archive does, then prints it: 4.
+var tarXZF = []string{"/bin/sh", "-c", "cd /tmp && mkdir -p t/in/a && echo 4 > t/in/a/f && tar czf t/a.tgz -C t/in a && " +
+	"gzip --version >/dev/null && mkdir t/out && tar xzf t/a.tgz -C t/out && cat t/out/a/f"}
+
 // TestDebianPresetImages pulls the Debian-built presets through the real
 // registry protocol (in-process registry standing in for docker.io via
 // registry_mirrors), installs them into a temp cache, and runs the real
-// interpreters from the resulting erofs image.
+// interpreters from the resulting erofs image, and `tar xzf` (gzip) in
+// each: a VM worker's install step unpacks vendored archives with it.
 func TestDebianPresetImages(t *testing.T) {
 	layout := presetLayout(t)
-	checks := map[string][]string{
-		"python": {"/usr/bin/env", "python3", "-c", "print(2+2)"},
-		"node":   {"/usr/bin/env", "node", "-e", "console.log(2+2)"},
+	checks := map[string][][]string{
+		"python": {{"/usr/bin/env", "python3", "-c", "print(2+2)"}, tarXZF},
+		"node":   {{"/usr/bin/env", "node", "-e", "console.log(2+2)"}, tarXZF},
 	}
 	for _, p := range catalog.Presets() {
 		t.Run(p.Name, func(t *testing.T) {
@@ -73,11 +79,13 @@ func TestDebianPresetImages(t *testing.T) {
 				t.Log("not root: skipping the chroot run of the interpreter")
 				return
 			}
-			cmd := exec.Command("chroot", append([]string{tree}, checks[p.Name]...)...)
-			cmd.Env = img.Config.Env
-			out, err := cmd.CombinedOutput()
-			assert.NilError(t, err, string(out))
-			assert.Equal(t, string(out), "4\n")
+			for _, check := range checks[p.Name] {
+				cmd := exec.Command("chroot", append([]string{tree}, check...)...)
+				cmd.Env = img.Config.Env
+				out, err := cmd.CombinedOutput()
+				assert.NilError(t, err, "%v: %s", check, out)
+				assert.Equal(t, string(out), "4\n", "%v", check)
+			}
 			assertConsistent(t, e.root)
 		})
 	}

@@ -1,0 +1,248 @@
+// Package vmworkers keeps docs/vm-workers.md's walkthrough runnable: it
+// writes the files the page shows into a project, runs its sh steps, and
+// runs `iii compose --up` with real VMs (QEMU) through the sandbox-libkrun
+// adapter built from this tree, then calls the Node and the Python worker.
+package vmworkers
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/icmd"
+	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/internal/testkit/bins"
+	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
+)
+
+const docFile = "../../docs/vm-workers.md"
+
+var (
+	fileMarker = regexp.MustCompile(`^<!-- file: (\S+) -->$`)
+	runMarker  = regexp.MustCompile(`^<!-- run: (\S+) -->$`)
+)
+
+// docBlocks returns the page's marked blocks: files by path, and sh steps
+// in order. A marker must be followed by a fenced block.
+func docBlocks(doc string) (files map[string]string, steps []string, err error) {
+	files = map[string]string{}
+	lines := strings.Split(doc, "\n")
+	for i, l := range lines {
+		f, r := fileMarker.FindStringSubmatch(l), runMarker.FindStringSubmatch(l)
+		if f == nil && r == nil {
+			continue
+		}
+		if i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "```") {
+			return nil, nil, fmt.Errorf("%s:%d: a marker must be followed by a fenced block", docFile, i+1)
+		}
+		var body []string
+		closed := false
+		for _, b := range lines[i+2:] {
+			if b == "```" {
+				closed = true
+				break
+			}
+			body = append(body, b)
+		}
+		if !closed {
+			return nil, nil, fmt.Errorf("%s:%d: the block is not closed", docFile, i+1)
+		}
+		text := strings.Join(body, "\n") + "\n"
+		if f != nil {
+			files[f[1]] = text
+		} else {
+			steps = append(steps, text)
+		}
+	}
+	return files, steps, nil
+}
+
+func TestDocBlocks(t *testing.T) {
+	files, steps, err := docBlocks("<!-- file: a/b.yaml -->\n```yaml\nx: 1\n```\ntext\n<!-- run: s -->\n```sh\necho\n```\n")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, files, map[string]string{"a/b.yaml": "x: 1\n"})
+	assert.DeepEqual(t, steps, []string{"echo\n"})
+	_, _, err = docBlocks("<!-- file: a -->\ntext\n")
+	assert.Check(t, is.ErrorContains(err, "must be followed by a fenced block"))
+	_, _, err = docBlocks("<!-- run: a -->\n```sh\necho\n")
+	assert.Check(t, is.ErrorContains(err, "not closed"))
+}
+
+// buildRegistry builds iii, sandbox-libkrun and its guest agent from this
+// tree and publishes the adapter into dir/registry, iii's default one.
+func buildRegistry(t *testing.T, dir string) string {
+	t.Helper()
+	iii := filepath.Join(dir, "iii")
+	out, err := bins.GoBuild(iii, "github.com/iii-sandbox/iii/cmd/iii", nil)
+	assert.NilError(t, err, "%s", out)
+	agent := adapter.AgentName(runtime.GOARCH)
+	bin, err := bins.SandboxLibkrun("../..", filepath.Join(dir, "adapter"), agent)
+	assert.NilError(t, err)
+	_, err = registry.Publish(filepath.Join(dir, "registry"), registry.Publication{
+		Name: "sandbox-libkrun", Version: adapter.Version, Kind: registry.KindBinary,
+		Target: registry.HostPlatform().Target(),
+		Files:  []registry.PublishFile{{Path: bin}, {Path: filepath.Join(dir, "adapter", agent)}},
+		Tags:   []string{registry.TagLatest},
+	})
+	assert.NilError(t, err)
+	return iii
+}
+
+// vmHost skips unless this host can boot the walkthrough's VMs.
+func vmHost(t *testing.T) (layout, nodeModules string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots VMs; skipped with -short")
+	}
+	if _, err := (&qemu.Config{}).Binary(); err != nil {
+		t.Skipf("QEMU is not installed (scripts/setup-vm.sh): %v", err)
+	}
+	if _, err := qemu.FindKernel("/boot", "/lib/modules", runtime.GOARCH); err != nil {
+		t.Skipf("no guest kernel (scripts/setup-vm.sh): %v", err)
+	}
+	for _, tool := range []string{"mkfs.erofs", "mkfs.ext4", "tar"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (scripts/setup-vm.sh)", tool)
+		}
+	}
+	home, err := os.UserHomeDir()
+	assert.NilError(t, err)
+	layout = filepath.Join(home, ".iii", "cache", "oci")
+	for _, ref := range []string{"docker.io/iiidev/node:latest", "docker.io/iiidev/python:latest"} {
+		if e, err := ocilayout.Find(layout, ref); err != nil || e == nil {
+			t.Skipf("%s is not in the local OCI layout %s (scripts/build-images.sh): %v", ref, layout, err)
+		}
+	}
+	return layout, nodesdk.FindModules(t)
+}
+
+// TestVMWorkersWalkthrough performs docs/vm-workers.md's walkthrough: the
+// page's files, its sh steps, the vendoring of the Node SDK (from the
+// pinned copy, offline), then `iii compose --up` with the adapter set up
+// for this host (QEMU TCG, the local image layout, private state), and
+// calls both workers. The Node worker's vendored node_modules/iii-sdk/dist
+// arrives through copy.include; the Python worker's install step unpacks a
+// tar.gz with tar and gzip in the python image.
+func TestVMWorkersWalkthrough(t *testing.T) {
+	layout, nodeModules := vmHost(t)
+	doc, err := os.ReadFile(docFile)
+	assert.NilError(t, err)
+	files, steps, err := docBlocks(string(doc))
+	assert.NilError(t, err)
+	for _, f := range []string{"worker-compose.yaml", "hello-node/iii.worker.yaml", "hello-node/worker.mjs", "hello-py/iii.worker.yaml", "hello-py/worker.py", "src/iii_mini/__init__.py"} {
+		assert.Assert(t, files[f] != "", "the page shows no %s", f)
+	}
+	assert.Assert(t, len(steps) > 0)
+
+	iii := buildRegistry(t, t.TempDir())
+	sbState := dirs.Short(t, "vws")
+	cache := dirs.Short(t, "vwc")
+	assert.NilError(t, os.Symlink(layout, filepath.Join(cache, "oci")))
+	compose := files["worker-compose.yaml"]
+	delete(files, "worker-compose.yaml")
+	// This host's adapter settings, and room for a first start under TCG.
+	const adapterLine = "    worker: package://sandbox-libkrun\n"
+	assert.Assert(t, strings.Contains(compose, adapterLine))
+	compose = strings.Replace(compose, adapterLine, adapterLine+"    config_override:\n"+
+		"      state_dir: "+sbState+"\n      cache_dir: "+cache+"\n      hypervisor: qemu\n      accel: tcg\n"+
+		"      worker_disk_mb: 512\n      boot_timeout_ms: 300000\n      image_allowlist: [node, python]\n", 1)
+	compose = regexp.MustCompile(`(?m)^(    worker: path://.*\n)`).ReplaceAllString(compose, "${1}    startup_timeout: 8m\n")
+
+	// The page's steps run in a staging copy of the project, with the
+	// Node SDK vendored as `npm install --prefix hello-node iii-sdk`
+	// would; the project Compose runs is what they leave.
+	stage := t.TempDir()
+	for name, content := range files {
+		f := filepath.Join(stage, filepath.FromSlash(name))
+		assert.NilError(t, os.MkdirAll(filepath.Dir(f), 0o755))
+		assert.NilError(t, os.WriteFile(f, []byte(content), 0o644))
+	}
+	assert.NilError(t, os.CopyFS(filepath.Join(stage, "hello-node", "node_modules"), os.DirFS(nodeModules)))
+	for _, step := range steps {
+		icmd.RunCmd(icmd.Command("/bin/sh", "-ec", step), icmd.Dir(stage)).Assert(t, icmd.Success)
+	}
+	project := map[string][]byte{}
+	assert.NilError(t, filepath.WalkDir(stage, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		rel, err := filepath.Rel(stage, path)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		project[filepath.ToSlash(rel)] = b
+		return err
+	}))
+	assert.Assert(t, project["hello-py/vendor/iii_mini.tar.gz"] != nil, "the pack step made the archive")
+	assert.Assert(t, project["hello-node/node_modules/iii-sdk/package.json"] != nil)
+
+	p := composeproj.Start(t, composeproj.Options{
+		III: iii, Files: project,
+		Compose: func(port int) string {
+			return fmt.Sprintf("stop_timeout: 20s\nengine:\n  url: ws://127.0.0.1:%d\n  workers: {}\n", port) + compose
+		},
+	})
+	waitReady(t, p, "sandbox-libkrun", "hello-node", "hello-py")
+
+	for _, w := range []struct{ fn, runtime string }{{"hello-node::greet", "from node v"}, {"hello-py::greet", "from python 3."}} {
+		out := p.MustCall(t, w.fn, "name=ada")
+		var got struct{ Greeting, Isolation string }
+		assert.NilError(t, json.Unmarshal([]byte(out), &got), out)
+		assert.Check(t, is.Contains(got.Greeting, "hello ada "+w.runtime), w.fn)
+		assert.Equal(t, got.Isolation, "libkrun", w.fn)
+	}
+	logs := p.MustCall(t, "compose::logs", "worker=hello-node", "tail=200")
+	assert.Check(t, is.Contains(logs, "left out"), "the copy names what it left out")
+	assert.Check(t, !strings.Contains(logs, "node_modules/ (dependencies"), "copy.include brought node_modules in")
+	pyLogs := p.MustCall(t, "compose::logs", "worker=hello-py", "tail=200")
+	assert.Check(t, is.Contains(pyLogs, "install: done"), "the install step unpacked the archive")
+	p.Stop(t)
+}
+
+// waitReady is composeproj's WaitReady with room for VMs' first start
+// under TCG.
+func waitReady(t *testing.T, p *composeproj.Project, containers ...string) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if err, ok := p.Exited(); ok {
+			return poll.Error(fmt.Errorf("iii compose exited: %v", err))
+		}
+		res := p.Call("compose::status")
+		if res.ExitCode != 0 {
+			return poll.Continue("compose::status: %s", res.Combined())
+		}
+		var st struct {
+			Containers []struct{ Container, State string } `json:"containers"`
+		}
+		if err := json.Unmarshal([]byte(res.Stdout()), &st); err != nil {
+			return poll.Continue("compose::status: %v", err)
+		}
+		ready := map[string]bool{}
+		for _, c := range st.Containers {
+			ready[c.Container] = c.State == "ready"
+		}
+		for _, c := range containers {
+			if !ready[c] {
+				return poll.Continue("%s not ready: %s", c, res.Stdout())
+			}
+		}
+		return poll.Success()
+	}, poll.WithTimeout(12*time.Minute), poll.WithDelay(time.Second))
+}
