@@ -217,8 +217,9 @@ func StartProber(ctx context.Context, url string) (*Prober, error) {
 	return p, nil
 }
 
-// take returns and resets what the prober recorded.
-func (p *Prober) take() ([]time.Duration, []string) {
+// Take returns and resets what the prober recorded: the latencies of the
+// calls that completed, sorted, and the failures.
+func (p *Prober) Take() ([]time.Duration, []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	lat, fails := p.latencies, p.failures
@@ -251,9 +252,9 @@ func percentile(sorted []time.Duration, q int) time.Duration {
 func Run(ctx context.Context, e *Engine, p *Prober) ([]Phase, error) {
 	var phases []Phase
 	record := func(name string, flood func() (string, string)) {
-		p.take()
+		p.Take()
 		offender, violation := flood()
-		lat, fails := p.take()
+		lat, fails := p.Take()
 		rss, _ := e.PeakRSSMiB()
 		phases = append(phases, Phase{Name: name, Calls: len(lat), Failures: fails, P50: percentile(lat, 50), P99: percentile(lat, 99),
 			Offender: offender, Violation: violation, PeakRSS: rss})

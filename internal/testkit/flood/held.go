@@ -552,9 +552,9 @@ func RunHeld(ctx context.Context, e *Engine, p *Prober, callers []Caller, done f
 			return
 		}
 		_ = e.ResetPeakRSS()
-		p.take()
+		p.Take()
 		offender, violation := flood()
-		lat, fails := p.take()
+		lat, fails := p.Take()
 		rss, _ := e.PeakRSSMiB()
 		ph := Phase{Name: name, Calls: len(lat), Failures: fails, P50: percentile(lat, 50), P99: percentile(lat, 99),
 			Offender: offender, Violation: violation, PeakRSS: rss}
