@@ -24,6 +24,10 @@ HTTP_DEFAULTS := {"cors":{"allowed_origins":["*"],"allowed_methods":["GET","POST
 # to queue.DefaultConfig.
 QUEUE_VERSION ?= 0.21.26
 QUEUE_DEFAULTS := {"adapter":{"name":"builtin","config":{"store_method":"file_based","file_path":"data/queue"}}}
+# Keep PUBSUB_VERSION equal to pubsub.Version (workers/pubsub/config.go; a test checks): deprecated
+# upstream, kept for projects that still declare it.
+PUBSUB_VERSION ?= 0.21.14
+PUBSUB_DEFAULTS := {"adapter":{"name":"local"}}
 SANDBOX_LIBKRUN_DEFAULTS := {"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}
 
 .PHONY: help build modules test test-nokvm bench demo fmt vet fuzz setup setup-test cross clean proto
@@ -61,6 +65,10 @@ build: modules ## Build every binary into bin/: iii, the adapters, the guest age
 	$(GO) run ./scripts/publish -registry $(BIN)/registry -name queue -version $(QUEUE_VERSION) \
 		-description 'Durable topics and function queues: retries, dead letters, the enqueue provider (trigger type durable:subscriber)' \
 		-default-config '$(QUEUE_DEFAULTS)' $(BIN)/queue
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/pubsub ./workers/pubsub/cmd/pubsub
+	$(GO) run ./scripts/publish -registry $(BIN)/registry -name pubsub -version $(PUBSUB_VERSION) \
+		-description 'Deprecated: publish and the subscribe trigger type, fire and forget (use queue for messages that must arrive)' \
+		-default-config '$(PUBSUB_DEFAULTS)' $(BIN)/pubsub
 
 setup: ## Install what sandboxes need (QEMU, a kernel, tools) and build the preset images (idempotent).
 	./scripts/setup.sh
@@ -109,6 +117,8 @@ cross: ## Cross-compile every binary for darwin/arm64 and linux/arm64 (the guest
 	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./workers/http/cmd/http
 	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./workers/queue/cmd/queue
 	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./workers/queue/cmd/queue
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./workers/pubsub/cmd/pubsub
+	GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./workers/pubsub/cmd/pubsub
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/iii-guest-agent
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -o /dev/null ./plugins/sandbox-libkrun/cmd/iii-guest-agent
 
