@@ -584,7 +584,9 @@ func (d *Dispatcher) call(ctx context.Context, pm *pmsg, t target) (outcome, str
 		if !errors.As(err, &eb) {
 			return notReady, err.Error() // the connection, not the target
 		}
-		if eb.Code == protocol.CodeFunctionNotFound {
+		if eb.Code == protocol.CodeFunctionNotFound || eb.Code == protocol.CodeInvocationStopped {
+			// Not registered, or its worker (or the engine) went away
+			// mid-call: the target's absence, not its failure.
 			return notReady, eb.Message
 		}
 		return failed, eb.Code + ": " + eb.Message

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/protocol"
 	"github.com/iii-sandbox/iii/workers/workerkit"
 )
 
@@ -253,6 +254,11 @@ func RegisterProvider(c *client.Client, d *Dispatcher) error {
 				}
 				id, err := d.Enqueue(in)
 				if err != nil {
+					// The engine puts the code before the message itself.
+					var eb *protocol.ErrorBody
+					if errors.As(err, &eb) {
+						return nil, &protocol.ErrorBody{Code: eb.Code, Message: strings.TrimPrefix(eb.Message, eb.Code+": ")}
+					}
 					return nil, err
 				}
 				return map[string]string{"messageReceiptId": id}, nil

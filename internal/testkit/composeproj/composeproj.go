@@ -80,6 +80,23 @@ func Start(t *testing.T, o Options) *Project {
 			p.Env = append(p.Env, kv)
 		}
 	}
+	p.launch(t)
+	return p
+}
+
+// Restart runs `iii compose --up` again in the project's directory, with
+// its HOME, state directory and engine port, after Stop: the engine and
+// every worker start anew on what the last run left on disk.
+func (p *Project) Restart(t *testing.T) *Project {
+	t.Helper()
+	n := &Project{III: p.III, Dir: p.Dir, Home: p.Home, StateDir: p.StateDir, Port: p.Port, Env: p.Env, exited: make(chan error, 1)}
+	n.launch(t)
+	return n
+}
+
+// launch starts `iii compose --up`; clean-up stops it.
+func (p *Project) launch(t *testing.T) {
+	t.Helper()
 	p.cmd = exec.Command(p.III, "compose", "--up")
 	p.cmd.Dir, p.cmd.Env, p.cmd.Stdout, p.cmd.Stderr = p.Dir, p.Env, &p.Out, &p.ErrOut
 	assert.NilError(t, p.cmd.Start())
@@ -115,7 +132,6 @@ func Start(t *testing.T, o Options) *Project {
 			}
 		}
 	})
-	return p
 }
 
 // LogFiles are the containers' logs and the engine's.
