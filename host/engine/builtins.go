@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -28,6 +29,7 @@ const (
 	FnWorkersInfo     = "engine::workers::info"
 	FnWorkersRegister = "engine::workers::register"
 	FnChannelsCreate  = "engine::channels::create"
+	FnChannelsDrop    = "engine::channels::drop"
 )
 
 // functionInfoBatchMax caps function_ids: a batch saves round trips, it is
@@ -73,6 +75,8 @@ func builtinTable() []builtin {
 			RequestSchema: json.RawMessage(schemaWorkersRegisterIn), ResponseSchema: json.RawMessage(schemaSuccessOut)}, (*Engine).fnWorkersRegister},
 		{FunctionDef{ID: FnChannelsCreate, Description: "Create a streaming channel; returns its writer and reader refs.",
 			RequestSchema: json.RawMessage(schemaChannelsCreateIn), ResponseSchema: json.RawMessage(schemaChannelsCreateOut)}, (*Engine).fnChannelsCreate},
+		{FunctionDef{ID: FnChannelsDrop, Description: "Remove a channel now, given either of its refs (its id and access key): ends that are open close as going away. Returns {dropped}.",
+			RequestSchema: json.RawMessage(schemaChannelsDropIn), ResponseSchema: json.RawMessage(schemaChannelsDropOut)}, (*Engine).fnChannelsDrop},
 		{FunctionDef{ID: FnCredentialsIssue, Privileged: true, Description: "Issue a narrow credential: its holder may register in one namespace and call what it grants, never a privileged function. Returns {token}.",
 			RequestSchema: schemaCredentialsIssueIn}, (*Engine).fnCredentialsIssue},
 		{FunctionDef{ID: FnCredentialsRevoke, Privileged: true, Description: "Revoke a credential and close the connections made with it.",
@@ -639,4 +643,30 @@ func (e *Engine) fnChannelsCreate(_ context.Context, call *Call) (any, *protocol
 	ch := e.channels.create(e, size, call.CallerWorkerID)
 	writer, reader := ch.refs()
 	return map[string]protocol.StreamChannelRef{"writer": writer, "reader": reader}, nil
+}
+
+// ── engine::channels::drop ────────────────────────────────────────────────
+
+// fnChannelsDrop removes a channel at once. A channel whose ends were not
+// both opened otherwise holds its slot (MaxChannelsPerConnection) until
+// ChannelTTL: a streaming HTTP request answered without its channels
+// (workers/http) drops them when it ends. The access key is the proof, as
+// for opening an end; a wrong key and an unknown id answer alike.
+func (e *Engine) fnChannelsDrop(_ context.Context, call *Call) (any, *protocol.ErrorBody) {
+	var in struct {
+		ChannelID string `json:"channel_id"`
+		AccessKey string `json:"access_key"`
+	}
+	if errb := decodeInput(call.Data, &in); errb != nil {
+		return nil, errb
+	}
+	if in.ChannelID == "" || in.AccessKey == "" {
+		return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "channel_id and access_key are required (a channel ref from engine::channels::create)"}
+	}
+	c := e.channels.get(in.ChannelID)
+	if c == nil || subtle.ConstantTimeCompare([]byte(in.AccessKey), []byte(c.key)) != 1 {
+		return map[string]bool{"dropped": false}, nil
+	}
+	e.channels.remove(c)
+	return map[string]bool{"dropped": true}, nil
 }

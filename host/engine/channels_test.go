@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
@@ -170,4 +171,50 @@ func TestChannelCreateValidation(t *testing.T) {
 	}
 	writer, _ := createChannel(t, w, ``)
 	assert.Equal(t, cap(te.channels.get(writer.ChannelID).items), defaultChannelBuffer)
+}
+
+// TestChannelDrop: engine::channels::drop removes a channel at once, given
+// its id and key: its slot is free again (a connection at its limit
+// creates another), an open end closes as going away, and a wrong key or
+// an unknown id answer dropped:false and touch nothing.
+func TestChannelDrop(t *testing.T) {
+	te := startEngine(t, Options{})
+	c := te.dial(t)
+	var last protocol.StreamChannelRef
+	for i := range MaxChannelsPerConnection {
+		last, _ = createChannel(t, c, fmt.Sprintf(`{"buffer_size":%d}`, i%1000+1))
+	}
+	f := c.call("over", FnChannelsCreate, nil, `{}`)
+	code, _ := errBody(t, f)
+	assert.Equal(t, code, CodeLimitExceeded)
+
+	writer, reader := createChannel(t, te.dial(t), `{}`)
+	open := dialChannel(t, te, reader)
+	for _, tc := range []struct {
+		in      string
+		dropped bool
+	}{
+		{`{"channel_id":"` + writer.ChannelID + `","access_key":"wrong"}`, false},
+		{`{"channel_id":"nope","access_key":"` + writer.AccessKey + `"}`, false},
+		{string(mustJSON(t, writer)), true},
+		{string(mustJSON(t, writer)), false}, // gone already
+	} {
+		f := c.call("drop", FnChannelsDrop, nil, tc.in)
+		assert.Assert(t, f["error"] == nil, "%s: %v", tc.in, f)
+		assert.DeepEqual(t, f["result"], map[string]any{"dropped": tc.dropped})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	_, _, err := open.Read(ctx)
+	assert.Equal(t, websocket.CloseStatus(err), statusGoingAway, "%v", err)
+
+	f = c.call("bad", FnChannelsDrop, nil, `{"channel_id":"x"}`)
+	code, _ = errBody(t, f)
+	assert.Equal(t, code, CodeInvalidArgument)
+
+	// The connection at its limit drops one and creates one.
+	f = c.call("drop-last", FnChannelsDrop, nil, string(mustJSON(t, last)))
+	assert.DeepEqual(t, f["result"], map[string]any{"dropped": true})
+	f = c.call("again", FnChannelsCreate, nil, `{}`)
+	assert.Assert(t, f["error"] == nil, "%v", f)
 }

@@ -74,5 +74,10 @@ const schemaChannelsCreateIn = `{"type":"object","properties":{` +
 const channelRefSchema = `{"type":"object","required":["channel_id","access_key","direction"],"properties":{` +
 	`"channel_id":{"type":"string"},"access_key":{"type":"string"},"direction":{"type":"string","enum":["read","write"]}}}`
 
+const schemaChannelsDropIn = `{"type":"object","required":["channel_id","access_key"],"properties":{` +
+	`"channel_id":{"type":"string"},"access_key":{"type":"string"},"direction":{"type":"string","enum":["read","write"],"description":"Ignored: either ref drops the channel."}}}`
+
+const schemaChannelsDropOut = `{"type":"object","required":["dropped"],"properties":{"dropped":{"type":"boolean","description":"false: no channel with that id and key (unknown, finished or dropped already)."}}}`
+
 const schemaChannelsCreateOut = `{"type":"object","required":["writer","reader"],"properties":{` +
 	`"writer":` + channelRefSchema + `,"reader":` + channelRefSchema + `}}`
