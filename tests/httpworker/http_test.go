@@ -153,6 +153,15 @@ func TestComposeUpHTTP(t *testing.T) {
 	assert.Check(t, is.Equal(r.header.Get("Content-Type"), "text/plain; charset=utf-8"))
 	assert.Check(t, is.Equal(r.header.Get("X-Hello"), "yes"))
 
+	// A streamed response (the http() helper of @iii-dev/helpers): status
+	// and headers from the response channel, the body in pieces, the raw
+	// request body read from request_body.
+	r = request(t, c, "POST", base+"/stream", "plain <text>", "Content-Type", "text/plain")
+	assert.Check(t, is.Equal(r.status, 206), r.body)
+	assert.Check(t, is.Equal(r.header.Get("Content-Type"), "text/plain"))
+	assert.Check(t, is.Equal(r.header.Get("X-Streamed"), "yes"))
+	assert.Check(t, is.Equal(r.body, "part one; you sent 12 bytes: plain <text>"))
+
 	// A duplicate route is refused: the http worker says why, and the
 	// first one still answers.
 	p.MustCall(t, "app::add-dup")

@@ -68,7 +68,15 @@ type Config struct {
 	// WebhookListener is upstream's restricted second listener; its shape
 	// was never read, so only null (absent) is accepted.
 	WebhookListener json.RawMessage `json:"webhook_listener,omitempty"`
+	// Streaming (ours, default true): every request carries upstream's
+	// request_body and response channels, so a function may stream its
+	// response (stream.go). false drops them: two channels and two
+	// channel sockets less per request, for routes that never stream.
+	Streaming *bool `json:"streaming,omitempty"`
 }
+
+// StreamingOn reports whether requests carry their channels.
+func (c Config) StreamingOn() bool { return c.Streaming == nil || *c.Streaming }
 
 // CORSConfig: empty lists are permissive, "*" allows any.
 type CORSConfig struct {

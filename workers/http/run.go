@@ -46,6 +46,9 @@ func Run(ctx context.Context, k *workerkit.Kit) error {
 		return err
 	}
 	w.SetInvoker(ClientInvoker{C: k.Client})
+	if cfg.StreamingOn() {
+		w.SetStreams(ClientStreams{C: k.Client, Log: k.Log})
+	}
 	if err := w.Register(k.Client, k.Env.EntryID()); err != nil {
 		return fmt.Errorf("register the http trigger type: %w", err)
 	}

@@ -92,6 +92,7 @@ type live struct {
 type Worker struct {
 	log     hclog.Logger
 	invoker Invoker
+	streams Streams // nil: requests carry no channels
 	rht     time.Duration
 	router  *Router
 	cfg     Config // restart settings, as started
@@ -121,6 +122,10 @@ func New(cfg Config, o Options) *Worker {
 // SetInvoker sets the invoker (once connected).
 func (w *Worker) SetInvoker(i Invoker) { w.invoker = i }
 
+// SetStreams gives every request its two channels (stream.go); before it
+// (and with streaming: false) requests carry none.
+func (w *Worker) SetStreams(s Streams) { w.streams = s }
+
 // Router is the worker's route table.
 func (w *Worker) Router() *Router { return w.router }
 
@@ -128,8 +133,8 @@ func (w *Worker) Router() *Router { return w.router }
 // change of the others is logged: it applies at the next start.
 func (w *Worker) Reconfigure(cfg Config) {
 	w.live.Store(&live{timeout: cfg.Timeout(), middleware: cfg.GlobalMiddleware()})
-	if cfg.Addr() != w.cfg.Addr() || cfg.Concurrency() != w.cfg.Concurrency() || !sameCORS(cfg.CORS, w.cfg.CORS) {
-		w.log.Warn("http settings that apply at start changed (port, host, concurrency_request_limit, cors); restart the worker: iii call compose::restart worker=http")
+	if cfg.Addr() != w.cfg.Addr() || cfg.Concurrency() != w.cfg.Concurrency() || !sameCORS(cfg.CORS, w.cfg.CORS) || cfg.StreamingOn() != w.cfg.StreamingOn() {
+		w.log.Warn("http settings that apply at start changed (port, host, concurrency_request_limit, cors, streaming); restart the worker: iii call compose::restart worker=http")
 	}
 }
 
@@ -296,6 +301,11 @@ type Request struct {
 	Headers     map[string]string `json:"headers"`
 	Body        json.RawMessage   `json:"body"`
 	Trigger     RequestTrigger    `json:"trigger"`
+	// RequestBody and Response are the request's channels (stream.go):
+	// the raw body to read, the streamed response to write. Absent with
+	// streaming: false.
+	RequestBody *protocol.StreamChannelRef `json:"request_body,omitempty"`
+	Response    *protocol.StreamChannelRef `json:"response,omitempty"`
 }
 
 // marshalRequest encodes r with its body spliced in as is: parseBody
@@ -439,6 +449,16 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	req := Request{Method: r.Method, Path: route.Template.String(), PathParams: params, QueryParams: query,
 		Headers: headers, Body: parseBody(body), Trigger: RequestTrigger{Type: TriggerType, Path: route.Template.String(), Method: route.Method}}
+	var st RequestStreams
+	if w.streams != nil {
+		if st, err = w.streams.Open(ctx, body); err != nil {
+			w.callFailed(rw, ctx, "opening the request's channels", err, CodeTimeout)
+			return
+		}
+		defer st.Close()
+		reqBody, resp := st.Refs()
+		req.RequestBody, req.Response = &reqBody, &resp
+	}
 	payload, err := marshalRequest(req)
 	if err != nil {
 		writeError(rw, http.StatusInternalServerError, CodeInternal, "encode the request: "+err.Error())
@@ -467,10 +487,21 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.callFailed(rw, ctx, "function "+route.FunctionID, err, CodeTimeout)
 		return
 	}
+	if st != nil && isNullResult(out) {
+		// A function that returned null answers through its response
+		// channel; each wait there is bounded by default_timeout.
+		w.streamResponse(r.Context(), rw, st, lv.timeout, route.Label())
+		return
+	}
 	if err := WriteResponse(rw, out); err != nil {
 		w.log.Warn("http function answered no response", "route", route.Label(), "function_id", route.FunctionID, "error", err)
 		writeError(rw, http.StatusInternalServerError, CodeInternal, err.Error())
 	}
+}
+
+func isNullResult(out json.RawMessage) bool {
+	out = bytes.TrimSpace(out)
+	return len(out) == 0 || bytes.Equal(out, []byte("null"))
 }
 
 func (w *Worker) invoke(ctx context.Context, ns, fn string, payload, md json.RawMessage) (json.RawMessage, error) {

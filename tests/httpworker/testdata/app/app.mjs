@@ -39,6 +39,20 @@ iii.registerFunction("app::slow", async () => {
 });
 iii.registerFunction("app::dup", async () => ({ status_code: 500, body: "the duplicate route answered" }));
 
+// A streaming route, as upstream's http() helper of @iii-dev/helpers
+// writes it: status and headers on the response channel, then the body in
+// pieces; the raw request body read from request_body.
+const { http } = await import(new URL("../../@iii-dev/helpers/dist/http/index.mjs", process.env.III_SDK_URL).href);
+iii.registerFunction("app::stream", http(async (req, res) => {
+  let raw = "";
+  for await (const chunk of req.request_body.stream) raw += chunk.toString();
+  res.status(206);
+  res.headers({ "content-type": "text/plain", "x-streamed": "yes" });
+  res.stream.write("part one; ");
+  res.stream.write(`you sent ${raw.length} bytes: ${raw}`);
+  res.stream.end();
+}));
+iii.registerTrigger({ type: "http", function_id: "app::stream", config: { api_path: "/stream", http_method: "POST" } });
 iii.registerTrigger({ type: "http", function_id: "app::user", config: { api_path: "users/:id", http_method: "POST" } });
 iii.registerTrigger({ type: "http", function_id: "app::hello", config: { api_path: "/hello/{who}" } });
 iii.registerTrigger({ type: "http", function_id: "app::slow", config: { api_path: "/slow" } });

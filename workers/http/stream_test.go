@@ -1,0 +1,192 @@
+package httpworker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/poll"
+
+	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
+	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
+	"github.com/iii-sandbox/iii/protocol"
+)
+
+// streamingWorker is an http worker with streaming on, on a real engine,
+// and an app worker whose routes are bound with trigger type http.
+func streamingWorker(t *testing.T, timeoutMS int) (url string, app *client.Client) {
+	t.Helper()
+	env := enginetest.Start(t, enginetest.Options{ClientName: "test", Wait: waitfor.Default, CallTimeout: waitfor.Default})
+	hc := env.Anonymous(t, "http")
+	cfg, err := ParseConfig(json.RawMessage(fmt.Sprintf(`{"port":0,"default_timeout":%d}`, timeoutMS)))
+	assert.NilError(t, err)
+	assert.Check(t, cfg.StreamingOn(), "streaming is on by default")
+	w := New(cfg, Options{Invoker: ClientInvoker{C: hc}})
+	w.SetStreams(ClientStreams{C: hc})
+	assert.NilError(t, w.Listen())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Default)
+		defer cancel()
+		assert.Check(t, w.Close(ctx))
+	})
+	assert.NilError(t, w.Register(hc, "http"))
+	return "http://" + w.Addr().String(), env.Anonymous(t, "app")
+}
+
+func route(t *testing.T, app *client.Client, fn, path, method string, h client.Handler) {
+	t.Helper()
+	_, err := app.RegisterFunction(client.FunctionDef{ID: fn}, h)
+	assert.NilError(t, err)
+	cfg, _ := json.Marshal(map[string]string{"api_path": path, "http_method": method})
+	_, err = app.RegisterTrigger(client.TriggerDef{TriggerType: TriggerType, FunctionID: fn, Config: cfg})
+	assert.NilError(t, err)
+}
+
+// do sends a request until its route exists, and returns the response
+// with its body read.
+func do(t *testing.T, method, url, body string) (*http.Response, string) {
+	t.Helper()
+	c := &http.Client{Timeout: waitfor.Default}
+	var resp *http.Response
+	var b []byte
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		r, err := c.Do(req)
+		if err != nil {
+			return poll.Error(err)
+		}
+		b, _ = io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode == http.StatusNotFound {
+			return poll.Continue("the route is not there yet")
+		}
+		resp = r
+		return poll.Success()
+	}, poll.WithTimeout(waitfor.Default), poll.WithDelay(20*time.Millisecond))
+	return resp, string(b)
+}
+
+// A function reads the raw request body from request_body and answers
+// through its response channel, as upstream's http() helper does: status
+// and headers as text messages, then the body in binary pieces, the
+// writer's close ending it. Status or headers after the body are ignored.
+func TestStreamingResponse(t *testing.T) {
+	url, app := streamingWorker(t, 5000)
+	route(t, app, "app::echo", "/echo", "POST", func(ctx context.Context, inv *client.Invocation) (any, error) {
+		var req Request
+		if err := json.Unmarshal(inv.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.RequestBody == nil || req.Response == nil {
+			return nil, fmt.Errorf("no channel refs in %s", inv.Data)
+		}
+		r, err := app.OpenChannelReader(ctx, *req.RequestBody)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := io.ReadAll(r)
+		_ = r.Close()
+		if err != nil {
+			return nil, err
+		}
+		w, err := app.OpenChannelWriter(ctx, *req.Response)
+		if err != nil {
+			return nil, err
+		}
+		// Written before returning, read by the worker as it arrives.
+		go func() {
+			defer w.Close()
+			_ = w.SendText(context.Background(), `{"type":"set_status","status_code":201}`)
+			_ = w.SendText(context.Background(), `{"type":"set_headers","headers":{"content-type":"text/plain","x-streamed":"yes"}}`)
+			_, _ = w.Write([]byte("hello "))
+			_, _ = w.Write(raw)
+			_ = w.SendText(context.Background(), `{"type":"set_status","status_code":500}`)
+		}()
+		return nil, nil
+	})
+	resp, body := do(t, "POST", url+"/echo", "raw, not JSON")
+	assert.Check(t, is.Equal(resp.StatusCode, 201))
+	assert.Check(t, is.Equal(resp.Header.Get("Content-Type"), "text/plain"))
+	assert.Check(t, is.Equal(resp.Header.Get("X-Streamed"), "yes"))
+	assert.Check(t, is.Equal(body, "hello raw, not JSON"))
+}
+
+// A function that returns null and never writes gets 504 after
+// default_timeout; one that opens nothing but answers an envelope is
+// answered as before, and the channels of every request are dropped: a
+// connection's 256 channel slots would run out after 128 requests.
+func TestStreamingChannelsDropped(t *testing.T) {
+	url, app := streamingWorker(t, 300)
+	route(t, app, "app::silent", "/silent", "GET", func(context.Context, *client.Invocation) (any, error) { return nil, nil })
+	route(t, app, "app::plain", "/plain/:n", "GET", func(_ context.Context, inv *client.Invocation) (any, error) {
+		var req Request
+		_ = json.Unmarshal(inv.Data, &req)
+		return map[string]any{"status_code": 200, "body": map[string]string{"n": req.PathParams["n"]}}, nil
+	})
+	resp, body := do(t, "GET", url+"/silent", "")
+	assert.Check(t, is.Equal(resp.StatusCode, http.StatusGatewayTimeout), body)
+	assert.Check(t, is.Contains(body, "wrote nothing within default_timeout"))
+
+	c := &http.Client{Timeout: waitfor.Default}
+	do(t, "GET", url+"/plain/0", "")
+	for i := range 300 {
+		r, err := c.Get(fmt.Sprintf("%s/plain/%d", url, i))
+		assert.NilError(t, err)
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		assert.Assert(t, r.StatusCode == 200, "request %d: %d %s", i, r.StatusCode, b)
+		assert.Check(t, is.Equal(string(b), fmt.Sprintf(`{"n":"%d"}`, i)))
+	}
+}
+
+func TestApplyControl(t *testing.T) {
+	for _, tc := range []struct {
+		msg, err string
+		status   int
+		header   string
+	}{
+		{msg: `{"type":"set_status","status_code":418}`, status: 418},
+		{msg: `{"type":"set_headers","headers":{"x-a":"1"}}`, status: 200, header: "1"},
+		{msg: `{"type":"set_headers","headers":["X-A: 1"]}`, status: 200, header: "1"},
+		{msg: `{"type":"set_status","status_code":42}`, err: "not an HTTP status"},
+		{msg: `{"type":"set_headers"}`, err: "without headers"},
+		{msg: `{"type":"set_headers","headers":{"bad name":"x"}}`, err: "not valid"},
+		{msg: `{"type":"set_headers","headers":{"x-a":"1\r\nx-b: 2"}}`, err: "line break"},
+		{msg: `{"type":"nope"}`, err: "unknown control message"},
+		{msg: `not json`, err: "not a JSON control message"},
+		{msg: `{"type":"set_headers","headers":{"x":"` + strings.Repeat("a", maxStreamHeaders) + `"}}`, err: "at most"},
+	} {
+		h, status := http.Header{}, 200
+		err := applyControl(h, &status, []byte(tc.msg))
+		if tc.err != "" {
+			assert.Check(t, is.ErrorContains(err, tc.err), tc.msg)
+			continue
+		}
+		assert.NilError(t, err, tc.msg)
+		assert.Check(t, is.Equal(status, tc.status), tc.msg)
+		assert.Check(t, is.Equal(h.Get("X-A"), tc.header), tc.msg)
+	}
+}
+
+// Without streaming (streaming: false) a request carries no channels.
+func TestStreamingOff(t *testing.T) {
+	cfg, err := ParseConfig(json.RawMessage(`{"streaming":false}`))
+	assert.NilError(t, err)
+	assert.Check(t, !cfg.StreamingOn())
+	var req Request
+	b, err := marshalRequest(Request{Body: json.RawMessage(`1`)})
+	assert.NilError(t, err)
+	assert.NilError(t, json.Unmarshal(b, &req))
+	assert.Check(t, req.RequestBody == nil && req.Response == nil)
+	b, err = marshalRequest(Request{Body: json.RawMessage(`1`), Response: &protocol.StreamChannelRef{ChannelID: "c", AccessKey: "k", Direction: "write"}})
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(b), `"response":{"channel_id":"c","access_key":"k","direction":"write"}`))
+}
