@@ -2,6 +2,7 @@ package httpworker
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -68,6 +69,32 @@ func FuzzParseConfig(f *testing.F) {
 		if err == nil {
 			_ = c.Addr()
 			_ = c.GlobalMiddleware()
+		}
+	})
+}
+
+// FuzzStreamControl: any text message on a response channel (what a
+// function writes) sets a valid status and header, or is refused; never a
+// panic, never a header with a line break.
+func FuzzStreamControl(f *testing.F) {
+	for _, s := range []string{`{"type":"set_status","status_code":201}`, `{"type":"set_headers","headers":{"a":"b"}}`,
+		`{"type":"set_headers","headers":["A: b"]}`, `{"type":"set_headers","headers":{"a":["1","2"]}}`, `{}`, `null`, `[`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		h, status := http.Header{}, 200
+		if err := applyControl(h, &status, msg); err != nil {
+			return
+		}
+		if status < 100 || status > 999 {
+			t.Fatalf("status %d from %q", status, msg)
+		}
+		for k, vs := range h {
+			for _, v := range vs {
+				if strings.ContainsAny(k+v, "\r\n\x00") {
+					t.Fatalf("header %q: %q from %q", k, v, msg)
+				}
+			}
 		}
 	})
 }
