@@ -92,8 +92,16 @@ type BuiltinConfig struct {
 
 // StoreSpec is where the worker keeps its messages.
 type StoreSpec struct {
-	Dir          string        // "" = in memory
+	Dir          string        // file_based; "" with no RedisURL = in memory
+	RedisURL     string        // the redis adapter
+	RedisPrefix  string        // its keys' prefix
 	SaveInterval time.Duration // how often the log is fsynced
+}
+
+// RedisConfig is the redis adapter's config.
+type RedisConfig struct {
+	RedisURL  string `json:"redis_url,omitempty"`
+	KeyPrefix string `json:"key_prefix,omitempty"`
 }
 
 // decodeStrict decodes raw into v refusing unknown keys; what names the
@@ -143,10 +151,23 @@ func (c Config) Store(base string) (StoreSpec, error) {
 	}
 	switch name {
 	case "builtin", "":
-	case "redis", "rabbitmq":
-		return StoreSpec{}, errorf(CodeInvalidConfig, "adapter %q is not implemented by this queue worker; use builtin (store_method file_based or in_memory)", name)
+	case "redis":
+		var rc RedisConfig
+		if err := decodeStrict(raw, &rc, "adapter.config"); err != nil {
+			return StoreSpec{}, err
+		}
+		spec := StoreSpec{RedisURL: rc.RedisURL, RedisPrefix: rc.KeyPrefix, SaveInterval: DefaultSaveInterval * time.Millisecond}
+		if strings.TrimSpace(spec.RedisURL) == "" {
+			spec.RedisURL = DefaultRedisURL
+		}
+		if spec.RedisPrefix == "" {
+			spec.RedisPrefix = DefaultRedisPrefix
+		}
+		return spec, nil
+	case "rabbitmq":
+		return StoreSpec{}, errorf(CodeInvalidConfig, "adapter %q is not implemented by this queue worker; use builtin (store_method file_based or in_memory) or redis", name)
 	default:
-		return StoreSpec{}, errorf(CodeInvalidConfig, "unknown adapter %q (builtin)", name)
+		return StoreSpec{}, errorf(CodeInvalidConfig, "unknown adapter %q (builtin, redis)", name)
 	}
 	var b BuiltinConfig
 	if err := decodeStrict(raw, &b, "adapter.config"); err != nil {

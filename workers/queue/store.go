@@ -4,27 +4,22 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
-	"syscall"
 	"time"
 )
 
 // Store keeps the worker's pending messages, dead letters, subscriptions
-// and defined queues: in memory, and (file_based) in an append-only log
-// written before a publish or enqueue is answered, so a message accepted
-// survives a crash of the worker (or of the engine) and is delivered
-// again. The log is rewritten compacted at open and when it has grown to
-// several times what it holds. One worker at a time uses a directory (an
-// flock on LOCK).
+// and defined queues: in memory, and (file_based, or redis) in an
+// append-only log written before a publish or enqueue is answered, so a
+// message accepted survives a crash of the worker (or of the engine) and
+// is delivered again. The log is rewritten compacted at open and when it
+// has grown to several times what it holds. One worker at a time uses a
+// log (an flock on the directory's LOCK, a lock key in Redis).
 type Store struct {
 	mu      sync.Mutex
-	dir     string
-	f       *os.File // nil: in memory
-	lock    *os.File
-	size    int64 // bytes in the log
-	dirty   bool  // written since the last fsync
+	sink    sink // nil: in memory
+	size    int64
 	pending map[string]Message
 	dlq     map[string]DLQEntry
 	subs    map[string]Subscription
@@ -34,6 +29,20 @@ type Store struct {
 	// Recovered says what Open found wrong with the log (torn tail,
 	// corrupt record), "" when nothing.
 	Recovered string
+}
+
+// sink is where the log lives.
+type sink interface {
+	// load is the whole log.
+	load() ([]byte, error)
+	// appendRecords adds encoded records, all or none.
+	appendRecords(recs [][]byte) error
+	// rewrite replaces the log with recs.
+	rewrite(recs [][]byte) error
+	// where names the log in messages.
+	where() string
+	sync() error
+	close() error
 }
 
 const (
@@ -60,32 +69,29 @@ func OpenMemory() *Store {
 
 // OpenStore opens (creating) the log in dir and replays it.
 func OpenStore(dir string) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create the queue directory %s: %w", dir, err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o600)
+	fs, err := openFileSink(dir)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, lockName), err)
+		return nil, err
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("another queue worker uses %s (its LOCK is held): give each queue worker its own file_path", dir)
-	}
-	s := &Store{dir: dir, lock: lock}
+	return openSink(fs)
+}
+
+// openSink replays the log of k and compacts it.
+func openSink(k sink) (*Store, error) {
+	s := &Store{sink: k}
 	newMemState(s)
-	path := filepath.Join(dir, logName)
-	b, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		lock.Close()
-		return nil, fmt.Errorf("read the queue log %s: %w", path, err)
+	b, err := k.load()
+	if err != nil {
+		k.close()
+		return nil, err
 	}
 	off := 0
 	for off < len(b) {
 		r, n, err := decodeRecord(b[off:])
 		if err != nil {
-			s.Recovered = fmt.Sprintf("%s at byte %d of %d: %v; the rest was set aside", path, off, len(b), err)
-			if !errors.Is(err, ErrShortRecord) {
-				aside := fmt.Sprintf("%s.corrupt-%d", path, time.Now().UnixNano())
+			s.Recovered = fmt.Sprintf("%s at byte %d of %d: %v; the rest was set aside", k.where(), off, len(b), err)
+			if fk, ok := k.(*fileSink); ok && !errors.Is(err, ErrShortRecord) {
+				aside := fmt.Sprintf("%s.corrupt-%d", fk.path(), time.Now().UnixNano())
 				_ = os.WriteFile(aside, b, 0o600)
 				s.Recovered += " in " + aside
 			}
@@ -94,8 +100,8 @@ func OpenStore(dir string) (*Store, error) {
 		s.apply(r)
 		off += n
 	}
-	if err := s.rewrite(); err != nil {
-		lock.Close()
+	if err := s.compact(); err != nil {
+		k.close()
 		return nil, err
 	}
 	return s, nil
@@ -146,77 +152,58 @@ func (s *Store) snapshot() []*record {
 	return out
 }
 
-// rewrite writes the state to a new log and puts it in place (fsynced),
-// then appends to it.
-func (s *Store) rewrite() error {
-	path := filepath.Join(s.dir, logName)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("compact the queue log: %w", err)
-	}
+// compact rewrites the log as the records that rebuild the state.
+func (s *Store) compact() error {
+	var recs [][]byte
 	var size int64
 	for _, r := range s.snapshot() {
 		b, err := encodeRecord(r)
-		if err == nil {
-			_, err = f.Write(b)
-		}
 		if err != nil {
-			f.Close()
-			os.Remove(tmp)
 			return fmt.Errorf("compact the queue log: %w", err)
 		}
+		recs = append(recs, b)
 		size += int64(len(b))
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("compact the queue log: %w", err)
+	if err := s.sink.rewrite(recs); err != nil {
+		return fmt.Errorf("compact the queue log %s: %w", s.sink.where(), err)
 	}
-	f.Close()
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("compact the queue log: %w", err)
-	}
-	if d, err := os.Open(s.dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	nf, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("open the queue log: %w", err)
-	}
-	if s.f != nil {
-		s.f.Close()
-	}
-	s.f, s.size, s.dirty = nf, size, false
+	s.size = size
 	return nil
 }
 
-// write appends r to the log (when there is one), then applies it. The
-// log is written before the state changes: what the state holds is on
+// writeAll appends rs to the log (when there is one), then applies them.
+// The log is written before the state changes: what the state holds is on
 // disk.
-func (s *Store) write(r *record) error {
+func (s *Store) writeAll(rs ...*record) error {
 	if s.closed {
 		return errorf(CodeStoreUnavailable, "the queue store is closed")
 	}
-	if s.f != nil {
-		b, err := encodeRecord(r)
-		if err != nil {
-			return errorf(CodeStoreFailed, "%v", err)
+	if s.sink != nil {
+		recs := make([][]byte, 0, len(rs))
+		for _, r := range rs {
+			b, err := encodeRecord(r)
+			if err != nil {
+				return errorf(CodeStoreFailed, "%v", err)
+			}
+			recs = append(recs, b)
+			s.size += int64(len(b))
 		}
-		if _, err := s.f.Write(b); err != nil {
-			return errorf(CodeStoreFailed, "write the queue log: %v", err)
+		if err := s.sink.appendRecords(recs); err != nil {
+			return errorf(CodeStoreFailed, "write the queue log %s: %v", s.sink.where(), err)
 		}
-		s.size += int64(len(b))
-		s.dirty = true
 	}
-	s.apply(r)
-	if s.f != nil && s.size > compactMin && s.size > 4*s.liveEstimate() {
-		if err := s.rewrite(); err != nil {
+	for _, r := range rs {
+		s.apply(r)
+	}
+	if s.sink != nil && s.size > compactMin && s.size > 4*s.liveEstimate() {
+		if err := s.compact(); err != nil {
 			return errorf(CodeStoreFailed, "%v", err)
 		}
 	}
 	return nil
 }
+
+func (s *Store) write(r *record) error { return s.writeAll(r) }
 
 // liveEstimate guesses the compacted size from the data sizes.
 func (s *Store) liveEstimate() int64 {
@@ -250,28 +237,11 @@ func (s *Store) Put(m Message) error {
 func (s *Store) PutAll(ms []Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return errorf(CodeStoreUnavailable, "the queue store is closed")
-	}
-	if s.f != nil {
-		var buf []byte
-		for i := range ms {
-			b, err := encodeRecord(&record{Op: opPut, Msg: &ms[i]})
-			if err != nil {
-				return errorf(CodeStoreFailed, "%v", err)
-			}
-			buf = append(buf, b...)
-		}
-		if _, err := s.f.Write(buf); err != nil {
-			return errorf(CodeStoreFailed, "write the queue log: %v", err)
-		}
-		s.size += int64(len(buf))
-		s.dirty = true
-	}
+	rs := make([]*record, len(ms))
 	for i := range ms {
-		s.apply(&record{Op: opPut, Msg: &ms[i]})
+		rs[i] = &record{Op: opPut, Msg: &ms[i]}
 	}
-	return nil
+	return s.writeAll(rs...)
 }
 
 // Ack forgets a delivered message.
@@ -409,14 +379,13 @@ func (s *Store) Defs() map[string]QueueConfig {
 func (s *Store) Sync() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.f == nil || !s.dirty {
+	if s.sink == nil || s.closed {
 		return nil
 	}
-	s.dirty = false
-	return s.f.Sync()
+	return s.sink.sync()
 }
 
-// Close syncs and closes the log and releases the directory.
+// Close syncs and closes the log and releases it.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -424,15 +393,12 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	var err error
-	if s.f != nil {
-		err = s.f.Sync()
-		if cerr := s.f.Close(); err == nil {
-			err = cerr
-		}
+	if s.sink == nil {
+		return nil
 	}
-	if s.lock != nil {
-		s.lock.Close()
+	err := s.sink.sync()
+	if cerr := s.sink.close(); err == nil {
+		err = cerr
 	}
 	return err
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/iii-sandbox/iii/internal/testkit/redisserver"
 )
 
 func msg(id string, seq uint64) Message {
@@ -135,4 +138,39 @@ func TestRecordRoundTrip(t *testing.T) {
 	b, _ := encodeRecord(&record{Op: "what"})
 	_, _, err = decodeRecord(b)
 	assert.Check(t, is.ErrorIs(err, ErrCorruptRecord))
+}
+
+// The redis adapter keeps the same log in a Redis list: what it was told
+// survives a reopen, a second worker on the same prefix waits for the
+// lock (and is refused past lockWait), another prefix is another queue.
+func TestRedisStore(t *testing.T) {
+	srv := redisserver.Start(t)
+	ctx := context.Background()
+	s, err := OpenRedisStore(ctx, srv.URL, "t1:")
+	assert.NilError(t, err)
+	assert.NilError(t, s.PutAll([]Message{msg("a", 1), msg("b", 2)}))
+	assert.NilError(t, s.Ack("a"))
+	assert.NilError(t, s.ToDLQ(DLQEntry{Job: msg("c", 3), Error: "boom"}))
+
+	other, err := OpenRedisStore(ctx, srv.URL, "t2:")
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(other.Pending(), 0))
+	assert.NilError(t, other.Close())
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = OpenRedisStore(short, srv.URL, "t1:")
+	assert.Check(t, err != nil, "a second worker opened a held log")
+	assert.NilError(t, s.Close())
+
+	s, err = OpenRedisStore(ctx, srv.URL, "t1:")
+	assert.NilError(t, err)
+	defer s.Close()
+	p := s.Pending()
+	assert.Assert(t, is.Len(p, 1))
+	assert.Check(t, is.Equal(p[0].ID, "b"))
+	assert.Check(t, is.Len(s.DLQ("q"), 1))
+
+	_, err = OpenRedisStore(ctx, "redis://127.0.0.1:1", "x:")
+	assert.Check(t, is.Equal(code(t, err), CodeStoreUnavailable))
 }

@@ -82,7 +82,10 @@ func Spec() workerkit.Spec {
 }
 
 // OpenStoreSpec opens the store spec names.
-func OpenStoreSpec(spec StoreSpec) (*Store, error) {
+func OpenStoreSpec(ctx context.Context, spec StoreSpec) (*Store, error) {
+	if spec.RedisURL != "" {
+		return OpenRedisStore(ctx, spec.RedisURL, spec.RedisPrefix)
+	}
 	if spec.Dir == "" {
 		return OpenMemory(), nil
 	}
@@ -308,6 +311,7 @@ func RegisterProvider(c *client.Client, d *Dispatcher) error {
 // connect the provider when Compose gave it its credential, follow the
 // configuration entry; on ctx's end stop delivering and close the store.
 func Run(ctx context.Context, k *workerkit.Kit) error {
+	routeRedisLogs(k.Log)
 	cfg, err := ParseConfig(k.FileConfig())
 	if err != nil {
 		return err
@@ -316,7 +320,7 @@ func Run(ctx context.Context, k *workerkit.Kit) error {
 	if err != nil {
 		return err
 	}
-	store, err := OpenStoreSpec(spec)
+	store, err := OpenStoreSpec(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -324,7 +328,7 @@ func Run(ctx context.Context, k *workerkit.Kit) error {
 	if store.Recovered != "" {
 		k.Log.Warn("the queue log was damaged; kept what came before", "detail", store.Recovered)
 	}
-	k.Log.Info("queue store", "dir", spec.Dir, "pending", len(store.Pending()), "version", Version)
+	k.Log.Info("queue store", "dir", spec.Dir, "redis", redactURL(spec.RedisURL), "pending", len(store.Pending()), "version", Version)
 	if err := k.Connect(ctx); err != nil {
 		return err
 	}
