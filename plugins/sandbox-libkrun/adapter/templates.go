@@ -154,7 +154,8 @@ func newTemplateStore(p *Provider, cfg *Config) *templateStore {
 
 // keyFor is the key of a boot that reached build-initramfs, and whether
 // the boot may use a template at all: QEMU only, sandboxes only (a worker
-// VM's data disk is its own).
+// VM's data disk is its own; its boot sets noTemplate, since the disk is
+// attached after find-template).
 func (s *templateStore) keyFor(b *Boot) (templateKey, bool) {
 	if s == nil || b.Selection == nil || b.Selection.Backend != backend.QEMU || b.DataDisk != "" || b.Image == nil || b.Initrd == "" {
 		return templateKey{}, false

@@ -401,17 +401,7 @@ func (w *workerVM) lifecycle(run *workerRun, pl *workerPlan) {
 	w.set.mu.Lock()
 	autoInstall := w.set.autoInstall
 	w.set.mu.Unlock()
-	b := &Boot{
-		Provider: p,
-		Spec: sandboxkit.BootSpec{
-			ID: w.id, Image: pl.image, AutoInstall: autoInstall,
-			CPUs: pl.cpus, MemoryMB: pl.memoryMB, Network: true, Env: pl.env, Name: pl.req.Name,
-		},
-		Hostname: pl.hostname,
-	}
-	if pl.forward != nil {
-		b.NetForwards = []backend.NetForward{*pl.forward}
-	}
+	b := w.newBoot(p, pl, autoInstall)
 	if err := steps.Run(run.ctx, b); err != nil {
 		if run.stopping.Load() {
 			w.ended(run, contract.WorkerStopped, nil, "")
@@ -515,6 +505,26 @@ func (w *workerVM) powerOff(b *Boot) {
 		w.set.p.log.Warn("stop the worker VM's runner", "vm_id", w.id, "pid", b.Runner.PID, "error", err)
 	}
 	b.Dir.Release()
+}
+
+// newBoot is the boot of one run of the worker VM.
+func (w *workerVM) newBoot(p *Provider, pl *workerPlan, autoInstall bool) *Boot {
+	b := &Boot{
+		Provider: p,
+		Spec: sandboxkit.BootSpec{
+			ID: w.id, Image: pl.image, AutoInstall: autoInstall,
+			CPUs: pl.cpus, MemoryMB: pl.memoryMB, Network: true, Env: pl.env, Name: pl.req.Name,
+		},
+		Hostname: pl.hostname,
+		// A worker VM never resumes from (or records) a sandbox's
+		// snapshot template: its persistent data disk is its own, and
+		// find-template runs before prepare-state-dir attaches it.
+		noTemplate: true,
+	}
+	if pl.forward != nil {
+		b.NetForwards = []backend.NetForward{*pl.forward}
+	}
+	return b
 }
 
 // steps is the sandbox pipeline with the worker's state directory and the
