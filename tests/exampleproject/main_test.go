@@ -9,12 +9,9 @@ package exampleproject
 
 import (
 	"flag"
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/iii-sandbox/iii/internal/testkit/bins"
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
 	"github.com/iii-sandbox/iii/workers/cron"
 	httpw "github.com/iii-sandbox/iii/workers/http"
@@ -22,45 +19,14 @@ import (
 	"github.com/iii-sandbox/iii/workers/state"
 )
 
-const envBinDir = "III_BIN_DIR"
-
 // iii is the binary under test; registry/ beside it holds the workers.
 var iii string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	if testing.Short() || bins.Fuzzing() {
-		return m.Run()
-	}
-	names := []string{"state", "queue", "cron", "http"}
-	if dir := os.Getenv(envBinDir); dir != "" {
-		iii = filepath.Join(dir, "iii")
-		for _, n := range names {
-			if _, err := os.Stat(filepath.Join(dir, "registry", "packages", n, "index.json")); err != nil {
-				fmt.Fprintf(os.Stderr, "%s: the %s package is not published (%v): run make build\n", envBinDir, n, err)
-				return 1
-			}
-		}
-		return m.Run()
-	}
-	work, err := os.MkdirTemp("", "iii-example-accept-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(work)
-	iii, err = composeproj.BuildRegistry(work,
+	os.Exit(composeproj.Main(m, &iii,
 		composeproj.Package{Name: "state", Version: state.Version, GoPackage: "github.com/iii-sandbox/iii/workers/state/cmd/state", DefaultConfig: state.DefaultConfig},
 		composeproj.Package{Name: "queue", Version: queue.Version, GoPackage: "github.com/iii-sandbox/iii/workers/queue/cmd/queue", DefaultConfig: queue.DefaultConfig},
 		composeproj.Package{Name: "cron", Version: cron.Version, GoPackage: "github.com/iii-sandbox/iii/workers/cron/cmd/cron", DefaultConfig: cron.DefaultConfig},
-		composeproj.Package{Name: "http", Version: httpw.Version, GoPackage: "github.com/iii-sandbox/iii/workers/http/cmd/http", DefaultConfig: httpw.DefaultConfig})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+		composeproj.Package{Name: "http", Version: httpw.Version, GoPackage: "github.com/iii-sandbox/iii/workers/http/cmd/http", DefaultConfig: httpw.DefaultConfig}))
 }

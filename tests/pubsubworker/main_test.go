@@ -9,50 +9,18 @@ package pubsubworker
 
 import (
 	"flag"
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/iii-sandbox/iii/internal/testkit/bins"
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
 	"github.com/iii-sandbox/iii/workers/pubsub"
 )
-
-const envBinDir = "III_BIN_DIR"
 
 // iii is the binary under test; registry/ beside it holds `pubsub`.
 var iii string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	if testing.Short() || bins.Fuzzing() {
-		return m.Run()
-	}
-	if dir := os.Getenv(envBinDir); dir != "" {
-		iii = filepath.Join(dir, "iii")
-		idx := filepath.Join(dir, "registry", "packages", "pubsub", "index.json")
-		if _, err := os.Stat(idx); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: the pubsub package is not published (%v): run make build\n", envBinDir, err)
-			return 1
-		}
-		return m.Run()
-	}
-	work, err := os.MkdirTemp("", "iii-pubsub-accept-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(work)
-	iii, err = composeproj.BuildRegistry(work, composeproj.Package{Name: "pubsub", Version: pubsub.Version,
-		GoPackage: "github.com/iii-sandbox/iii/workers/pubsub/cmd/pubsub", DefaultConfig: pubsub.DefaultConfig})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(composeproj.Main(m, &iii, composeproj.Package{Name: "pubsub", Version: pubsub.Version,
+		GoPackage: "github.com/iii-sandbox/iii/workers/pubsub/cmd/pubsub", DefaultConfig: pubsub.DefaultConfig}))
 }

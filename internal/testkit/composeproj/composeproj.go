@@ -265,3 +265,40 @@ func BuildRegistry(dir string, pkgs ...Package) (string, error) {
 	}
 	return iii, nil
 }
+
+// EnvBinDir names the directory `make build` filled (make test sets it):
+// its iii, and registry/ beside it.
+const EnvBinDir = "III_BIN_DIR"
+
+// Main is the TestMain of an acceptance test of registry workers: it sets
+// *iii to the binary under test and runs m. Under $III_BIN_DIR that is its
+// iii, whose registry must hold every package of pkgs (make build
+// publishes them); otherwise it builds iii and pkgs from this tree into a
+// temporary directory and publishes them there (BuildRegistry). With
+// -short, or while fuzzing, it only runs m.
+func Main(m *testing.M, iii *string, pkgs ...Package) int {
+	if testing.Short() || bins.Fuzzing() {
+		return m.Run()
+	}
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		*iii = filepath.Join(dir, "iii")
+		for _, pk := range pkgs {
+			if _, err := os.Stat(filepath.Join(dir, "registry", "packages", pk.Name, "index.json")); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: the %s package is not published (%v): run make build\n", EnvBinDir, pk.Name, err)
+				return 1
+			}
+		}
+		return m.Run()
+	}
+	work, err := os.MkdirTemp("", "iii-accept-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(work)
+	if *iii, err = BuildRegistry(work, pkgs...); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
