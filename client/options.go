@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/internal/version"
 )
 
@@ -121,7 +121,7 @@ type Options struct {
 }
 
 // namespacePattern is the engine's rule for namespace values (spec §4).
-var namespacePattern = regexp.MustCompile(`^[a-z0-9_-]+$`)
+var namespacePattern = lazyre.New(`^[a-z0-9_-]+$`)
 
 // ValidNamespace reports whether ns is acceptable to the engine as an
 // explicit namespace.

@@ -2,7 +2,7 @@ package contract
 
 import (
 	"context"
-	"regexp"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 )
 
 // Worker VMs (<adapter>::worker::*): the six functions through which
@@ -101,13 +101,13 @@ const (
 // letters, digits, '.', '_' and '-', starting with a letter or digit (so
 // never "." or ".."). Lower case only, so two ids never share one state
 // directory on a case-insensitive filesystem.
-var vmIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+var vmIDRE = lazyre.New(`^[a-z0-9][a-z0-9._-]*$`)
 
 // ValidVMID reports whether id is a vm_id the contract accepts.
 func ValidVMID(id string) bool { return len(id) <= MaxVMIDLen && vmIDRE.MatchString(id) }
 
 // configFileRE is what a published config file may be called.
-var configFileRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+var configFileRE = lazyre.New(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
 
 // WorkerConfigFile is the worker's resolved configuration, published in the
 // guest at /run/iii/config/<FileName> (and named by III_CONFIG).

@@ -2,10 +2,10 @@ package contract
 
 import (
 	"encoding/json"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 	"net/url"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strings"
 )
 
@@ -20,7 +20,7 @@ import (
 const ForbiddenWorkerEnv = "III_ENGINE_TOKEN"
 
 // workerNamespaceRE is a Compose namespace.
-var workerNamespaceRE = regexp.MustCompile(`^[a-z0-9_-]+$`)
+var workerNamespaceRE = lazyre.New(`^[a-z0-9_-]+$`)
 
 func (r *request) vmID() (string, *Error) {
 	id, e := r.requiredStr("vm_id")

@@ -5,22 +5,22 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"regexp"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/internal/yamlnode"
 )
 
 var (
 	// Registry package names are path-safe: they name cache directories.
-	packageNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	registryRE    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?$`)
+	packageNameRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	registryRE    = lazyre.New(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?$`)
 	// versionTagRE is a registry tag such as latest or next.
-	versionTagRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,63}$`)
+	versionTagRE = lazyre.New(`^[A-Za-z][A-Za-z0-9._-]{0,63}$`)
 )
 
 func (p *parser) containers(f *File, key, n *yaml.Node) error {

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -15,21 +14,22 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/internal/yamlnode"
 )
 
 var (
-	namespaceRE = regexp.MustCompile(`^[a-z0-9_-]+$`)
+	namespaceRE = lazyre.New(`^[a-z0-9_-]+$`)
 	// Container keys are worker names and also name files under the state
 	// directory (logs/<key>.log, config/<key>.yaml), so they are kept
 	// path-safe: no separators, no leading dot.
-	containerKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	containerKeyRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	// adapterNameRE matches what config.yaml accepts for sandbox.adapter:
 	// the generated engine config carries this name.
-	adapterNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	adapterNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 	// configNameRE is the configuration worker's id alphabet.
-	configNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-	envNameRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	configNameRE = lazyre.New(`^[a-z0-9_-]{1,64}$`)
+	envNameRE    = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 // reservedEnv are the variables Compose sets for every worker (spec §5.5);
@@ -202,7 +202,7 @@ func (p *parser) topNode(data []byte) (*yaml.Node, error) {
 	return unfolded.Content[0], nil
 }
 
-var yamlLineRE = regexp.MustCompile(`^yaml: line ([0-9]+): (.*)$`)
+var yamlLineRE = lazyre.New(`^yaml: line ([0-9]+): (.*)$`)
 
 // yamlError turns a yaml.v3 syntax error into file:line form.
 func (p *parser) yamlError(msg string) error {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/registry"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 )
 
 // AliasSandbox is the compose::add alias for the sandbox adapter.
@@ -121,7 +121,7 @@ func parseWorkerSpec(spec string) (*addition, error) {
 }
 
 // registryHostRE is a registry host with an optional port.
-var registryHostRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?$`)
+var registryHostRE = lazyre.New(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?$`)
 
 func adapterAddition(name, sel string) *addition {
 	return &addition{key: name, kind: composefile.SourcePackage, fields: map[string]*yaml.Node{

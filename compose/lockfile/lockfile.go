@@ -16,12 +16,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 )
 
 // Format constants.
@@ -42,9 +42,9 @@ const (
 )
 
 var (
-	keyRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	safeRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	keyRE    = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	safeRE   = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	sha256RE = lazyre.New(`^[0-9a-f]{64}$`)
 )
 
 // Lock is a decoded worker-compose.lock.

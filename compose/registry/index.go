@@ -10,13 +10,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
 
 	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 )
 
 // Package kinds (spec §5.2 "Worker kinds").
@@ -34,9 +34,9 @@ const MaxIndexSize = 4 << 20
 // safeRE is what a name, version or target triple the registry returns may
 // look like: it becomes a cache directory name, so letters, digits, `.`,
 // `_` and `-` only, starting with a letter or digit (so never `.` or `..`).
-var safeRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var safeRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var sha256RE = lazyre.New(`^[0-9a-f]{64}$`)
 
 // PathSafe reports whether s may name a cache directory component.
 func PathSafe(s string) bool { return safeRE.MatchString(s) }
@@ -165,7 +165,7 @@ func DecodeIndex(data []byte, name, source string) (*Index, error) {
 	return &idx, nil
 }
 
-var tagRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,63}$`)
+var tagRE = lazyre.New(`^[A-Za-z][A-Za-z0-9._-]{0,63}$`)
 
 // IsTag reports whether a selector is written like a registry tag (latest,
 // next) rather than a version or a range.

@@ -15,7 +15,6 @@ import (
 	"io"
 	"net"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/rbac"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/internal/yamlnode"
 )
 
@@ -197,9 +197,9 @@ type ParseOptions struct {
 }
 
 var (
-	namespaceRE  = regexp.MustCompile(`^[a-z0-9_-]+$`)
-	workerNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	hostRE       = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$`)
+	namespaceRE  = lazyre.New(`^[a-z0-9_-]+$`)
+	workerNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	hostRE       = lazyre.New(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$`)
 )
 
 type parser struct {

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"golang.org/x/text/message"
 
 	"github.com/iii-sandbox/iii/host/config"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -43,7 +43,7 @@ const (
 	CodeInvalidRequest = "INVALID_REQUEST"
 )
 
-var idRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+var idRE = lazyre.New(`^[a-z0-9_-]{1,64}$`)
 
 func validID(id string) bool { return idRE.MatchString(id) }
 

@@ -6,12 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/iii-sandbox/iii/host/rbac"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -109,8 +109,8 @@ type SandboxHostSpec struct {
 
 var (
 	// adapterNameRE is the sandbox router's rule for adapter names.
-	adapterNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	hostNameRE    = regexp.MustCompile(`^[a-z0-9-]{1,63}$`)
+	adapterNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	hostNameRE    = lazyre.New(`^[a-z0-9-]{1,63}$`)
 )
 
 // validSandboxHost checks a sandbox_host block.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/internal/taskgroup"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -204,8 +204,8 @@ const (
 )
 
 var (
-	adapterNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	namespaceRE   = regexp.MustCompile(`^[a-z0-9_-]+$`)
+	adapterNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	namespaceRE   = lazyre.New(`^[a-z0-9_-]+$`)
 )
 
 func errBody(code, format string, args ...any) *protocol.ErrorBody {

@@ -1,15 +1,15 @@
 package pluginhost
 
 import (
+	"github.com/iii-sandbox/iii/internal/lazyre"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 )
 
 // installedNameRE is an adapter name as the sandbox router binds it.
-var installedNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+var installedNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // Installed lists, sorted and without repeats, the adapters installed where
 // Find looks: executables in ~/.iii/plugins (every one there is an

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/contract/adapterjson"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 )
 
 // EnvLifelineFD names the inherited descriptor an adapter watches: the
@@ -111,7 +111,7 @@ func adapterEnv(base []string) []string {
 // incompatibleRE reads go-plugin's refusal of a plugin whose protocol
 // version (our contract major) is not one we offered. go-plugin reports it
 // only as text; TestIncompatibleMajorPlugin pins the wording.
-var incompatibleRE = regexp.MustCompile(`(?i)incompatible API version with plugin\. Plugin version: (\d+)`)
+var incompatibleRE = lazyre.New(`(?i)incompatible API version with plugin\. Plugin version: (\d+)`)
 
 // launch starts the adapter binary at path, checks its contract major,
 // configures it and returns it running. The handshake, and separately

@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"sync"
 	"sync/atomic"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/host/pluginhost/schema"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -98,8 +98,8 @@ type ownerCheck struct {
 }
 
 var (
-	adapterNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	namespaceRE   = regexp.MustCompile(`^[a-z0-9_-]+$`)
+	adapterNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	namespaceRE   = lazyre.New(`^[a-z0-9_-]+$`)
 )
 
 // New attaches the router to eng and registers sandbox::<op> for every

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
 
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/internal/lazyre"
 )
 
 // Index is a release source's index.json (docs/update.md).
@@ -46,7 +46,7 @@ func AssetName(product, target string) string { return product + "-" + target + 
 
 // assetRE is what an asset name may look like: it becomes part of a
 // temporary file name and is printed, so no separators or controls.
-var assetRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.tar\.gz$`)
+var assetRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.tar\.gz$`)
 
 // DecodeIndex reads index.json from source (its URL or path, for
 // messages). Unknown fields are ignored so a source can add some; what the
