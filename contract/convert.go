@@ -272,6 +272,7 @@ func listResponseToProto(r *ListResponse) *pb.ListResponse {
 			ExecInFlight:   s.ExecInFlight,
 			ExecSlotsFree:  s.ExecSlotsFree,
 			Stopped:        s.Stopped,
+			Paused:         s.Paused,
 		})
 	}
 	return out
@@ -289,6 +290,7 @@ func listResponseFromProto(p *pb.ListResponse) *ListResponse {
 			ExecInFlight:   s.GetExecInFlight(),
 			ExecSlotsFree:  s.GetExecSlotsFree(),
 			Stopped:        s.GetStopped(),
+			Paused:         s.GetPaused(),
 		})
 	}
 	return out

@@ -23,6 +23,8 @@ const (
 	S002 Code = "S002"
 	S003 Code = "S003"
 	S004 Code = "S004"
+	S005 Code = "S005"
+	S006 Code = "S006"
 	S100 Code = "S100"
 	S101 Code = "S101"
 	S102 Code = "S102"
@@ -95,6 +97,10 @@ func Codes() []CodeInfo {
 			"wait for a running exec to finish, detach long-running processes (`nohup … &`), or stop the sandbox and create a new one", ""},
 		{S004, TypeValidation, false, "sandbox already stopped",
 			"the sandbox was stopped or reaped for idleness: call sandbox::create first", ""},
+		{S005, TypeValidation, false, "sandbox is paused",
+			"call sandbox::resume with the sandbox_id, then retry the operation", ""},
+		{S006, TypeValidation, false, "operation not supported by the adapter",
+			"the bound adapter does not announce the capability the operation needs in adapter::info: use another operation (sandbox::stop instead of sandbox::pause) or an adapter that has it", ""},
 		{S100, TypeConfig, false, "image not in the catalog or not allowed",
 			"set `image` to a name that sandbox::catalog::list returns, or add a custom_images entry and list it in image_allowlist in the adapter's config_override", ""},
 		{S101, TypeInternal, false, "image root filesystem missing",

@@ -15,7 +15,7 @@ import (
 
 // allCodes lists the constants; the table must hold each exactly once.
 var allCodes = []Code{
-	S001, S002, S003, S004, S100, S101, S102, S200,
+	S001, S002, S003, S004, S005, S006, S100, S101, S102, S200,
 	S210, S211, S212, S213, S214, S215, S216, S217, S218, S219,
 	S300, S301, S302, S303, S400, S501,
 }
@@ -40,6 +40,7 @@ func TestCodeTable(t *testing.T) {
 		retryable bool
 	}{
 		S001: {TypeValidation, false}, S002: {TypeValidation, false}, S003: {TypeValidation, false}, S004: {TypeValidation, false},
+		S005: {TypeValidation, false}, S006: {TypeValidation, false},
 		S100: {TypeConfig, false}, S101: {TypeInternal, false}, S102: {TypeTransient, true}, S200: {TypeExecution, false},
 		S210: {TypeFilesystem, false}, S211: {TypeFilesystem, false}, S217: {TypeFilesystem, false},
 		S218: {TypeTransient, true}, S219: {TypeFilesystem, false}, S300: {TypePlatform, false},

@@ -216,6 +216,9 @@ type ListEntry struct {
 	ExecInFlight   uint32 `json:"exec_in_flight"`
 	ExecSlotsFree  uint32 `json:"exec_slots_free"`
 	Stopped        bool   `json:"stopped"`
+	// Paused: sandbox::pause paused the sandbox (adapters with the
+	// pause capability); exec and fs answer S005 until sandbox::resume.
+	Paused bool `json:"paused,omitempty"`
 	// HostName is the sandbox host that holds the sandbox, which the
 	// router adds to every entry of sandbox::list when the binding is a
 	// fleet (docs/scale-out.md). Adapters leave it empty.

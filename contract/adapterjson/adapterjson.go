@@ -132,6 +132,24 @@ func Ops() map[string]OpFunc {
 		contract.OpWorkerList:   workerUnary(contract.DecodeWorkerListRequest, contract.WorkerAdapter.WorkerList),
 		contract.OpWorkerLogs:   workerUnary(contract.DecodeWorkerLogsRequest, contract.WorkerAdapter.WorkerLogs),
 		contract.OpWorkerRemove: workerUnary(contract.DecodeWorkerRemoveRequest, contract.WorkerAdapter.WorkerRemove),
+		contract.OpPause:        pauseUnary(contract.OpPause, contract.DecodePauseRequest, contract.PauseAdapter.Pause),
+		contract.OpResume:       pauseUnary(contract.OpResume, contract.DecodeResumeRequest, contract.PauseAdapter.Resume),
+	}
+}
+
+// pauseUnary adapts sandbox::pause or sandbox::resume: an adapter without
+// PauseAdapter answers S006.
+func pauseUnary[Req any](op string, decode func(json.RawMessage) (*Req, error), call func(contract.PauseAdapter, context.Context, *Req) (*contract.SandboxStatus, error)) OpFunc {
+	return func(ctx context.Context, t *Target, data json.RawMessage) (any, error) {
+		p, ok := t.Adapter.(contract.PauseAdapter)
+		if !ok {
+			return nil, contract.PauseUnsupported(t.Name, op)
+		}
+		req, err := decode(data)
+		if err != nil {
+			return nil, err
+		}
+		return call(p, ctx, req)
 	}
 }
 

@@ -104,7 +104,7 @@ func (f *fixture) readAll(t *testing.T, ref protocol.StreamChannelRef) []byte {
 }
 
 func TestOpsCoverEveryOperation(t *testing.T) {
-	want := append(append(contract.Ops(), contract.OpAdapterInfo), contract.WorkerOps()...)
+	want := append(append(append(contract.Ops(), contract.OpAdapterInfo), contract.WorkerOps()...), contract.PauseOps()...)
 	var got []string
 	for op, fn := range adapterjson.Ops() {
 		assert.Assert(t, fn != nil, op)
@@ -231,3 +231,19 @@ func TestProgress(t *testing.T) {
 	}
 	assert.Assert(t, slices.Contains(phases, contract.ProgressReady), strings.Join(phases, ","))
 }
+
+// TestPauseWithoutCapability: an adapter that does not implement
+// contract.PauseAdapter answers sandbox::pause and sandbox::resume with
+// S006, naming itself.
+func TestPauseWithoutCapability(t *testing.T) {
+	for _, op := range contract.PauseOps() {
+		_, err := adapterjson.Ops()[op](context.Background(), &adapterjson.Target{Name: "plain", Adapter: plainAdapter{}}, json.RawMessage(`{"sandbox_id":"0b7c3a52-4c0e-4b6a-9a43-5bd0c6d8a001"}`))
+		var e *contract.Error
+		assert.Assert(t, errors.As(err, &e), op)
+		assert.Equal(t, e.Code, contract.S006, op)
+		assert.Check(t, strings.Contains(e.Message, `"plain"`), e.Message)
+	}
+}
+
+// plainAdapter is a contract.Adapter and nothing more.
+type plainAdapter struct{ contract.Adapter }

@@ -31,6 +31,146 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type PauseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseRequest) Reset() {
+	*x = PauseRequest{}
+	mi := &file_sandbox_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseRequest) ProtoMessage() {}
+
+func (x *PauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
+func (*PauseRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PauseRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+type ResumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRequest) Reset() {
+	*x = ResumeRequest{}
+	mi := &file_sandbox_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRequest) ProtoMessage() {}
+
+func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ResumeRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+type SandboxStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxStatusResponse) Reset() {
+	*x = SandboxStatusResponse{}
+	mi := &file_sandbox_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxStatusResponse) ProtoMessage() {}
+
+func (x *SandboxStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxStatusResponse.ProtoReflect.Descriptor instead.
+func (*SandboxStatusResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SandboxStatusResponse) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SandboxStatusResponse) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
 // SandboxError travels in the details of a failed call's gRPC status; it
 // holds every field of the JSON error wire object.
 type SandboxError struct {
@@ -49,7 +189,7 @@ type SandboxError struct {
 
 func (x *SandboxError) Reset() {
 	*x = SandboxError{}
-	mi := &file_sandbox_proto_msgTypes[0]
+	mi := &file_sandbox_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -61,7 +201,7 @@ func (x *SandboxError) String() string {
 func (*SandboxError) ProtoMessage() {}
 
 func (x *SandboxError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[0]
+	mi := &file_sandbox_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -74,7 +214,7 @@ func (x *SandboxError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxError.ProtoReflect.Descriptor instead.
 func (*SandboxError) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{0}
+	return file_sandbox_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SandboxError) GetType() string {
@@ -136,7 +276,7 @@ type ContractVersion struct {
 
 func (x *ContractVersion) Reset() {
 	*x = ContractVersion{}
-	mi := &file_sandbox_proto_msgTypes[1]
+	mi := &file_sandbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -148,7 +288,7 @@ func (x *ContractVersion) String() string {
 func (*ContractVersion) ProtoMessage() {}
 
 func (x *ContractVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[1]
+	mi := &file_sandbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -161,7 +301,7 @@ func (x *ContractVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContractVersion.ProtoReflect.Descriptor instead.
 func (*ContractVersion) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{1}
+	return file_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ContractVersion) GetMajor() uint32 {
@@ -186,7 +326,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_sandbox_proto_msgTypes[2]
+	mi := &file_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -198,7 +338,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[2]
+	mi := &file_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -211,7 +351,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{2}
+	return file_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 type InfoResponse struct {
@@ -231,7 +371,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_sandbox_proto_msgTypes[3]
+	mi := &file_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +383,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[3]
+	mi := &file_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +396,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InfoResponse) GetAdapter() string {
@@ -304,7 +444,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_sandbox_proto_msgTypes[4]
+	mi := &file_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +456,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[4]
+	mi := &file_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +469,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConfigureRequest) GetConfigJson() []byte {
@@ -347,7 +487,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_sandbox_proto_msgTypes[5]
+	mi := &file_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +499,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[5]
+	mi := &file_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +512,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 type CreateRequest struct {
@@ -392,7 +532,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_sandbox_proto_msgTypes[6]
+	mi := &file_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +544,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[6]
+	mi := &file_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +557,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateRequest) GetImage() string {
@@ -479,7 +619,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +631,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +644,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateResponse) GetSandboxId() string {
@@ -537,7 +677,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +689,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +702,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExecRequest) GetSandboxId() string {
@@ -625,7 +765,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +777,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +790,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecResponse) GetStdout() []byte {
@@ -719,7 +859,7 @@ type RunFile struct {
 
 func (x *RunFile) Reset() {
 	*x = RunFile{}
-	mi := &file_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +871,7 @@ func (x *RunFile) String() string {
 func (*RunFile) ProtoMessage() {}
 
 func (x *RunFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +884,7 @@ func (x *RunFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFile.ProtoReflect.Descriptor instead.
 func (*RunFile) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunFile) GetPath() string {
@@ -777,7 +917,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +929,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +942,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunRequest) GetImage() string {
@@ -872,7 +1012,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1024,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1037,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunResponse) GetResult() *ExecResponse {
@@ -922,7 +1062,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1074,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1087,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 type ListEntry struct {
@@ -960,13 +1100,14 @@ type ListEntry struct {
 	ExecInFlight   uint32                 `protobuf:"varint,6,opt,name=exec_in_flight,json=execInFlight,proto3" json:"exec_in_flight,omitempty"`
 	ExecSlotsFree  uint32                 `protobuf:"varint,7,opt,name=exec_slots_free,json=execSlotsFree,proto3" json:"exec_slots_free,omitempty"`
 	Stopped        bool                   `protobuf:"varint,8,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	Paused         bool                   `protobuf:"varint,9,opt,name=paused,proto3" json:"paused,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListEntry) Reset() {
 	*x = ListEntry{}
-	mi := &file_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1119,7 @@ func (x *ListEntry) String() string {
 func (*ListEntry) ProtoMessage() {}
 
 func (x *ListEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1132,7 @@ func (x *ListEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEntry.ProtoReflect.Descriptor instead.
 func (*ListEntry) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListEntry) GetSandboxId() string {
@@ -1050,6 +1191,13 @@ func (x *ListEntry) GetStopped() bool {
 	return false
 }
 
+func (x *ListEntry) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
 type ListResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sandboxes     []*ListEntry           `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
@@ -1059,7 +1207,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1219,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1232,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListResponse) GetSandboxes() []*ListEntry {
@@ -1104,7 +1252,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1264,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1277,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StopRequest) GetSandboxId() string {
@@ -1156,7 +1304,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1316,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1329,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StopResponse) GetSandboxId() string {
@@ -1206,7 +1354,7 @@ type CatalogListRequest struct {
 
 func (x *CatalogListRequest) Reset() {
 	*x = CatalogListRequest{}
-	mi := &file_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1366,7 @@ func (x *CatalogListRequest) String() string {
 func (*CatalogListRequest) ProtoMessage() {}
 
 func (x *CatalogListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1379,7 @@ func (x *CatalogListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogListRequest.ProtoReflect.Descriptor instead.
 func (*CatalogListRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 type CatalogImage struct {
@@ -1245,7 +1393,7 @@ type CatalogImage struct {
 
 func (x *CatalogImage) Reset() {
 	*x = CatalogImage{}
-	mi := &file_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1405,7 @@ func (x *CatalogImage) String() string {
 func (*CatalogImage) ProtoMessage() {}
 
 func (x *CatalogImage) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1418,7 @@ func (x *CatalogImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogImage.ProtoReflect.Descriptor instead.
 func (*CatalogImage) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CatalogImage) GetName() string {
@@ -1303,7 +1451,7 @@ type CatalogListResponse struct {
 
 func (x *CatalogListResponse) Reset() {
 	*x = CatalogListResponse{}
-	mi := &file_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1463,7 @@ func (x *CatalogListResponse) String() string {
 func (*CatalogListResponse) ProtoMessage() {}
 
 func (x *CatalogListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1476,7 @@ func (x *CatalogListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogListResponse.ProtoReflect.Descriptor instead.
 func (*CatalogListResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CatalogListResponse) GetImages() []*CatalogImage {
@@ -1353,7 +1501,7 @@ type FsEntry struct {
 
 func (x *FsEntry) Reset() {
 	*x = FsEntry{}
-	mi := &file_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1513,7 @@ func (x *FsEntry) String() string {
 func (*FsEntry) ProtoMessage() {}
 
 func (x *FsEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1526,7 @@ func (x *FsEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsEntry.ProtoReflect.Descriptor instead.
 func (*FsEntry) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FsEntry) GetName() string {
@@ -1433,7 +1581,7 @@ type FsLsRequest struct {
 
 func (x *FsLsRequest) Reset() {
 	*x = FsLsRequest{}
-	mi := &file_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1593,7 @@ func (x *FsLsRequest) String() string {
 func (*FsLsRequest) ProtoMessage() {}
 
 func (x *FsLsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1606,7 @@ func (x *FsLsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsLsRequest.ProtoReflect.Descriptor instead.
 func (*FsLsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FsLsRequest) GetSandboxId() string {
@@ -1484,7 +1632,7 @@ type FsLsResponse struct {
 
 func (x *FsLsResponse) Reset() {
 	*x = FsLsResponse{}
-	mi := &file_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1644,7 @@ func (x *FsLsResponse) String() string {
 func (*FsLsResponse) ProtoMessage() {}
 
 func (x *FsLsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1657,7 @@ func (x *FsLsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsLsResponse.ProtoReflect.Descriptor instead.
 func (*FsLsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FsLsResponse) GetEntries() []*FsEntry {
@@ -1529,7 +1677,7 @@ type FsStatRequest struct {
 
 func (x *FsStatRequest) Reset() {
 	*x = FsStatRequest{}
-	mi := &file_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1689,7 @@ func (x *FsStatRequest) String() string {
 func (*FsStatRequest) ProtoMessage() {}
 
 func (x *FsStatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1702,7 @@ func (x *FsStatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsStatRequest.ProtoReflect.Descriptor instead.
 func (*FsStatRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FsStatRequest) GetSandboxId() string {
@@ -1580,7 +1728,7 @@ type FsStatResponse struct {
 
 func (x *FsStatResponse) Reset() {
 	*x = FsStatResponse{}
-	mi := &file_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1740,7 @@ func (x *FsStatResponse) String() string {
 func (*FsStatResponse) ProtoMessage() {}
 
 func (x *FsStatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1753,7 @@ func (x *FsStatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsStatResponse.ProtoReflect.Descriptor instead.
 func (*FsStatResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FsStatResponse) GetEntry() *FsEntry {
@@ -1627,7 +1775,7 @@ type FsMkdirRequest struct {
 
 func (x *FsMkdirRequest) Reset() {
 	*x = FsMkdirRequest{}
-	mi := &file_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1787,7 @@ func (x *FsMkdirRequest) String() string {
 func (*FsMkdirRequest) ProtoMessage() {}
 
 func (x *FsMkdirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1800,7 @@ func (x *FsMkdirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsMkdirRequest.ProtoReflect.Descriptor instead.
 func (*FsMkdirRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FsMkdirRequest) GetSandboxId() string {
@@ -1692,7 +1840,7 @@ type FsMkdirResponse struct {
 
 func (x *FsMkdirResponse) Reset() {
 	*x = FsMkdirResponse{}
-	mi := &file_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1852,7 @@ func (x *FsMkdirResponse) String() string {
 func (*FsMkdirResponse) ProtoMessage() {}
 
 func (x *FsMkdirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1865,7 @@ func (x *FsMkdirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsMkdirResponse.ProtoReflect.Descriptor instead.
 func (*FsMkdirResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FsMkdirResponse) GetCreated() bool {
@@ -1739,7 +1887,7 @@ type FsWriteHeader struct {
 
 func (x *FsWriteHeader) Reset() {
 	*x = FsWriteHeader{}
-	mi := &file_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1899,7 @@ func (x *FsWriteHeader) String() string {
 func (*FsWriteHeader) ProtoMessage() {}
 
 func (x *FsWriteHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1912,7 @@ func (x *FsWriteHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsWriteHeader.ProtoReflect.Descriptor instead.
 func (*FsWriteHeader) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FsWriteHeader) GetSandboxId() string {
@@ -1808,7 +1956,7 @@ type FsWriteChunk struct {
 
 func (x *FsWriteChunk) Reset() {
 	*x = FsWriteChunk{}
-	mi := &file_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1968,7 @@ func (x *FsWriteChunk) String() string {
 func (*FsWriteChunk) ProtoMessage() {}
 
 func (x *FsWriteChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1981,7 @@ func (x *FsWriteChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsWriteChunk.ProtoReflect.Descriptor instead.
 func (*FsWriteChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FsWriteChunk) GetPayload() isFsWriteChunk_Payload {
@@ -1887,7 +2035,7 @@ type FsWriteResponse struct {
 
 func (x *FsWriteResponse) Reset() {
 	*x = FsWriteResponse{}
-	mi := &file_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2047,7 @@ func (x *FsWriteResponse) String() string {
 func (*FsWriteResponse) ProtoMessage() {}
 
 func (x *FsWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2060,7 @@ func (x *FsWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsWriteResponse.ProtoReflect.Descriptor instead.
 func (*FsWriteResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FsWriteResponse) GetBytesWritten() uint64 {
@@ -1939,7 +2087,7 @@ type FsReadRequest struct {
 
 func (x *FsReadRequest) Reset() {
 	*x = FsReadRequest{}
-	mi := &file_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2099,7 @@ func (x *FsReadRequest) String() string {
 func (*FsReadRequest) ProtoMessage() {}
 
 func (x *FsReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2112,7 @@ func (x *FsReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsReadRequest.ProtoReflect.Descriptor instead.
 func (*FsReadRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FsReadRequest) GetSandboxId() string {
@@ -1992,7 +2140,7 @@ type FsReadMeta struct {
 
 func (x *FsReadMeta) Reset() {
 	*x = FsReadMeta{}
-	mi := &file_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2152,7 @@ func (x *FsReadMeta) String() string {
 func (*FsReadMeta) ProtoMessage() {}
 
 func (x *FsReadMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2165,7 @@ func (x *FsReadMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsReadMeta.ProtoReflect.Descriptor instead.
 func (*FsReadMeta) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FsReadMeta) GetSize() uint64 {
@@ -2054,7 +2202,7 @@ type FsReadChunk struct {
 
 func (x *FsReadChunk) Reset() {
 	*x = FsReadChunk{}
-	mi := &file_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2214,7 @@ func (x *FsReadChunk) String() string {
 func (*FsReadChunk) ProtoMessage() {}
 
 func (x *FsReadChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2227,7 @@ func (x *FsReadChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsReadChunk.ProtoReflect.Descriptor instead.
 func (*FsReadChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FsReadChunk) GetPayload() isFsReadChunk_Payload {
@@ -2134,7 +2282,7 @@ type FsRmRequest struct {
 
 func (x *FsRmRequest) Reset() {
 	*x = FsRmRequest{}
-	mi := &file_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2294,7 @@ func (x *FsRmRequest) String() string {
 func (*FsRmRequest) ProtoMessage() {}
 
 func (x *FsRmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2307,7 @@ func (x *FsRmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsRmRequest.ProtoReflect.Descriptor instead.
 func (*FsRmRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FsRmRequest) GetSandboxId() string {
@@ -2192,7 +2340,7 @@ type FsRmResponse struct {
 
 func (x *FsRmResponse) Reset() {
 	*x = FsRmResponse{}
-	mi := &file_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2352,7 @@ func (x *FsRmResponse) String() string {
 func (*FsRmResponse) ProtoMessage() {}
 
 func (x *FsRmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2365,7 @@ func (x *FsRmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsRmResponse.ProtoReflect.Descriptor instead.
 func (*FsRmResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FsRmResponse) GetRemoved() bool {
@@ -2242,7 +2390,7 @@ type FsChmodRequest struct {
 
 func (x *FsChmodRequest) Reset() {
 	*x = FsChmodRequest{}
-	mi := &file_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2402,7 @@ func (x *FsChmodRequest) String() string {
 func (*FsChmodRequest) ProtoMessage() {}
 
 func (x *FsChmodRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2415,7 @@ func (x *FsChmodRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsChmodRequest.ProtoReflect.Descriptor instead.
 func (*FsChmodRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FsChmodRequest) GetSandboxId() string {
@@ -2321,7 +2469,7 @@ type FsChmodResponse struct {
 
 func (x *FsChmodResponse) Reset() {
 	*x = FsChmodResponse{}
-	mi := &file_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2481,7 @@ func (x *FsChmodResponse) String() string {
 func (*FsChmodResponse) ProtoMessage() {}
 
 func (x *FsChmodResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2494,7 @@ func (x *FsChmodResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsChmodResponse.ProtoReflect.Descriptor instead.
 func (*FsChmodResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FsChmodResponse) GetUpdated() uint64 {
@@ -2368,7 +2516,7 @@ type FsMvRequest struct {
 
 func (x *FsMvRequest) Reset() {
 	*x = FsMvRequest{}
-	mi := &file_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2528,7 @@ func (x *FsMvRequest) String() string {
 func (*FsMvRequest) ProtoMessage() {}
 
 func (x *FsMvRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2541,7 @@ func (x *FsMvRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsMvRequest.ProtoReflect.Descriptor instead.
 func (*FsMvRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FsMvRequest) GetSandboxId() string {
@@ -2433,7 +2581,7 @@ type FsMvResponse struct {
 
 func (x *FsMvResponse) Reset() {
 	*x = FsMvResponse{}
-	mi := &file_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2445,7 +2593,7 @@ func (x *FsMvResponse) String() string {
 func (*FsMvResponse) ProtoMessage() {}
 
 func (x *FsMvResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2458,7 +2606,7 @@ func (x *FsMvResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsMvResponse.ProtoReflect.Descriptor instead.
 func (*FsMvResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FsMvResponse) GetMoved() bool {
@@ -2485,7 +2633,7 @@ type FsGrepRequest struct {
 
 func (x *FsGrepRequest) Reset() {
 	*x = FsGrepRequest{}
-	mi := &file_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2645,7 @@ func (x *FsGrepRequest) String() string {
 func (*FsGrepRequest) ProtoMessage() {}
 
 func (x *FsGrepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2658,7 @@ func (x *FsGrepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsGrepRequest.ProtoReflect.Descriptor instead.
 func (*FsGrepRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FsGrepRequest) GetSandboxId() string {
@@ -2587,7 +2735,7 @@ type GrepMatch struct {
 
 func (x *GrepMatch) Reset() {
 	*x = GrepMatch{}
-	mi := &file_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2747,7 @@ func (x *GrepMatch) String() string {
 func (*GrepMatch) ProtoMessage() {}
 
 func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2760,7 @@ func (x *GrepMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
 func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GrepMatch) GetPath() string {
@@ -2646,7 +2794,7 @@ type FsGrepResponse struct {
 
 func (x *FsGrepResponse) Reset() {
 	*x = FsGrepResponse{}
-	mi := &file_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2806,7 @@ func (x *FsGrepResponse) String() string {
 func (*FsGrepResponse) ProtoMessage() {}
 
 func (x *FsGrepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2819,7 @@ func (x *FsGrepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsGrepResponse.ProtoReflect.Descriptor instead.
 func (*FsGrepResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FsGrepResponse) GetMatches() []*GrepMatch {
@@ -2708,7 +2856,7 @@ type FsSedRequest struct {
 
 func (x *FsSedRequest) Reset() {
 	*x = FsSedRequest{}
-	mi := &file_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2868,7 @@ func (x *FsSedRequest) String() string {
 func (*FsSedRequest) ProtoMessage() {}
 
 func (x *FsSedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2881,7 @@ func (x *FsSedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsSedRequest.ProtoReflect.Descriptor instead.
 func (*FsSedRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FsSedRequest) GetSandboxId() string {
@@ -2825,7 +2973,7 @@ type SedResult struct {
 
 func (x *SedResult) Reset() {
 	*x = SedResult{}
-	mi := &file_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +2985,7 @@ func (x *SedResult) String() string {
 func (*SedResult) ProtoMessage() {}
 
 func (x *SedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +2998,7 @@ func (x *SedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SedResult.ProtoReflect.Descriptor instead.
 func (*SedResult) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SedResult) GetPath() string {
@@ -2891,7 +3039,7 @@ type FsSedResponse struct {
 
 func (x *FsSedResponse) Reset() {
 	*x = FsSedResponse{}
-	mi := &file_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +3051,7 @@ func (x *FsSedResponse) String() string {
 func (*FsSedResponse) ProtoMessage() {}
 
 func (x *FsSedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +3064,7 @@ func (x *FsSedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsSedResponse.ProtoReflect.Descriptor instead.
 func (*FsSedResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FsSedResponse) GetResults() []*SedResult {
@@ -2943,7 +3091,7 @@ type WorkerConfigFile struct {
 
 func (x *WorkerConfigFile) Reset() {
 	*x = WorkerConfigFile{}
-	mi := &file_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3103,7 @@ func (x *WorkerConfigFile) String() string {
 func (*WorkerConfigFile) ProtoMessage() {}
 
 func (x *WorkerConfigFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3116,7 @@ func (x *WorkerConfigFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerConfigFile.ProtoReflect.Descriptor instead.
 func (*WorkerConfigFile) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WorkerConfigFile) GetFileName() string {
@@ -3017,7 +3165,7 @@ type WorkerStartRequest struct {
 
 func (x *WorkerStartRequest) Reset() {
 	*x = WorkerStartRequest{}
-	mi := &file_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3177,7 @@ func (x *WorkerStartRequest) String() string {
 func (*WorkerStartRequest) ProtoMessage() {}
 
 func (x *WorkerStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3190,7 @@ func (x *WorkerStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStartRequest.ProtoReflect.Descriptor instead.
 func (*WorkerStartRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WorkerStartRequest) GetVmId() string {
@@ -3175,7 +3323,7 @@ type WorkerStartResponse struct {
 
 func (x *WorkerStartResponse) Reset() {
 	*x = WorkerStartResponse{}
-	mi := &file_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3335,7 @@ func (x *WorkerStartResponse) String() string {
 func (*WorkerStartResponse) ProtoMessage() {}
 
 func (x *WorkerStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3348,7 @@ func (x *WorkerStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStartResponse.ProtoReflect.Descriptor instead.
 func (*WorkerStartResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WorkerStartResponse) GetVmId() string {
@@ -3234,7 +3382,7 @@ type WorkerStopRequest struct {
 
 func (x *WorkerStopRequest) Reset() {
 	*x = WorkerStopRequest{}
-	mi := &file_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3394,7 @@ func (x *WorkerStopRequest) String() string {
 func (*WorkerStopRequest) ProtoMessage() {}
 
 func (x *WorkerStopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3407,7 @@ func (x *WorkerStopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStopRequest.ProtoReflect.Descriptor instead.
 func (*WorkerStopRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WorkerStopRequest) GetVmId() string {
@@ -3285,7 +3433,7 @@ type WorkerStatusRequest struct {
 
 func (x *WorkerStatusRequest) Reset() {
 	*x = WorkerStatusRequest{}
-	mi := &file_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3445,7 @@ func (x *WorkerStatusRequest) String() string {
 func (*WorkerStatusRequest) ProtoMessage() {}
 
 func (x *WorkerStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3458,7 @@ func (x *WorkerStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatusRequest.ProtoReflect.Descriptor instead.
 func (*WorkerStatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WorkerStatusRequest) GetVmId() string {
@@ -3339,7 +3487,7 @@ type WorkerStatusResponse struct {
 
 func (x *WorkerStatusResponse) Reset() {
 	*x = WorkerStatusResponse{}
-	mi := &file_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3499,7 @@ func (x *WorkerStatusResponse) String() string {
 func (*WorkerStatusResponse) ProtoMessage() {}
 
 func (x *WorkerStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3512,7 @@ func (x *WorkerStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatusResponse.ProtoReflect.Descriptor instead.
 func (*WorkerStatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WorkerStatusResponse) GetVmId() string {
@@ -3452,7 +3600,7 @@ type WorkerListRequest struct {
 
 func (x *WorkerListRequest) Reset() {
 	*x = WorkerListRequest{}
-	mi := &file_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3612,7 @@ func (x *WorkerListRequest) String() string {
 func (*WorkerListRequest) ProtoMessage() {}
 
 func (x *WorkerListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3625,7 @@ func (x *WorkerListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerListRequest.ProtoReflect.Descriptor instead.
 func (*WorkerListRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 type WorkerListResponse struct {
@@ -3489,7 +3637,7 @@ type WorkerListResponse struct {
 
 func (x *WorkerListResponse) Reset() {
 	*x = WorkerListResponse{}
-	mi := &file_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3501,7 +3649,7 @@ func (x *WorkerListResponse) String() string {
 func (*WorkerListResponse) ProtoMessage() {}
 
 func (x *WorkerListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3514,7 +3662,7 @@ func (x *WorkerListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerListResponse.ProtoReflect.Descriptor instead.
 func (*WorkerListResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WorkerListResponse) GetWorkers() []*WorkerStatusResponse {
@@ -3535,7 +3683,7 @@ type WorkerLogsRequest struct {
 
 func (x *WorkerLogsRequest) Reset() {
 	*x = WorkerLogsRequest{}
-	mi := &file_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3547,7 +3695,7 @@ func (x *WorkerLogsRequest) String() string {
 func (*WorkerLogsRequest) ProtoMessage() {}
 
 func (x *WorkerLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3560,7 +3708,7 @@ func (x *WorkerLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLogsRequest.ProtoReflect.Descriptor instead.
 func (*WorkerLogsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WorkerLogsRequest) GetVmId() string {
@@ -3597,7 +3745,7 @@ type WorkerLogEntry struct {
 
 func (x *WorkerLogEntry) Reset() {
 	*x = WorkerLogEntry{}
-	mi := &file_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3757,7 @@ func (x *WorkerLogEntry) String() string {
 func (*WorkerLogEntry) ProtoMessage() {}
 
 func (x *WorkerLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3770,7 @@ func (x *WorkerLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLogEntry.ProtoReflect.Descriptor instead.
 func (*WorkerLogEntry) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *WorkerLogEntry) GetSeq() uint64 {
@@ -3666,7 +3814,7 @@ type WorkerLogsResponse struct {
 
 func (x *WorkerLogsResponse) Reset() {
 	*x = WorkerLogsResponse{}
-	mi := &file_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3678,7 +3826,7 @@ func (x *WorkerLogsResponse) String() string {
 func (*WorkerLogsResponse) ProtoMessage() {}
 
 func (x *WorkerLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3691,7 +3839,7 @@ func (x *WorkerLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLogsResponse.ProtoReflect.Descriptor instead.
 func (*WorkerLogsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WorkerLogsResponse) GetVmId() string {
@@ -3738,7 +3886,7 @@ type WorkerRemoveRequest struct {
 
 func (x *WorkerRemoveRequest) Reset() {
 	*x = WorkerRemoveRequest{}
-	mi := &file_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3750,7 +3898,7 @@ func (x *WorkerRemoveRequest) String() string {
 func (*WorkerRemoveRequest) ProtoMessage() {}
 
 func (x *WorkerRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3763,7 +3911,7 @@ func (x *WorkerRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRemoveRequest.ProtoReflect.Descriptor instead.
 func (*WorkerRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WorkerRemoveRequest) GetVmId() string {
@@ -3784,7 +3932,7 @@ type WorkerRemoveResponse struct {
 
 func (x *WorkerRemoveResponse) Reset() {
 	*x = WorkerRemoveResponse{}
-	mi := &file_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3796,7 +3944,7 @@ func (x *WorkerRemoveResponse) String() string {
 func (*WorkerRemoveResponse) ProtoMessage() {}
 
 func (x *WorkerRemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3809,7 +3957,7 @@ func (x *WorkerRemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRemoveResponse.ProtoReflect.Descriptor instead.
 func (*WorkerRemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_sandbox_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *WorkerRemoveResponse) GetVmId() string {
@@ -3854,7 +4002,7 @@ type ProgressEvent struct {
 
 func (x *ProgressEvent) Reset() {
 	*x = ProgressEvent{}
-	mi := &file_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3866,7 +4014,7 @@ func (x *ProgressEvent) String() string {
 func (*ProgressEvent) ProtoMessage() {}
 
 func (x *ProgressEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3879,7 +4027,7 @@ func (x *ProgressEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgressEvent.ProtoReflect.Descriptor instead.
 func (*ProgressEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_sandbox_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ProgressEvent) GetPhase() string {
@@ -3937,7 +4085,7 @@ type CreateStreamMessage struct {
 
 func (x *CreateStreamMessage) Reset() {
 	*x = CreateStreamMessage{}
-	mi := &file_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3949,7 +4097,7 @@ func (x *CreateStreamMessage) String() string {
 func (*CreateStreamMessage) ProtoMessage() {}
 
 func (x *CreateStreamMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3962,7 +4110,7 @@ func (x *CreateStreamMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateStreamMessage.ProtoReflect.Descriptor instead.
 func (*CreateStreamMessage) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_sandbox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CreateStreamMessage) GetPayload() isCreateStreamMessage_Payload {
@@ -4019,7 +4167,7 @@ type RunStreamMessage struct {
 
 func (x *RunStreamMessage) Reset() {
 	*x = RunStreamMessage{}
-	mi := &file_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4179,7 @@ func (x *RunStreamMessage) String() string {
 func (*RunStreamMessage) ProtoMessage() {}
 
 func (x *RunStreamMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4192,7 @@ func (x *RunStreamMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamMessage.ProtoReflect.Descriptor instead.
 func (*RunStreamMessage) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{61}
+	return file_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RunStreamMessage) GetPayload() isRunStreamMessage_Payload {
@@ -4092,7 +4240,17 @@ var File_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"\rsandbox.proto\x12\x0eiii.sandbox.v1\"\xd1\x01\n" +
+	"\rsandbox.proto\x12\x0eiii.sandbox.v1\"-\n" +
+	"\fPauseRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\".\n" +
+	"\rResumeRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"N\n" +
+	"\x15SandboxStatusResponse\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\xd1\x01\n" +
 	"\fSandboxError\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x18\n" +
@@ -4173,7 +4331,7 @@ const file_sandbox_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\v2\x1c.iii.sandbox.v1.ExecResponseR\x06result\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\"\r\n" +
-	"\vListRequest\"\x81\x02\n" +
+	"\vListRequest\"\x99\x02\n" +
 	"\tListEntry\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -4183,7 +4341,8 @@ const file_sandbox_proto_rawDesc = "" +
 	"\x10exec_in_progress\x18\x05 \x01(\bR\x0eexecInProgress\x12$\n" +
 	"\x0eexec_in_flight\x18\x06 \x01(\rR\fexecInFlight\x12&\n" +
 	"\x0fexec_slots_free\x18\a \x01(\rR\rexecSlotsFree\x12\x18\n" +
-	"\astopped\x18\b \x01(\bR\astopped\"G\n" +
+	"\astopped\x18\b \x01(\bR\astopped\x12\x16\n" +
+	"\x06paused\x18\t \x01(\bR\x06paused\"G\n" +
 	"\fListResponse\x127\n" +
 	"\tsandboxes\x18\x01 \x03(\v2\x19.iii.sandbox.v1.ListEntryR\tsandboxes\"@\n" +
 	"\vStopRequest\x12\x1d\n" +
@@ -4425,7 +4584,7 @@ const file_sandbox_proto_rawDesc = "" +
 	"\x10RunStreamMessage\x12;\n" +
 	"\bprogress\x18\x01 \x01(\v2\x1d.iii.sandbox.v1.ProgressEventH\x00R\bprogress\x129\n" +
 	"\bresponse\x18\x02 \x01(\v2\x1b.iii.sandbox.v1.RunResponseH\x00R\bresponseB\t\n" +
-	"\apayload2\xce\x0f\n" +
+	"\apayload2\xec\x10\n" +
 	"\x0eSandboxAdapter\x12A\n" +
 	"\x04Info\x12\x1b.iii.sandbox.v1.InfoRequest\x1a\x1c.iii.sandbox.v1.InfoResponse\x12P\n" +
 	"\tConfigure\x12 .iii.sandbox.v1.ConfigureRequest\x1a!.iii.sandbox.v1.ConfigureResponse\x12G\n" +
@@ -4455,7 +4614,9 @@ const file_sandbox_proto_rawDesc = "" +
 	"WorkerLogs\x12!.iii.sandbox.v1.WorkerLogsRequest\x1a\".iii.sandbox.v1.WorkerLogsResponse\x12Y\n" +
 	"\fWorkerRemove\x12#.iii.sandbox.v1.WorkerRemoveRequest\x1a$.iii.sandbox.v1.WorkerRemoveResponse\x12T\n" +
 	"\fCreateStream\x12\x1d.iii.sandbox.v1.CreateRequest\x1a#.iii.sandbox.v1.CreateStreamMessage0\x01\x12K\n" +
-	"\tRunStream\x12\x1a.iii.sandbox.v1.RunRequest\x1a .iii.sandbox.v1.RunStreamMessage0\x01B5Z3github.com/iii-sandbox/iii/contract/proto;sandboxpbb\x06proto3"
+	"\tRunStream\x12\x1a.iii.sandbox.v1.RunRequest\x1a .iii.sandbox.v1.RunStreamMessage0\x01\x12L\n" +
+	"\x05Pause\x12\x1c.iii.sandbox.v1.PauseRequest\x1a%.iii.sandbox.v1.SandboxStatusResponse\x12N\n" +
+	"\x06Resume\x12\x1d.iii.sandbox.v1.ResumeRequest\x1a%.iii.sandbox.v1.SandboxStatusResponseB5Z3github.com/iii-sandbox/iii/contract/proto;sandboxpbb\x06proto3"
 
 var (
 	file_sandbox_proto_rawDescOnce sync.Once
@@ -4469,144 +4630,151 @@ func file_sandbox_proto_rawDescGZIP() []byte {
 	return file_sandbox_proto_rawDescData
 }
 
-var file_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_sandbox_proto_goTypes = []any{
-	(*SandboxError)(nil),         // 0: iii.sandbox.v1.SandboxError
-	(*ContractVersion)(nil),      // 1: iii.sandbox.v1.ContractVersion
-	(*InfoRequest)(nil),          // 2: iii.sandbox.v1.InfoRequest
-	(*InfoResponse)(nil),         // 3: iii.sandbox.v1.InfoResponse
-	(*ConfigureRequest)(nil),     // 4: iii.sandbox.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),    // 5: iii.sandbox.v1.ConfigureResponse
-	(*CreateRequest)(nil),        // 6: iii.sandbox.v1.CreateRequest
-	(*CreateResponse)(nil),       // 7: iii.sandbox.v1.CreateResponse
-	(*ExecRequest)(nil),          // 8: iii.sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),         // 9: iii.sandbox.v1.ExecResponse
-	(*RunFile)(nil),              // 10: iii.sandbox.v1.RunFile
-	(*RunRequest)(nil),           // 11: iii.sandbox.v1.RunRequest
-	(*RunResponse)(nil),          // 12: iii.sandbox.v1.RunResponse
-	(*ListRequest)(nil),          // 13: iii.sandbox.v1.ListRequest
-	(*ListEntry)(nil),            // 14: iii.sandbox.v1.ListEntry
-	(*ListResponse)(nil),         // 15: iii.sandbox.v1.ListResponse
-	(*StopRequest)(nil),          // 16: iii.sandbox.v1.StopRequest
-	(*StopResponse)(nil),         // 17: iii.sandbox.v1.StopResponse
-	(*CatalogListRequest)(nil),   // 18: iii.sandbox.v1.CatalogListRequest
-	(*CatalogImage)(nil),         // 19: iii.sandbox.v1.CatalogImage
-	(*CatalogListResponse)(nil),  // 20: iii.sandbox.v1.CatalogListResponse
-	(*FsEntry)(nil),              // 21: iii.sandbox.v1.FsEntry
-	(*FsLsRequest)(nil),          // 22: iii.sandbox.v1.FsLsRequest
-	(*FsLsResponse)(nil),         // 23: iii.sandbox.v1.FsLsResponse
-	(*FsStatRequest)(nil),        // 24: iii.sandbox.v1.FsStatRequest
-	(*FsStatResponse)(nil),       // 25: iii.sandbox.v1.FsStatResponse
-	(*FsMkdirRequest)(nil),       // 26: iii.sandbox.v1.FsMkdirRequest
-	(*FsMkdirResponse)(nil),      // 27: iii.sandbox.v1.FsMkdirResponse
-	(*FsWriteHeader)(nil),        // 28: iii.sandbox.v1.FsWriteHeader
-	(*FsWriteChunk)(nil),         // 29: iii.sandbox.v1.FsWriteChunk
-	(*FsWriteResponse)(nil),      // 30: iii.sandbox.v1.FsWriteResponse
-	(*FsReadRequest)(nil),        // 31: iii.sandbox.v1.FsReadRequest
-	(*FsReadMeta)(nil),           // 32: iii.sandbox.v1.FsReadMeta
-	(*FsReadChunk)(nil),          // 33: iii.sandbox.v1.FsReadChunk
-	(*FsRmRequest)(nil),          // 34: iii.sandbox.v1.FsRmRequest
-	(*FsRmResponse)(nil),         // 35: iii.sandbox.v1.FsRmResponse
-	(*FsChmodRequest)(nil),       // 36: iii.sandbox.v1.FsChmodRequest
-	(*FsChmodResponse)(nil),      // 37: iii.sandbox.v1.FsChmodResponse
-	(*FsMvRequest)(nil),          // 38: iii.sandbox.v1.FsMvRequest
-	(*FsMvResponse)(nil),         // 39: iii.sandbox.v1.FsMvResponse
-	(*FsGrepRequest)(nil),        // 40: iii.sandbox.v1.FsGrepRequest
-	(*GrepMatch)(nil),            // 41: iii.sandbox.v1.GrepMatch
-	(*FsGrepResponse)(nil),       // 42: iii.sandbox.v1.FsGrepResponse
-	(*FsSedRequest)(nil),         // 43: iii.sandbox.v1.FsSedRequest
-	(*SedResult)(nil),            // 44: iii.sandbox.v1.SedResult
-	(*FsSedResponse)(nil),        // 45: iii.sandbox.v1.FsSedResponse
-	(*WorkerConfigFile)(nil),     // 46: iii.sandbox.v1.WorkerConfigFile
-	(*WorkerStartRequest)(nil),   // 47: iii.sandbox.v1.WorkerStartRequest
-	(*WorkerStartResponse)(nil),  // 48: iii.sandbox.v1.WorkerStartResponse
-	(*WorkerStopRequest)(nil),    // 49: iii.sandbox.v1.WorkerStopRequest
-	(*WorkerStatusRequest)(nil),  // 50: iii.sandbox.v1.WorkerStatusRequest
-	(*WorkerStatusResponse)(nil), // 51: iii.sandbox.v1.WorkerStatusResponse
-	(*WorkerListRequest)(nil),    // 52: iii.sandbox.v1.WorkerListRequest
-	(*WorkerListResponse)(nil),   // 53: iii.sandbox.v1.WorkerListResponse
-	(*WorkerLogsRequest)(nil),    // 54: iii.sandbox.v1.WorkerLogsRequest
-	(*WorkerLogEntry)(nil),       // 55: iii.sandbox.v1.WorkerLogEntry
-	(*WorkerLogsResponse)(nil),   // 56: iii.sandbox.v1.WorkerLogsResponse
-	(*WorkerRemoveRequest)(nil),  // 57: iii.sandbox.v1.WorkerRemoveRequest
-	(*WorkerRemoveResponse)(nil), // 58: iii.sandbox.v1.WorkerRemoveResponse
-	(*ProgressEvent)(nil),        // 59: iii.sandbox.v1.ProgressEvent
-	(*CreateStreamMessage)(nil),  // 60: iii.sandbox.v1.CreateStreamMessage
-	(*RunStreamMessage)(nil),     // 61: iii.sandbox.v1.RunStreamMessage
+	(*PauseRequest)(nil),          // 0: iii.sandbox.v1.PauseRequest
+	(*ResumeRequest)(nil),         // 1: iii.sandbox.v1.ResumeRequest
+	(*SandboxStatusResponse)(nil), // 2: iii.sandbox.v1.SandboxStatusResponse
+	(*SandboxError)(nil),          // 3: iii.sandbox.v1.SandboxError
+	(*ContractVersion)(nil),       // 4: iii.sandbox.v1.ContractVersion
+	(*InfoRequest)(nil),           // 5: iii.sandbox.v1.InfoRequest
+	(*InfoResponse)(nil),          // 6: iii.sandbox.v1.InfoResponse
+	(*ConfigureRequest)(nil),      // 7: iii.sandbox.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),     // 8: iii.sandbox.v1.ConfigureResponse
+	(*CreateRequest)(nil),         // 9: iii.sandbox.v1.CreateRequest
+	(*CreateResponse)(nil),        // 10: iii.sandbox.v1.CreateResponse
+	(*ExecRequest)(nil),           // 11: iii.sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 12: iii.sandbox.v1.ExecResponse
+	(*RunFile)(nil),               // 13: iii.sandbox.v1.RunFile
+	(*RunRequest)(nil),            // 14: iii.sandbox.v1.RunRequest
+	(*RunResponse)(nil),           // 15: iii.sandbox.v1.RunResponse
+	(*ListRequest)(nil),           // 16: iii.sandbox.v1.ListRequest
+	(*ListEntry)(nil),             // 17: iii.sandbox.v1.ListEntry
+	(*ListResponse)(nil),          // 18: iii.sandbox.v1.ListResponse
+	(*StopRequest)(nil),           // 19: iii.sandbox.v1.StopRequest
+	(*StopResponse)(nil),          // 20: iii.sandbox.v1.StopResponse
+	(*CatalogListRequest)(nil),    // 21: iii.sandbox.v1.CatalogListRequest
+	(*CatalogImage)(nil),          // 22: iii.sandbox.v1.CatalogImage
+	(*CatalogListResponse)(nil),   // 23: iii.sandbox.v1.CatalogListResponse
+	(*FsEntry)(nil),               // 24: iii.sandbox.v1.FsEntry
+	(*FsLsRequest)(nil),           // 25: iii.sandbox.v1.FsLsRequest
+	(*FsLsResponse)(nil),          // 26: iii.sandbox.v1.FsLsResponse
+	(*FsStatRequest)(nil),         // 27: iii.sandbox.v1.FsStatRequest
+	(*FsStatResponse)(nil),        // 28: iii.sandbox.v1.FsStatResponse
+	(*FsMkdirRequest)(nil),        // 29: iii.sandbox.v1.FsMkdirRequest
+	(*FsMkdirResponse)(nil),       // 30: iii.sandbox.v1.FsMkdirResponse
+	(*FsWriteHeader)(nil),         // 31: iii.sandbox.v1.FsWriteHeader
+	(*FsWriteChunk)(nil),          // 32: iii.sandbox.v1.FsWriteChunk
+	(*FsWriteResponse)(nil),       // 33: iii.sandbox.v1.FsWriteResponse
+	(*FsReadRequest)(nil),         // 34: iii.sandbox.v1.FsReadRequest
+	(*FsReadMeta)(nil),            // 35: iii.sandbox.v1.FsReadMeta
+	(*FsReadChunk)(nil),           // 36: iii.sandbox.v1.FsReadChunk
+	(*FsRmRequest)(nil),           // 37: iii.sandbox.v1.FsRmRequest
+	(*FsRmResponse)(nil),          // 38: iii.sandbox.v1.FsRmResponse
+	(*FsChmodRequest)(nil),        // 39: iii.sandbox.v1.FsChmodRequest
+	(*FsChmodResponse)(nil),       // 40: iii.sandbox.v1.FsChmodResponse
+	(*FsMvRequest)(nil),           // 41: iii.sandbox.v1.FsMvRequest
+	(*FsMvResponse)(nil),          // 42: iii.sandbox.v1.FsMvResponse
+	(*FsGrepRequest)(nil),         // 43: iii.sandbox.v1.FsGrepRequest
+	(*GrepMatch)(nil),             // 44: iii.sandbox.v1.GrepMatch
+	(*FsGrepResponse)(nil),        // 45: iii.sandbox.v1.FsGrepResponse
+	(*FsSedRequest)(nil),          // 46: iii.sandbox.v1.FsSedRequest
+	(*SedResult)(nil),             // 47: iii.sandbox.v1.SedResult
+	(*FsSedResponse)(nil),         // 48: iii.sandbox.v1.FsSedResponse
+	(*WorkerConfigFile)(nil),      // 49: iii.sandbox.v1.WorkerConfigFile
+	(*WorkerStartRequest)(nil),    // 50: iii.sandbox.v1.WorkerStartRequest
+	(*WorkerStartResponse)(nil),   // 51: iii.sandbox.v1.WorkerStartResponse
+	(*WorkerStopRequest)(nil),     // 52: iii.sandbox.v1.WorkerStopRequest
+	(*WorkerStatusRequest)(nil),   // 53: iii.sandbox.v1.WorkerStatusRequest
+	(*WorkerStatusResponse)(nil),  // 54: iii.sandbox.v1.WorkerStatusResponse
+	(*WorkerListRequest)(nil),     // 55: iii.sandbox.v1.WorkerListRequest
+	(*WorkerListResponse)(nil),    // 56: iii.sandbox.v1.WorkerListResponse
+	(*WorkerLogsRequest)(nil),     // 57: iii.sandbox.v1.WorkerLogsRequest
+	(*WorkerLogEntry)(nil),        // 58: iii.sandbox.v1.WorkerLogEntry
+	(*WorkerLogsResponse)(nil),    // 59: iii.sandbox.v1.WorkerLogsResponse
+	(*WorkerRemoveRequest)(nil),   // 60: iii.sandbox.v1.WorkerRemoveRequest
+	(*WorkerRemoveResponse)(nil),  // 61: iii.sandbox.v1.WorkerRemoveResponse
+	(*ProgressEvent)(nil),         // 62: iii.sandbox.v1.ProgressEvent
+	(*CreateStreamMessage)(nil),   // 63: iii.sandbox.v1.CreateStreamMessage
+	(*RunStreamMessage)(nil),      // 64: iii.sandbox.v1.RunStreamMessage
 }
 var file_sandbox_proto_depIdxs = []int32{
-	1,  // 0: iii.sandbox.v1.InfoResponse.contract:type_name -> iii.sandbox.v1.ContractVersion
-	10, // 1: iii.sandbox.v1.RunRequest.files:type_name -> iii.sandbox.v1.RunFile
-	9,  // 2: iii.sandbox.v1.RunResponse.result:type_name -> iii.sandbox.v1.ExecResponse
-	14, // 3: iii.sandbox.v1.ListResponse.sandboxes:type_name -> iii.sandbox.v1.ListEntry
-	19, // 4: iii.sandbox.v1.CatalogListResponse.images:type_name -> iii.sandbox.v1.CatalogImage
-	21, // 5: iii.sandbox.v1.FsLsResponse.entries:type_name -> iii.sandbox.v1.FsEntry
-	21, // 6: iii.sandbox.v1.FsStatResponse.entry:type_name -> iii.sandbox.v1.FsEntry
-	28, // 7: iii.sandbox.v1.FsWriteChunk.header:type_name -> iii.sandbox.v1.FsWriteHeader
-	32, // 8: iii.sandbox.v1.FsReadChunk.meta:type_name -> iii.sandbox.v1.FsReadMeta
-	41, // 9: iii.sandbox.v1.FsGrepResponse.matches:type_name -> iii.sandbox.v1.GrepMatch
-	44, // 10: iii.sandbox.v1.FsSedResponse.results:type_name -> iii.sandbox.v1.SedResult
-	46, // 11: iii.sandbox.v1.WorkerStartRequest.config:type_name -> iii.sandbox.v1.WorkerConfigFile
-	51, // 12: iii.sandbox.v1.WorkerListResponse.workers:type_name -> iii.sandbox.v1.WorkerStatusResponse
-	55, // 13: iii.sandbox.v1.WorkerLogsResponse.entries:type_name -> iii.sandbox.v1.WorkerLogEntry
-	59, // 14: iii.sandbox.v1.CreateStreamMessage.progress:type_name -> iii.sandbox.v1.ProgressEvent
-	7,  // 15: iii.sandbox.v1.CreateStreamMessage.response:type_name -> iii.sandbox.v1.CreateResponse
-	59, // 16: iii.sandbox.v1.RunStreamMessage.progress:type_name -> iii.sandbox.v1.ProgressEvent
-	12, // 17: iii.sandbox.v1.RunStreamMessage.response:type_name -> iii.sandbox.v1.RunResponse
-	2,  // 18: iii.sandbox.v1.SandboxAdapter.Info:input_type -> iii.sandbox.v1.InfoRequest
-	4,  // 19: iii.sandbox.v1.SandboxAdapter.Configure:input_type -> iii.sandbox.v1.ConfigureRequest
-	6,  // 20: iii.sandbox.v1.SandboxAdapter.Create:input_type -> iii.sandbox.v1.CreateRequest
-	8,  // 21: iii.sandbox.v1.SandboxAdapter.Exec:input_type -> iii.sandbox.v1.ExecRequest
-	11, // 22: iii.sandbox.v1.SandboxAdapter.Run:input_type -> iii.sandbox.v1.RunRequest
-	13, // 23: iii.sandbox.v1.SandboxAdapter.List:input_type -> iii.sandbox.v1.ListRequest
-	16, // 24: iii.sandbox.v1.SandboxAdapter.Stop:input_type -> iii.sandbox.v1.StopRequest
-	18, // 25: iii.sandbox.v1.SandboxAdapter.CatalogList:input_type -> iii.sandbox.v1.CatalogListRequest
-	22, // 26: iii.sandbox.v1.SandboxAdapter.FsLs:input_type -> iii.sandbox.v1.FsLsRequest
-	24, // 27: iii.sandbox.v1.SandboxAdapter.FsStat:input_type -> iii.sandbox.v1.FsStatRequest
-	26, // 28: iii.sandbox.v1.SandboxAdapter.FsMkdir:input_type -> iii.sandbox.v1.FsMkdirRequest
-	29, // 29: iii.sandbox.v1.SandboxAdapter.FsWrite:input_type -> iii.sandbox.v1.FsWriteChunk
-	31, // 30: iii.sandbox.v1.SandboxAdapter.FsRead:input_type -> iii.sandbox.v1.FsReadRequest
-	34, // 31: iii.sandbox.v1.SandboxAdapter.FsRm:input_type -> iii.sandbox.v1.FsRmRequest
-	36, // 32: iii.sandbox.v1.SandboxAdapter.FsChmod:input_type -> iii.sandbox.v1.FsChmodRequest
-	38, // 33: iii.sandbox.v1.SandboxAdapter.FsMv:input_type -> iii.sandbox.v1.FsMvRequest
-	40, // 34: iii.sandbox.v1.SandboxAdapter.FsGrep:input_type -> iii.sandbox.v1.FsGrepRequest
-	43, // 35: iii.sandbox.v1.SandboxAdapter.FsSed:input_type -> iii.sandbox.v1.FsSedRequest
-	47, // 36: iii.sandbox.v1.SandboxAdapter.WorkerStart:input_type -> iii.sandbox.v1.WorkerStartRequest
-	49, // 37: iii.sandbox.v1.SandboxAdapter.WorkerStop:input_type -> iii.sandbox.v1.WorkerStopRequest
-	50, // 38: iii.sandbox.v1.SandboxAdapter.WorkerStatus:input_type -> iii.sandbox.v1.WorkerStatusRequest
-	52, // 39: iii.sandbox.v1.SandboxAdapter.WorkerList:input_type -> iii.sandbox.v1.WorkerListRequest
-	54, // 40: iii.sandbox.v1.SandboxAdapter.WorkerLogs:input_type -> iii.sandbox.v1.WorkerLogsRequest
-	57, // 41: iii.sandbox.v1.SandboxAdapter.WorkerRemove:input_type -> iii.sandbox.v1.WorkerRemoveRequest
-	6,  // 42: iii.sandbox.v1.SandboxAdapter.CreateStream:input_type -> iii.sandbox.v1.CreateRequest
-	11, // 43: iii.sandbox.v1.SandboxAdapter.RunStream:input_type -> iii.sandbox.v1.RunRequest
-	3,  // 44: iii.sandbox.v1.SandboxAdapter.Info:output_type -> iii.sandbox.v1.InfoResponse
-	5,  // 45: iii.sandbox.v1.SandboxAdapter.Configure:output_type -> iii.sandbox.v1.ConfigureResponse
-	7,  // 46: iii.sandbox.v1.SandboxAdapter.Create:output_type -> iii.sandbox.v1.CreateResponse
-	9,  // 47: iii.sandbox.v1.SandboxAdapter.Exec:output_type -> iii.sandbox.v1.ExecResponse
-	12, // 48: iii.sandbox.v1.SandboxAdapter.Run:output_type -> iii.sandbox.v1.RunResponse
-	15, // 49: iii.sandbox.v1.SandboxAdapter.List:output_type -> iii.sandbox.v1.ListResponse
-	17, // 50: iii.sandbox.v1.SandboxAdapter.Stop:output_type -> iii.sandbox.v1.StopResponse
-	20, // 51: iii.sandbox.v1.SandboxAdapter.CatalogList:output_type -> iii.sandbox.v1.CatalogListResponse
-	23, // 52: iii.sandbox.v1.SandboxAdapter.FsLs:output_type -> iii.sandbox.v1.FsLsResponse
-	25, // 53: iii.sandbox.v1.SandboxAdapter.FsStat:output_type -> iii.sandbox.v1.FsStatResponse
-	27, // 54: iii.sandbox.v1.SandboxAdapter.FsMkdir:output_type -> iii.sandbox.v1.FsMkdirResponse
-	30, // 55: iii.sandbox.v1.SandboxAdapter.FsWrite:output_type -> iii.sandbox.v1.FsWriteResponse
-	33, // 56: iii.sandbox.v1.SandboxAdapter.FsRead:output_type -> iii.sandbox.v1.FsReadChunk
-	35, // 57: iii.sandbox.v1.SandboxAdapter.FsRm:output_type -> iii.sandbox.v1.FsRmResponse
-	37, // 58: iii.sandbox.v1.SandboxAdapter.FsChmod:output_type -> iii.sandbox.v1.FsChmodResponse
-	39, // 59: iii.sandbox.v1.SandboxAdapter.FsMv:output_type -> iii.sandbox.v1.FsMvResponse
-	42, // 60: iii.sandbox.v1.SandboxAdapter.FsGrep:output_type -> iii.sandbox.v1.FsGrepResponse
-	45, // 61: iii.sandbox.v1.SandboxAdapter.FsSed:output_type -> iii.sandbox.v1.FsSedResponse
-	48, // 62: iii.sandbox.v1.SandboxAdapter.WorkerStart:output_type -> iii.sandbox.v1.WorkerStartResponse
-	51, // 63: iii.sandbox.v1.SandboxAdapter.WorkerStop:output_type -> iii.sandbox.v1.WorkerStatusResponse
-	51, // 64: iii.sandbox.v1.SandboxAdapter.WorkerStatus:output_type -> iii.sandbox.v1.WorkerStatusResponse
-	53, // 65: iii.sandbox.v1.SandboxAdapter.WorkerList:output_type -> iii.sandbox.v1.WorkerListResponse
-	56, // 66: iii.sandbox.v1.SandboxAdapter.WorkerLogs:output_type -> iii.sandbox.v1.WorkerLogsResponse
-	58, // 67: iii.sandbox.v1.SandboxAdapter.WorkerRemove:output_type -> iii.sandbox.v1.WorkerRemoveResponse
-	60, // 68: iii.sandbox.v1.SandboxAdapter.CreateStream:output_type -> iii.sandbox.v1.CreateStreamMessage
-	61, // 69: iii.sandbox.v1.SandboxAdapter.RunStream:output_type -> iii.sandbox.v1.RunStreamMessage
-	44, // [44:70] is the sub-list for method output_type
-	18, // [18:44] is the sub-list for method input_type
+	4,  // 0: iii.sandbox.v1.InfoResponse.contract:type_name -> iii.sandbox.v1.ContractVersion
+	13, // 1: iii.sandbox.v1.RunRequest.files:type_name -> iii.sandbox.v1.RunFile
+	12, // 2: iii.sandbox.v1.RunResponse.result:type_name -> iii.sandbox.v1.ExecResponse
+	17, // 3: iii.sandbox.v1.ListResponse.sandboxes:type_name -> iii.sandbox.v1.ListEntry
+	22, // 4: iii.sandbox.v1.CatalogListResponse.images:type_name -> iii.sandbox.v1.CatalogImage
+	24, // 5: iii.sandbox.v1.FsLsResponse.entries:type_name -> iii.sandbox.v1.FsEntry
+	24, // 6: iii.sandbox.v1.FsStatResponse.entry:type_name -> iii.sandbox.v1.FsEntry
+	31, // 7: iii.sandbox.v1.FsWriteChunk.header:type_name -> iii.sandbox.v1.FsWriteHeader
+	35, // 8: iii.sandbox.v1.FsReadChunk.meta:type_name -> iii.sandbox.v1.FsReadMeta
+	44, // 9: iii.sandbox.v1.FsGrepResponse.matches:type_name -> iii.sandbox.v1.GrepMatch
+	47, // 10: iii.sandbox.v1.FsSedResponse.results:type_name -> iii.sandbox.v1.SedResult
+	49, // 11: iii.sandbox.v1.WorkerStartRequest.config:type_name -> iii.sandbox.v1.WorkerConfigFile
+	54, // 12: iii.sandbox.v1.WorkerListResponse.workers:type_name -> iii.sandbox.v1.WorkerStatusResponse
+	58, // 13: iii.sandbox.v1.WorkerLogsResponse.entries:type_name -> iii.sandbox.v1.WorkerLogEntry
+	62, // 14: iii.sandbox.v1.CreateStreamMessage.progress:type_name -> iii.sandbox.v1.ProgressEvent
+	10, // 15: iii.sandbox.v1.CreateStreamMessage.response:type_name -> iii.sandbox.v1.CreateResponse
+	62, // 16: iii.sandbox.v1.RunStreamMessage.progress:type_name -> iii.sandbox.v1.ProgressEvent
+	15, // 17: iii.sandbox.v1.RunStreamMessage.response:type_name -> iii.sandbox.v1.RunResponse
+	5,  // 18: iii.sandbox.v1.SandboxAdapter.Info:input_type -> iii.sandbox.v1.InfoRequest
+	7,  // 19: iii.sandbox.v1.SandboxAdapter.Configure:input_type -> iii.sandbox.v1.ConfigureRequest
+	9,  // 20: iii.sandbox.v1.SandboxAdapter.Create:input_type -> iii.sandbox.v1.CreateRequest
+	11, // 21: iii.sandbox.v1.SandboxAdapter.Exec:input_type -> iii.sandbox.v1.ExecRequest
+	14, // 22: iii.sandbox.v1.SandboxAdapter.Run:input_type -> iii.sandbox.v1.RunRequest
+	16, // 23: iii.sandbox.v1.SandboxAdapter.List:input_type -> iii.sandbox.v1.ListRequest
+	19, // 24: iii.sandbox.v1.SandboxAdapter.Stop:input_type -> iii.sandbox.v1.StopRequest
+	21, // 25: iii.sandbox.v1.SandboxAdapter.CatalogList:input_type -> iii.sandbox.v1.CatalogListRequest
+	25, // 26: iii.sandbox.v1.SandboxAdapter.FsLs:input_type -> iii.sandbox.v1.FsLsRequest
+	27, // 27: iii.sandbox.v1.SandboxAdapter.FsStat:input_type -> iii.sandbox.v1.FsStatRequest
+	29, // 28: iii.sandbox.v1.SandboxAdapter.FsMkdir:input_type -> iii.sandbox.v1.FsMkdirRequest
+	32, // 29: iii.sandbox.v1.SandboxAdapter.FsWrite:input_type -> iii.sandbox.v1.FsWriteChunk
+	34, // 30: iii.sandbox.v1.SandboxAdapter.FsRead:input_type -> iii.sandbox.v1.FsReadRequest
+	37, // 31: iii.sandbox.v1.SandboxAdapter.FsRm:input_type -> iii.sandbox.v1.FsRmRequest
+	39, // 32: iii.sandbox.v1.SandboxAdapter.FsChmod:input_type -> iii.sandbox.v1.FsChmodRequest
+	41, // 33: iii.sandbox.v1.SandboxAdapter.FsMv:input_type -> iii.sandbox.v1.FsMvRequest
+	43, // 34: iii.sandbox.v1.SandboxAdapter.FsGrep:input_type -> iii.sandbox.v1.FsGrepRequest
+	46, // 35: iii.sandbox.v1.SandboxAdapter.FsSed:input_type -> iii.sandbox.v1.FsSedRequest
+	50, // 36: iii.sandbox.v1.SandboxAdapter.WorkerStart:input_type -> iii.sandbox.v1.WorkerStartRequest
+	52, // 37: iii.sandbox.v1.SandboxAdapter.WorkerStop:input_type -> iii.sandbox.v1.WorkerStopRequest
+	53, // 38: iii.sandbox.v1.SandboxAdapter.WorkerStatus:input_type -> iii.sandbox.v1.WorkerStatusRequest
+	55, // 39: iii.sandbox.v1.SandboxAdapter.WorkerList:input_type -> iii.sandbox.v1.WorkerListRequest
+	57, // 40: iii.sandbox.v1.SandboxAdapter.WorkerLogs:input_type -> iii.sandbox.v1.WorkerLogsRequest
+	60, // 41: iii.sandbox.v1.SandboxAdapter.WorkerRemove:input_type -> iii.sandbox.v1.WorkerRemoveRequest
+	9,  // 42: iii.sandbox.v1.SandboxAdapter.CreateStream:input_type -> iii.sandbox.v1.CreateRequest
+	14, // 43: iii.sandbox.v1.SandboxAdapter.RunStream:input_type -> iii.sandbox.v1.RunRequest
+	0,  // 44: iii.sandbox.v1.SandboxAdapter.Pause:input_type -> iii.sandbox.v1.PauseRequest
+	1,  // 45: iii.sandbox.v1.SandboxAdapter.Resume:input_type -> iii.sandbox.v1.ResumeRequest
+	6,  // 46: iii.sandbox.v1.SandboxAdapter.Info:output_type -> iii.sandbox.v1.InfoResponse
+	8,  // 47: iii.sandbox.v1.SandboxAdapter.Configure:output_type -> iii.sandbox.v1.ConfigureResponse
+	10, // 48: iii.sandbox.v1.SandboxAdapter.Create:output_type -> iii.sandbox.v1.CreateResponse
+	12, // 49: iii.sandbox.v1.SandboxAdapter.Exec:output_type -> iii.sandbox.v1.ExecResponse
+	15, // 50: iii.sandbox.v1.SandboxAdapter.Run:output_type -> iii.sandbox.v1.RunResponse
+	18, // 51: iii.sandbox.v1.SandboxAdapter.List:output_type -> iii.sandbox.v1.ListResponse
+	20, // 52: iii.sandbox.v1.SandboxAdapter.Stop:output_type -> iii.sandbox.v1.StopResponse
+	23, // 53: iii.sandbox.v1.SandboxAdapter.CatalogList:output_type -> iii.sandbox.v1.CatalogListResponse
+	26, // 54: iii.sandbox.v1.SandboxAdapter.FsLs:output_type -> iii.sandbox.v1.FsLsResponse
+	28, // 55: iii.sandbox.v1.SandboxAdapter.FsStat:output_type -> iii.sandbox.v1.FsStatResponse
+	30, // 56: iii.sandbox.v1.SandboxAdapter.FsMkdir:output_type -> iii.sandbox.v1.FsMkdirResponse
+	33, // 57: iii.sandbox.v1.SandboxAdapter.FsWrite:output_type -> iii.sandbox.v1.FsWriteResponse
+	36, // 58: iii.sandbox.v1.SandboxAdapter.FsRead:output_type -> iii.sandbox.v1.FsReadChunk
+	38, // 59: iii.sandbox.v1.SandboxAdapter.FsRm:output_type -> iii.sandbox.v1.FsRmResponse
+	40, // 60: iii.sandbox.v1.SandboxAdapter.FsChmod:output_type -> iii.sandbox.v1.FsChmodResponse
+	42, // 61: iii.sandbox.v1.SandboxAdapter.FsMv:output_type -> iii.sandbox.v1.FsMvResponse
+	45, // 62: iii.sandbox.v1.SandboxAdapter.FsGrep:output_type -> iii.sandbox.v1.FsGrepResponse
+	48, // 63: iii.sandbox.v1.SandboxAdapter.FsSed:output_type -> iii.sandbox.v1.FsSedResponse
+	51, // 64: iii.sandbox.v1.SandboxAdapter.WorkerStart:output_type -> iii.sandbox.v1.WorkerStartResponse
+	54, // 65: iii.sandbox.v1.SandboxAdapter.WorkerStop:output_type -> iii.sandbox.v1.WorkerStatusResponse
+	54, // 66: iii.sandbox.v1.SandboxAdapter.WorkerStatus:output_type -> iii.sandbox.v1.WorkerStatusResponse
+	56, // 67: iii.sandbox.v1.SandboxAdapter.WorkerList:output_type -> iii.sandbox.v1.WorkerListResponse
+	59, // 68: iii.sandbox.v1.SandboxAdapter.WorkerLogs:output_type -> iii.sandbox.v1.WorkerLogsResponse
+	61, // 69: iii.sandbox.v1.SandboxAdapter.WorkerRemove:output_type -> iii.sandbox.v1.WorkerRemoveResponse
+	63, // 70: iii.sandbox.v1.SandboxAdapter.CreateStream:output_type -> iii.sandbox.v1.CreateStreamMessage
+	64, // 71: iii.sandbox.v1.SandboxAdapter.RunStream:output_type -> iii.sandbox.v1.RunStreamMessage
+	2,  // 72: iii.sandbox.v1.SandboxAdapter.Pause:output_type -> iii.sandbox.v1.SandboxStatusResponse
+	2,  // 73: iii.sandbox.v1.SandboxAdapter.Resume:output_type -> iii.sandbox.v1.SandboxStatusResponse
+	46, // [46:74] is the sub-list for method output_type
+	18, // [18:46] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -4617,28 +4785,28 @@ func file_sandbox_proto_init() {
 	if File_sandbox_proto != nil {
 		return
 	}
-	file_sandbox_proto_msgTypes[0].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[6].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[3].OneofWrappers = []any{}
 	file_sandbox_proto_msgTypes[9].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[29].OneofWrappers = []any{
+	file_sandbox_proto_msgTypes[12].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[32].OneofWrappers = []any{
 		(*FsWriteChunk_Header)(nil),
 		(*FsWriteChunk_Data)(nil),
 	}
-	file_sandbox_proto_msgTypes[33].OneofWrappers = []any{
+	file_sandbox_proto_msgTypes[36].OneofWrappers = []any{
 		(*FsReadChunk_Meta)(nil),
 		(*FsReadChunk_Data)(nil),
 	}
-	file_sandbox_proto_msgTypes[36].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[47].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[48].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[39].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[50].OneofWrappers = []any{}
 	file_sandbox_proto_msgTypes[51].OneofWrappers = []any{}
 	file_sandbox_proto_msgTypes[54].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[59].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[60].OneofWrappers = []any{
+	file_sandbox_proto_msgTypes[57].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[62].OneofWrappers = []any{}
+	file_sandbox_proto_msgTypes[63].OneofWrappers = []any{
 		(*CreateStreamMessage_Progress)(nil),
 		(*CreateStreamMessage_Response)(nil),
 	}
-	file_sandbox_proto_msgTypes[61].OneofWrappers = []any{
+	file_sandbox_proto_msgTypes[64].OneofWrappers = []any{
 		(*RunStreamMessage_Progress)(nil),
 		(*RunStreamMessage_Response)(nil),
 	}
@@ -4648,7 +4816,7 @@ func file_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_proto_rawDesc), len(file_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -55,6 +55,8 @@ const (
 	SandboxAdapter_WorkerRemove_FullMethodName = "/iii.sandbox.v1.SandboxAdapter/WorkerRemove"
 	SandboxAdapter_CreateStream_FullMethodName = "/iii.sandbox.v1.SandboxAdapter/CreateStream"
 	SandboxAdapter_RunStream_FullMethodName    = "/iii.sandbox.v1.SandboxAdapter/RunStream"
+	SandboxAdapter_Pause_FullMethodName        = "/iii.sandbox.v1.SandboxAdapter/Pause"
+	SandboxAdapter_Resume_FullMethodName       = "/iii.sandbox.v1.SandboxAdapter/Resume"
 )
 
 // SandboxAdapterClient is the client API for SandboxAdapter service.
@@ -104,6 +106,11 @@ type SandboxAdapterClient interface {
 	// existed).
 	CreateStream(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CreateStreamMessage], error)
 	RunStream(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunStreamMessage], error)
+	// sandbox::pause and sandbox::resume, served by adapters that announce
+	// the "pause" capability in InfoResponse.capabilities; others answer
+	// with a sandbox error (S006).
+	Pause(ctx context.Context, in *PauseRequest, opts ...grpc.CallOption) (*SandboxStatusResponse, error)
+	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*SandboxStatusResponse, error)
 }
 
 type sandboxAdapterClient struct {
@@ -404,6 +411,26 @@ func (c *sandboxAdapterClient) RunStream(ctx context.Context, in *RunRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxAdapter_RunStreamClient = grpc.ServerStreamingClient[RunStreamMessage]
 
+func (c *sandboxAdapterClient) Pause(ctx context.Context, in *PauseRequest, opts ...grpc.CallOption) (*SandboxStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SandboxStatusResponse)
+	err := c.cc.Invoke(ctx, SandboxAdapter_Pause_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxAdapterClient) Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*SandboxStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SandboxStatusResponse)
+	err := c.cc.Invoke(ctx, SandboxAdapter_Resume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxAdapterServer is the server API for SandboxAdapter service.
 // All implementations must embed UnimplementedSandboxAdapterServer
 // for forward compatibility.
@@ -451,6 +478,11 @@ type SandboxAdapterServer interface {
 	// existed).
 	CreateStream(*CreateRequest, grpc.ServerStreamingServer[CreateStreamMessage]) error
 	RunStream(*RunRequest, grpc.ServerStreamingServer[RunStreamMessage]) error
+	// sandbox::pause and sandbox::resume, served by adapters that announce
+	// the "pause" capability in InfoResponse.capabilities; others answer
+	// with a sandbox error (S006).
+	Pause(context.Context, *PauseRequest) (*SandboxStatusResponse, error)
+	Resume(context.Context, *ResumeRequest) (*SandboxStatusResponse, error)
 	mustEmbedUnimplementedSandboxAdapterServer()
 }
 
@@ -538,6 +570,12 @@ func (UnimplementedSandboxAdapterServer) CreateStream(*CreateRequest, grpc.Serve
 }
 func (UnimplementedSandboxAdapterServer) RunStream(*RunRequest, grpc.ServerStreamingServer[RunStreamMessage]) error {
 	return status.Error(codes.Unimplemented, "method RunStream not implemented")
+}
+func (UnimplementedSandboxAdapterServer) Pause(context.Context, *PauseRequest) (*SandboxStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Pause not implemented")
+}
+func (UnimplementedSandboxAdapterServer) Resume(context.Context, *ResumeRequest) (*SandboxStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resume not implemented")
 }
 func (UnimplementedSandboxAdapterServer) mustEmbedUnimplementedSandboxAdapterServer() {}
 func (UnimplementedSandboxAdapterServer) testEmbeddedByValue()                        {}
@@ -996,6 +1034,42 @@ func _SandboxAdapter_RunStream_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxAdapter_RunStreamServer = grpc.ServerStreamingServer[RunStreamMessage]
 
+func _SandboxAdapter_Pause_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxAdapterServer).Pause(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxAdapter_Pause_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxAdapterServer).Pause(ctx, req.(*PauseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxAdapter_Resume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxAdapterServer).Resume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxAdapter_Resume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxAdapterServer).Resume(ctx, req.(*ResumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxAdapter_ServiceDesc is the grpc.ServiceDesc for SandboxAdapter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1090,6 +1164,14 @@ var SandboxAdapter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WorkerRemove",
 			Handler:    _SandboxAdapter_WorkerRemove_Handler,
+		},
+		{
+			MethodName: "Pause",
+			Handler:    _SandboxAdapter_Pause_Handler,
+		},
+		{
+			MethodName: "Resume",
+			Handler:    _SandboxAdapter_Resume_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -258,6 +258,11 @@ func (m *managed) publish(in *instance, down *contract.Error) error {
 	if in == nil || (in.info != nil && in.info.HasCapability(contract.CapabilityWorker)) {
 		ops = append(ops, contract.WorkerOps()...)
 	}
+	// sandbox::pause and sandbox::resume likewise; without them the
+	// router answers S006.
+	if in == nil || (in.info != nil && in.info.HasCapability(contract.CapabilityPause)) {
+		ops = append(ops, contract.PauseOps()...)
+	}
 	for _, op := range ops {
 		def := engine.FunctionDef{
 			ID:             contract.AdapterFunctionID(m.key.adapter, op),

@@ -120,7 +120,7 @@ func New(eng *engine.Engine, opts Options) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("attach the sandbox router: %w", err)
 	}
-	for _, op := range contract.Ops() {
+	for _, op := range append(contract.Ops(), contract.PauseOps()...) {
 		def := engine.FunctionDef{
 			ID:             contract.RouterFunctionID(op),
 			Description:    schema.Description(op) + " Routed to the bound sandbox adapter.",
@@ -207,6 +207,12 @@ func (r *Router) forward(op string) engine.Handler {
 		target := contract.AdapterFunctionID(b.Adapter, op)
 		if !r.hosted(b) {
 			o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, target)
+			if !o.Registered && contract.IsPauseOp(op) {
+				// An adapter that runs but has no pause capability.
+				if io := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, contract.AdapterFunctionID(b.Adapter, contract.OpAdapterInfo)); io.Registered && io.Trusted {
+					return nil, contract.PauseUnsupported(b.Adapter, op).ErrorBody()
+				}
+			}
 			if o.Registered && !o.Trusted {
 				return nil, contract.NewError(contract.S301,
 					"%s in namespace %q is registered by a worker that presented neither the engine token nor a sandbox host credential for adapter %q in that namespace; an adapter that is a WebSocket worker must connect with one of them (Authorization: Bearer, docs/security.md), so that no other worker can stand in for it",
@@ -224,6 +230,10 @@ func (r *Router) forward(op string) engine.Handler {
 		if errors.As(err, &eb) {
 			switch eb.Code {
 			case protocol.CodeFunctionNotFound:
+				if contract.IsPauseOp(op) && r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, contract.AdapterFunctionID(b.Adapter, contract.OpAdapterInfo)).Registered {
+					// The adapter runs but has no pause capability.
+					return nil, contract.PauseUnsupported(b.Adapter, op).ErrorBody()
+				}
 				return nil, r.notRunning(b).ErrorBody()
 			case protocol.CodeInvocationStopped:
 				return nil, contract.NewError(contract.S301,

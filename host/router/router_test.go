@@ -353,13 +353,13 @@ func TestNodeCaller(t *testing.T) {
 	}
 }
 
-// The router registers the sixteen functions with their schemas, as an
-// internal worker.
+// The router registers the sixteen functions and sandbox::pause and
+// sandbox::resume with their schemas, as an internal worker.
 func TestRouterFunctions(t *testing.T) {
 	te := newEnv(t, nil)
 	wi := te.MustCall(t, engine.FnWorkersInfo, map[string]any{"name": WorkerName})
 	assert.Equal(t, wi["worker"].(map[string]any)["internal"], true)
-	assert.Equal(t, len(wi["functions"].([]any)), 16)
+	assert.Equal(t, len(wi["functions"].([]any)), 18)
 	fi := te.MustCall(t, engine.FnFunctionsInfo, map[string]any{"function_id": "sandbox::fs::read"})
 	assert.Assert(t, fi["request_schema"] != nil && fi["response_schema"] != nil)
 	assert.Equal(t, fi["namespace"], "default")
@@ -426,4 +426,30 @@ func TestSquatterIsNotAnAdapter(t *testing.T) {
 		t.Fatal("the router forwarded to a worker without the engine token")
 	default:
 	}
+}
+
+// An adapter without the pause capability (it registers no
+// <adapter>::pause) answers sandbox::pause and sandbox::resume with S006
+// naming itself, not S301; one that registers them gets the call.
+func TestPauseCapability(t *testing.T) {
+	te := newEnv(t, nil)
+	assert.NilError(t, te.router.Bind("plain", ""))
+	w := te.Client
+	assert.NilError(t, register(t, w, client.FunctionDef{ID: "plain::adapter::info"}, func(context.Context, *client.Invocation) (any, error) {
+		return map[string]any{"adapter": "plain", "adapter_version": "1", "contract": map[string]int{"major": contract.Major, "minor": 1}}, nil
+	}))
+	waitRegistered(t, te, "default", "plain::adapter::info")
+	id := "0b7c3a52-4c0e-4b6a-9a43-5bd0c6d8a001"
+	for _, op := range contract.PauseOps() {
+		_, err := te.Call(t, "sandbox::"+op, map[string]any{"sandbox_id": id})
+		se := enginetest.SandboxError(t, err)
+		assert.Equal(t, se.Code, contract.S006, op)
+		assert.Check(t, is.Contains(se.Message, `"plain"`))
+	}
+	assert.NilError(t, register(t, w, client.FunctionDef{ID: "plain::pause"}, func(_ context.Context, inv *client.Invocation) (any, error) {
+		return map[string]any{"sandbox_id": id, "status": contract.SandboxPaused}, nil
+	}))
+	waitRegistered(t, te, "default", "plain::pause")
+	out := te.MustCall(t, "sandbox::pause", map[string]any{"sandbox_id": id})
+	assert.Equal(t, out["status"], contract.SandboxPaused)
 }

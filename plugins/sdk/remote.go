@@ -327,6 +327,9 @@ func runRemote(ctx context.Context, cancel context.CancelFunc, cfg ServeConfig, 
 	if _, ok := inner.(contract.WorkerAdapter); ok {
 		ops = append(ops, contract.WorkerOps()...)
 	}
+	if _, ok := inner.(contract.PauseAdapter); ok {
+		ops = append(ops, contract.PauseOps()...)
+	}
 	r := &remote{cfg: cfg, o: o, token: token, log: log, served: served, ops: ops, table: adapterjson.Ops(), refused: make(chan error, 1)}
 	code := r.loop(ctx)
 	// Streams of fs::read still running end with the adapter's context.

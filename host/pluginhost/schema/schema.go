@@ -214,6 +214,8 @@ func requests() map[string]m {
 			"sandbox_id": sandboxID(),
 			"wait":       boolean("Return only once the sandbox has exited.", false),
 		}),
+		contract.OpPause:  object([]string{"sandbox_id"}, m{"sandbox_id": sandboxID()}),
+		contract.OpResume: object([]string{"sandbox_id"}, m{"sandbox_id": sandboxID()}),
 		contract.OpFsLs:   fsPathRequest(nil),
 		contract.OpFsStat: fsPathRequest(nil),
 		contract.OpFsRead: fsPathRequest(nil),
@@ -303,6 +305,7 @@ func responses() map[string]m {
 					"exec_in_flight":   whole(""),
 					"exec_slots_free":  whole(""),
 					"stopped":          m{"type": "boolean"},
+					"paused":           boolean("sandbox::pause paused it: exec and fs answer S005 until sandbox::resume. Absent means false.", false),
 					"host_name":        str("The sandbox host that holds it: sandbox::list of a fleet binding sets it on every entry (docs/scale-out.md)."),
 				})},
 		}),
@@ -310,6 +313,8 @@ func responses() map[string]m {
 			"sandbox_id": m{"type": "string"},
 			"stopped":    m{"type": "boolean"},
 		}),
+		contract.OpPause:  sandboxStatus(),
+		contract.OpResume: sandboxStatus(),
 		contract.OpCatalogList: object([]string{"images"}, m{
 			"images": m{"type": "array", "items": object([]string{"name", "oci_ref", "kind"}, m{
 				"name":    m{"type": "string"},
@@ -381,6 +386,16 @@ func descriptions() map[string]string {
 		contract.OpFsMv:        "Move or rename a path in a sandbox.",
 		contract.OpFsGrep:      "Search files in a sandbox with an RE2 regular expression.",
 		contract.OpFsSed:       "Replace text in files of a sandbox.",
+		contract.OpPause:       "Pause a sandbox: its memory and files are kept, nothing runs until sandbox::resume (adapters with the pause capability).",
+		contract.OpResume:      "Resume a paused sandbox where it stopped (adapters with the pause capability).",
 		contract.OpAdapterInfo: "Describe the adapter: name, version, sandbox contract version, back-end facts.",
 	}
+}
+
+// sandboxStatus is the reply of sandbox::pause and sandbox::resume.
+func sandboxStatus() m {
+	return object([]string{"sandbox_id", "status"}, m{
+		"sandbox_id": m{"type": "string"},
+		"status":     m{"type": "string", "enum": []string{contract.SandboxRunning, contract.SandboxPaused}},
+	})
 }
