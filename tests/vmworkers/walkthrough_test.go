@@ -25,6 +25,7 @@ import (
 	"github.com/iii-sandbox/iii/internal/testkit/bins"
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/docblocks"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
@@ -32,57 +33,6 @@ import (
 )
 
 const docFile = "../../docs/vm-workers.md"
-
-var (
-	fileMarker = regexp.MustCompile(`^<!-- file: (\S+) -->$`)
-	runMarker  = regexp.MustCompile(`^<!-- run: (\S+) -->$`)
-)
-
-// docBlocks returns the page's marked blocks: files by path, and sh steps
-// in order. A marker must be followed by a fenced block.
-func docBlocks(doc string) (files map[string]string, steps []string, err error) {
-	files = map[string]string{}
-	lines := strings.Split(doc, "\n")
-	for i, l := range lines {
-		f, r := fileMarker.FindStringSubmatch(l), runMarker.FindStringSubmatch(l)
-		if f == nil && r == nil {
-			continue
-		}
-		if i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "```") {
-			return nil, nil, fmt.Errorf("%s:%d: a marker must be followed by a fenced block", docFile, i+1)
-		}
-		var body []string
-		closed := false
-		for _, b := range lines[i+2:] {
-			if b == "```" {
-				closed = true
-				break
-			}
-			body = append(body, b)
-		}
-		if !closed {
-			return nil, nil, fmt.Errorf("%s:%d: the block is not closed", docFile, i+1)
-		}
-		text := strings.Join(body, "\n") + "\n"
-		if f != nil {
-			files[f[1]] = text
-		} else {
-			steps = append(steps, text)
-		}
-	}
-	return files, steps, nil
-}
-
-func TestDocBlocks(t *testing.T) {
-	files, steps, err := docBlocks("<!-- file: a/b.yaml -->\n```yaml\nx: 1\n```\ntext\n<!-- run: s -->\n```sh\necho\n```\n")
-	assert.NilError(t, err)
-	assert.DeepEqual(t, files, map[string]string{"a/b.yaml": "x: 1\n"})
-	assert.DeepEqual(t, steps, []string{"echo\n"})
-	_, _, err = docBlocks("<!-- file: a -->\ntext\n")
-	assert.Check(t, is.ErrorContains(err, "must be followed by a fenced block"))
-	_, _, err = docBlocks("<!-- run: a -->\n```sh\necho\n")
-	assert.Check(t, is.ErrorContains(err, "not closed"))
-}
 
 // buildRegistry builds iii, sandbox-libkrun and its guest agent from this
 // tree and publishes the adapter into dir/registry, iii's default one.
@@ -143,7 +93,7 @@ func TestVMWorkersWalkthrough(t *testing.T) {
 	layout, nodeModules := vmHost(t)
 	doc, err := os.ReadFile(docFile)
 	assert.NilError(t, err)
-	files, steps, err := docBlocks(string(doc))
+	files, steps, err := docblocks.Parse(docFile, string(doc))
 	assert.NilError(t, err)
 	for _, f := range []string{"worker-compose.yaml", "hello-node/iii.worker.yaml", "hello-node/worker.mjs", "hello-py/iii.worker.yaml", "hello-py/worker.py", "src/iii_mini/__init__.py"} {
 		assert.Assert(t, files[f] != "", "the page shows no %s", f)
