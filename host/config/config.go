@@ -740,7 +740,7 @@ func (p *parser) listener(e entry) (Listener, error) {
 		}
 		c, err := rbac.ParseConfig(raw)
 		if err != nil {
-			return l, p.fail(CodeInvalidConfig, v, "%s.%v (docs/security.md#rbac)", path, err)
+			return l, p.fail(CodeInvalidConfig, v, "%s.%v (docs/security.md#rbac-and-middleware)", path, err)
 		}
 		canon, _ := json.Marshal(c)
 		l.RBAC = string(canon)
