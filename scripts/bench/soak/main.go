@@ -752,6 +752,16 @@ func (s *soak) report(ctx context.Context, ran time.Duration, logPath string) er
 		check(p.name, "fds (idle)", int64(p.first.fds), int64(p.last.fds), tolFDs)
 		check(p.name, "gor (idle)", int64(p.first.goroutines), int64(p.last.goroutines), tolGoroutines)
 	}
+	// L1's figure beside its floor: what each process holds at the end
+	// against what it held after warm-up in the same run.
+	for _, p := range []struct {
+		name              string
+		first, warm, last procSample
+	}{{"engine", first.engine, warm.engine, last.engine}, {"adapter", first.adapter, warm.adapter, last.adapter}} {
+		fmt.Printf("L1 %-8s RSS at the end %.1f MiB | floor: after warm-up (%s, same run) %.1f MiB | ratio %.2fx; fds %d -> %d, goroutines %d -> %d (idle start -> end)\n",
+			p.name, float64(p.last.rss)/(1<<20), warm.label, float64(p.warm.rss)/(1<<20), float64(p.last.rss)/float64(max(p.warm.rss, 1)),
+			p.first.fds, p.last.fds, p.first.goroutines, p.last.goroutines)
+	}
 	if len(s.samples) >= 4 {
 		// Under load (informational: in-flight calls move the counts):
 		// the last sample before the end against the first after warm-up.
