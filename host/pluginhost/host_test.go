@@ -55,7 +55,7 @@ func TestStartCallStop(t *testing.T) {
 	assert.Equal(t, w["runtime"], "go-plugin")
 	assert.Equal(t, w["pid"], float64(pid))
 	assert.Equal(t, w["isolation"], "none")
-	assert.Equal(t, len(wi["functions"].([]any)), 17, "16 ops and adapter::info")
+	assert.Equal(t, len(wi["functions"].([]any)), 19, "16 ops, adapter::info, pause and resume (hostdir announces the pause capability)")
 	fi := te.MustCall(t, engine.FnFunctionsInfo, map[string]any{"function_id": "sandbox-hostdir::fs::write"})
 	assert.Assert(t, fi["request_schema"] != nil && fi["response_schema"] != nil)
 

@@ -32,6 +32,9 @@ const (
 	// sandboxes. It is not part of the upstream configuration; tests
 	// shorten it so idle reaping happens within a test's patience.
 	KeyReaperTickMS = "reaper_tick_ms"
+	// KeyIdleAction is what the reaper does to an idle sandbox: "stop"
+	// (the default) or "pause" (adapters whose sandboxes can pause).
+	KeyIdleAction = "idle_action"
 )
 
 // DefaultReaperTick is how often the reaper runs unless reaper_tick_ms
@@ -48,7 +51,7 @@ func KitConfigKeys() []string {
 	return []string{
 		KeyImageAllowlist, KeyCustomImages, KeyAutoInstall, KeyDefaultCPUs,
 		KeyDefaultMemoryMB, KeyDefaultIdleTimeoutSecs, KeyMaxConcurrentSandboxes,
-		KeyMaxConcurrentExecPerSandbox, KeyMaxExecTimeoutMS, KeyPerImageCaps, KeyReaperTickMS,
+		KeyMaxConcurrentExecPerSandbox, KeyMaxExecTimeoutMS, KeyPerImageCaps, KeyReaperTickMS, KeyIdleAction,
 	}
 }
 
@@ -73,6 +76,8 @@ type Config struct {
 	MaxExecTimeoutMS            uint64
 	PerImageCaps                map[string]ImageCaps
 	ReaperTick                  time.Duration
+	// IdleAction is IdleStop or IdlePause.
+	IdleAction string
 }
 
 // DefaultConfig is the configuration of an adapter given no keys at all.
@@ -88,6 +93,7 @@ func DefaultConfig() Config {
 		MaxExecTimeoutMS:            contract.DefaultMaxExecTimeoutMS,
 		PerImageCaps:                map[string]ImageCaps{},
 		ReaperTick:                  DefaultReaperTick,
+		IdleAction:                  IdleStop,
 	}
 }
 
@@ -177,6 +183,8 @@ func ParseConfig(raw []byte, presets []contract.CatalogImage, providerKeys []str
 			cfg.MaxConcurrentExecPerSandbox, err = parseU32(key, v, 0)
 		case KeyMaxExecTimeoutMS:
 			cfg.MaxExecTimeoutMS, err = parseU64(key, v, 1)
+		case KeyIdleAction:
+			cfg.IdleAction, err = parseIdleAction(key, v)
 		case KeyReaperTickMS:
 			var ms uint64
 			ms, err = parseU64(key, v, 1)
@@ -486,4 +494,13 @@ func checkPresets(presets []contract.CatalogImage) error {
 		seen[p.Name] = true
 	}
 	return nil
+}
+
+// parseIdleAction reads idle_action: "stop" or "pause".
+func parseIdleAction(key string, v json.RawMessage) (string, error) {
+	var a string
+	if err := json.Unmarshal(v, &a); err != nil || (a != IdleStop && a != IdlePause) {
+		return "", configErr(key, "must be %q or %q, got %s", IdleStop, IdlePause, jsonkind.Of(v))
+	}
+	return a, nil
 }

@@ -49,6 +49,7 @@ func TestParseConfigValues(t *testing.T) {
 		"max_exec_timeout_ms": 1000,
 		"per_image_caps": {"python": {"max_cpus": 4}, "mine": {"max_memory_mb": 256, "max_cpus": null}},
 		"reaper_tick_ms": 250,
+		"idle_action": "pause",
 		"provider_thing": {"x": [1]}
 	}`
 	cfg, prov, err := ParseConfig([]byte(raw), testPresets(), []string{"provider_thing", "unused"})
@@ -65,6 +66,7 @@ func TestParseConfigValues(t *testing.T) {
 		MaxExecTimeoutMS:            1000,
 		PerImageCaps:                map[string]ImageCaps{"python": {MaxCPUs: 4}, "mine": {MaxMemoryMB: 256}},
 		ReaperTick:                  250 * time.Millisecond,
+		IdleAction:                  IdlePause,
 	})
 	assert.Equal(t, cfg.ExecSlots(), uint32(1))
 	assert.DeepEqual(t, prov, map[string]json.RawMessage{"provider_thing": json.RawMessage(`{"x": [1]}`)})

@@ -94,6 +94,9 @@ type fakeSandbox struct {
 	doneOnce  sync.Once
 	// activityHook runs at the start of LastActivity.
 	activityHook func()
+	// paused, pauses and resumes: Pausable (pause_test.go).
+	paused          bool
+	pauses, resumes int
 }
 
 // die makes the sandbox end on its own.

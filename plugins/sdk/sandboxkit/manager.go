@@ -103,9 +103,13 @@ type entry struct {
 	lastOp atomic.Int64
 
 	// Guarded by Manager.mu.
-	execs      uint32
-	ops        uint32
-	stopped    bool
+	execs   uint32
+	ops     uint32
+	stopped bool
+	// paused: sandbox::pause (or the reaper, with idle_action pause)
+	// paused it; moving: a pause or resume is under way (pause.go).
+	paused     bool
+	moving     bool
 	stoppedAt  time.Time
 	stopReason string
 	// released is closed when the Manager claims the stop, which ends
@@ -132,12 +136,16 @@ func (m *Manager) Info(ctx context.Context) (*contract.AdapterInfo, error) {
 	if c := m.capacity(); c != nil {
 		facts["capacity"] = c
 	}
-	return &contract.AdapterInfo{
+	info := &contract.AdapterInfo{
 		Adapter:        m.opts.Name,
 		AdapterVersion: m.opts.Version,
 		Contract:       contract.Current(),
 		Facts:          facts,
-	}, nil
+	}
+	if m.canPause() {
+		info.Capabilities = []string{contract.CapabilityPause}
+	}
+	return info, nil
 }
 
 // capacity is adapter::info's capacity fact, by which the sandbox router
@@ -197,6 +205,9 @@ func (m *Manager) Configure(ctx context.Context, configJSON []byte) error {
 	}
 	if err := m.provider.Configure(ctx, providerKeys); err != nil {
 		return fmt.Errorf("invalid sandbox adapter configuration: %w", err)
+	}
+	if cfg.IdleAction == IdlePause && !m.canPause() {
+		return fmt.Errorf("invalid sandbox adapter configuration: %s is %q, but this adapter's sandboxes cannot be paused (it does not announce the %q capability); use %q", KeyIdleAction, IdlePause, contract.CapabilityPause, IdleStop)
 	}
 
 	m.mu.Lock()
@@ -444,6 +455,13 @@ func (m *Manager) acquire(id string, exec bool) (*entry, *contract.Error) {
 	if e.stopped {
 		return nil, stoppedError(e)
 	}
+	if e.paused || e.moving {
+		op := contract.OpExec
+		if !exec {
+			op = "fs::*"
+		}
+		return nil, contract.SandboxPausedError(id, op)
+	}
 	if exec {
 		if slots := m.cfg.ExecSlots(); e.execs >= slots {
 			return nil, contract.NewError(contract.S003,
@@ -521,8 +539,9 @@ func (m *Manager) List(context.Context, *contract.ListRequest) (*contract.ListRe
 			ExecInProgress: e.execs > 0,
 			ExecInFlight:   e.execs,
 			Stopped:        e.stopped,
+			Paused:         e.paused && !e.stopped,
 		}
-		if !e.stopped && e.execs < slots {
+		if !e.stopped && !le.Paused && e.execs < slots {
 			le.ExecSlotsFree = slots - e.execs
 		}
 		out.Sandboxes = append(out.Sandboxes, le)

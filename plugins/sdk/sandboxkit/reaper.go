@@ -1,6 +1,7 @@
 package sandboxkit
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -34,10 +35,12 @@ func (m *Manager) reapOnce(now time.Time) []string {
 	maxExec := durationOf(m.cfg.MaxExecTimeoutMS, time.Millisecond)
 	var live []*entry
 	for _, e := range m.sandboxes {
-		if !e.stopped {
+		// A paused sandbox is not idle: nothing runs in it.
+		if !e.stopped && !e.paused && !e.moving {
 			live = append(live, e)
 		}
 	}
+	pause := m.cfg.IdleAction == IdlePause
 	m.pruneLocked(now)
 	m.mu.Unlock()
 
@@ -59,9 +62,12 @@ func (m *Manager) reapOnce(now time.Time) []string {
 		last[e] = acts[i]
 	}
 
-	var reaped []*entry
+	var reaped, paused []*entry
 	m.mu.Lock()
 	for _, e := range live {
+		if e.stopped || e.paused || e.moving {
+			continue
+		}
 		// An operation may have started since the snapshot; its touch
 		// is newer than the snapshot's activity.
 		lastAct := last[e]
@@ -72,6 +78,14 @@ func (m *Manager) reapOnce(now time.Time) []string {
 		busy := e.execs+e.ops > 0
 		due := !busy && idle > e.idleTimeout ||
 			busy && idle > addSat(addSat(e.idleTimeout, maxExec), busyGrace)
+		if _, ok := e.sb.(Pausable); due && !busy && pause && ok {
+			// idle_action: pause. The sandbox keeps its memory and
+			// files; sandbox::resume brings it back.
+			e.moving = true
+			paused = append(paused, e)
+			m.wg.Add(1)
+			continue
+		}
 		if due && m.markStoppedLocked(e, "reaped after "+idle.Truncate(time.Second).String()+" idle") {
 			reaped = append(reaped, e)
 			m.wg.Add(1)
@@ -79,7 +93,21 @@ func (m *Manager) reapOnce(now time.Time) []string {
 	}
 	m.mu.Unlock()
 
-	ids := make([]string, 0, len(reaped))
+	for _, e := range paused {
+		m.log.Info("pausing idle sandbox", "sandbox_id", e.id)
+		go func() {
+			defer m.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+			defer cancel()
+			if err := m.pauseEntry(ctx, e, e.sb.(Pausable), "the idle reaper"); err != nil {
+				m.log.Warn("pausing an idle sandbox failed", "sandbox_id", e.id, "error", err)
+			}
+		}()
+	}
+	ids := make([]string, 0, len(reaped)+len(paused))
+	for _, e := range paused {
+		ids = append(ids, e.id)
+	}
 	for _, e := range reaped {
 		ids = append(ids, e.id)
 		m.log.Info("reaping idle sandbox", "sandbox_id", e.id, "reason", e.stopReason)

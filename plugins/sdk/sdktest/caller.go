@@ -140,6 +140,15 @@ func (c *AdapterCaller) dispatch(ctx context.Context, op string, raw json.RawMes
 		return c.fsWrite(ctx, raw)
 	case contract.OpFsRead:
 		return c.fsRead(ctx, raw)
+	case contract.OpPause, contract.OpResume:
+		p, ok := c.a.(contract.PauseAdapter)
+		if !ok {
+			return nil, contract.PauseUnsupported("", op)
+		}
+		if op == contract.OpPause {
+			return call(ctx, raw, contract.DecodePauseRequest, p.Pause)
+		}
+		return call(ctx, raw, contract.DecodeResumeRequest, p.Resume)
 	}
 	return nil, fmt.Errorf("unknown sandbox operation %q", op)
 }

@@ -65,6 +65,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("stop", s.testStop)
 	t.Run("limits", s.testLimits)
 	t.Run("reaper", s.testReaper)
+	t.Run("pause", s.testPause)
 }
 
 // config is the suite's configuration: the target's base, the suite's

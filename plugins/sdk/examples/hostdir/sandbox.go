@@ -43,6 +43,7 @@ type sandbox struct {
 
 	mu       sync.Mutex
 	stopping bool
+	paused   bool             // sandbox::pause (pause.go)
 	groups   map[int]struct{} // process groups of execs, killed on stop
 	running  sync.WaitGroup   // execs in flight
 	stopCh   chan struct{}    // closed when Stop starts
@@ -141,6 +142,10 @@ func (s *sandbox) Exec(ctx context.Context, spec sandboxkit.ExecSpec) (sandboxki
 	if s.stopping {
 		s.mu.Unlock()
 		return sandboxkit.ExecResult{}, errors.New("the sandbox is stopped")
+	}
+	if s.paused {
+		s.mu.Unlock()
+		return sandboxkit.ExecResult{}, contract.SandboxPausedError(s.id, contract.OpExec)
 	}
 	s.running.Add(1)
 	s.mu.Unlock()
