@@ -9,6 +9,9 @@ type Recipe struct {
 	Ref string
 	// Packages are the roots of the closure apt resolves.
 	Packages []string
+	// Exclude are packages kept out of the closure, with whatever only
+	// they pulled in; each must be in the closure of Packages.
+	Exclude []string `json:",omitempty"`
 	// Links are extra symlinks (path -> target) users expect, and the
 	// links maintainer scripts would have made (update-alternatives).
 	Links map[string]string
@@ -56,21 +59,22 @@ func recipes() []Recipe {
 			// stack of a code interpreter.
 			Packages: append(basePackages(), "python3", "python3-pip", "python3-venv",
 				"python3-numpy", "python3-pandas", "python3-matplotlib"),
+			// python3-fonttools (matplotlib) depends on python3-scipy, which
+			// depends on python3-pythran, which depends on g++, libboost-dev,
+			// OpenBLAS's development files and python3-dev: most of the
+			// image. Nothing the preset promises imports scipy.
+			Exclude: []string{"python3-scipy"},
 			Links: map[string]string{
 				// `python` is what people type (the CLI guide's own example).
 				"usr/bin/python": "python3",
 				"usr/bin/which":  "which.debianutils",
-				// numpy and scipy link libblas.so.3 and liblapack.so.3, links
+				// numpy links libblas.so.3 and liblapack.so.3, links
 				// update-alternatives makes. They point at the reference BLAS
 				// and LAPACK, not OpenBLAS (also in the closure): OpenBLAS
 				// picks its kernels from CPUID, and under QEMU TCG the one it
 				// picks dies with SIGILL in numpy.dot.
 				lib + "libblas.so.3":   "blas/libblas.so.3",
 				lib + "liblapack.so.3": "lapack/liblapack.so.3",
-				// gcc and g++ come with the closure (python3-pythran); pip
-				// builds C extensions with cc.
-				"usr/bin/cc":  "gcc",
-				"usr/bin/c++": "g++",
 			},
 			// Without .pyc files every import compiles from source, which
 			// takes seconds per package under QEMU TCG.

@@ -27,6 +27,28 @@ func presetLayout(t *testing.T) string {
 var tarXZF = []string{"/bin/sh", "-c", "cd /tmp && mkdir -p t/in/a && echo 4 > t/in/a/f && tar czf t/a.tgz -C t/in a && " +
 	"gzip --version >/dev/null && mkdir t/out && tar xzf t/a.tgz -C t/out && cat t/out/a/f"}
 
+// pythonPlot draws with numpy, pandas and matplotlib headless (the image's
+// MPLBACKEND=Agg) and saves a PNG: what the python preset promises a code
+// interpreter, with no compiler in the image.
+var pythonPlot = []string{"/usr/bin/env", "python3", "-c", `
+import os, shutil, numpy, pandas, matplotlib
+import matplotlib.pyplot as plt
+assert matplotlib.get_backend().lower() == "agg", matplotlib.get_backend()
+assert shutil.which("gcc") is None and shutil.which("g++") is None, "a compiler in the image"
+df = pandas.DataFrame({"x": numpy.arange(4)})
+plt.plot(df["x"], df["x"] ** 2)
+plt.savefig("/tmp/plot.png")
+with open("/tmp/plot.png", "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+os.remove("/tmp/plot.png")
+print(int(df["x"].sum()) - 2)
+`}
+
+// pythonVenv makes a virtual environment (with its own pip, from the
+// wheels python3-venv ships) and runs pip in it.
+var pythonVenv = []string{"/bin/sh", "-c", "python3 -m venv /tmp/v && /tmp/v/bin/python -m pip --version >/dev/null && " +
+	"/tmp/v/bin/python -c 'import sys; assert sys.prefix == \"/tmp/v\"; print(4)' && rm -rf /tmp/v"}
+
 // TestDebianPresetImages pulls the Debian-built presets through the real
 // registry protocol (in-process registry standing in for docker.io via
 // registry_mirrors), installs them into a temp cache, and runs the real
@@ -35,7 +57,7 @@ var tarXZF = []string{"/bin/sh", "-c", "cd /tmp && mkdir -p t/in/a && echo 4 > t
 func TestDebianPresetImages(t *testing.T) {
 	layout := presetLayout(t)
 	checks := map[string][][]string{
-		"python": {{"/usr/bin/env", "python3", "-c", "print(2+2)"}, tarXZF},
+		"python": {{"/usr/bin/env", "python3", "-c", "print(2+2)"}, tarXZF, pythonPlot, pythonVenv},
 		"node":   {{"/usr/bin/env", "node", "-e", "console.log(2+2)"}, tarXZF},
 	}
 	for _, p := range catalog.Presets() {
