@@ -10,7 +10,10 @@
 //   - P6: exec `true` round trip (p50, p99) on a live sandbox through the
 //     adapter, beside the guest's own fork+exec+wait of the same program
 //     (as the agent measures it), and sandbox::run print(2+2) (p50).
-//   - P7: host memory per idle sandbox: runner RSS + QEMU RSS, of which the
+//   - T1-T3: snapshot templates: a restore beside P4's cold create; sandbox::run
+//     beside the sum of the same steps called one by one (create, fs::write,
+//     python3, stop); a restored sandbox's own memory beside a booted one's (M1).
+//   - M1: host memory per idle sandbox: runner RSS + QEMU RSS, of which the
 //     guest RAM the VM touched, TCG's translation buffer, and the rest.
 //
 // It builds the adapter and the guest agent from this tree. Run
@@ -62,6 +65,8 @@ type options struct {
 	boots, execs, runs int
 	accel              string
 	memoryMB           int
+	// pauseOnly runs T4-T6 (pause and resume beside T1) and nothing else.
+	pauseOnly bool
 }
 
 func run() error {
@@ -71,6 +76,7 @@ func run() error {
 	flag.IntVar(&o.runs, "runs", 5, "sandbox::run calls to time")
 	flag.StringVar(&o.accel, "accel", "auto", "accel for the adapter (auto probes; the floor uses what the adapter chose)")
 	flag.IntVar(&o.memoryMB, "memory-mb", 512, "VM memory")
+	flag.BoolVar(&o.pauseOnly, "pause", false, "measure only T4-T6: sandbox::pause and sandbox::resume beside a template restore (T1) of the same run")
 	flag.Parse()
 	ctx := context.Background()
 
@@ -92,6 +98,9 @@ func run() error {
 		return err
 	}
 	state := filepath.Join(work, "s")
+	if o.pauseOnly {
+		return pauseFigures(ctx, bin, cache, filepath.Join(work, "z"), o)
+	}
 
 	// This adapter boots every sandbox (no templates): P4's cold path.
 	a, stop, err := startAdapter(bin, map[string]any{
@@ -116,7 +125,7 @@ func run() error {
 		return err
 	}
 	accel, _ := info.Facts["accel"].(string)
-	fmt.Printf("host: %s/%s, %d CPUs; back end %v with %s; VM memory %d MiB\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), info.Facts["hypervisor"], accel, o.memoryMB)
+	fmt.Printf("host: %s/%s, %d CPUs; back end %v with %s; VM memory %d MiB; load average %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), info.Facts["hypervisor"], accel, o.memoryMB, benchstat.LoadAvg())
 	fmt.Printf("first create (installs the image, chooses the back end): %s\n", fmtD(firstMS))
 	if _, err := a.Stop(ctx, &contract.StopRequest{SandboxID: first, Wait: true}); err != nil {
 		return err
@@ -158,7 +167,8 @@ func run() error {
 	fmt.Printf("  cold / pool-hit: %.0fx faster\n", cm.Seconds()/benchstat.Percentile(hits, 50).Seconds())
 
 	// T1-T3: snapshot templates.
-	if err := templateFigures(ctx, bin, cache, filepath.Join(work, "t"), o, cm); err != nil {
+	restoredKB, err := templateFigures(ctx, bin, cache, filepath.Join(work, "t"), o, cm)
+	if err != nil {
 		return err
 	}
 
@@ -214,57 +224,62 @@ func run() error {
 	}
 	fmt.Printf("  sandbox::run print(2+2) p50 without templates (cold create, write, python3, stop): %s over %d runs\n", fmtD(benchstat.Percentile(runs, 50)), o.runs)
 
-	// P7: the sandbox of P6 has been idle-ish; give it a moment.
+	// M1: the sandbox of P6 has been idle-ish; give it a moment.
 	time.Sleep(5 * time.Second)
-	if err := memory(filepath.Join(state, id), o.memoryMB); err != nil {
+	bootedKB, err := memory(filepath.Join(state, id), o.memoryMB)
+	if err != nil {
 		return err
 	}
-	_, err = a.Stop(ctx, &contract.StopRequest{SandboxID: id, Wait: true})
-	return err
+	fmt.Printf("T3 / M1: a restored sandbox's own memory %.1f MB | floor: a booted sandbox's private memory (M1, same run) %.1f MB | ratio %.2fx\n",
+		float64(restoredKB)/1024, float64(bootedKB)/1024, float64(restoredKB)/float64(bootedKB))
+	if _, err = a.Stop(ctx, &contract.StopRequest{SandboxID: id, Wait: true}); err != nil {
+		return err
+	}
+	return pauseFigures(ctx, bin, cache, filepath.Join(work, "z"), o)
 }
 
 // templateFigures runs an adapter with snapshot templates (the default),
 // waits until its first create's template is saved, and times restores
 // (T1, beside P4's cold create cm), sandbox::run with its parts (T2), and
-// the memory of a restored sandbox (T3).
-func templateFigures(ctx context.Context, bin, cache, state string, o options, cm time.Duration) error {
+// the memory of a restored sandbox (T3), which it returns in KiB.
+func templateFigures(ctx context.Context, bin, cache, state string, o options, cm time.Duration) (int, error) {
 	a, stop, err := startAdapter(bin, map[string]any{
 		"image_allowlist": []string{"python"}, "state_dir": state, "cache_dir": cache, "accel": o.accel,
 		"default_memory_mb": o.memoryMB, "max_concurrent_sandboxes": 4,
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer stop()
 	first, err := create(ctx, a)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := a.Stop(ctx, &contract.StopRequest{SandboxID: first, Wait: true}); err != nil {
-		return err
+		return 0, err
 	}
 	if err := waitTemplate(ctx, a); err != nil {
-		return err
+		return 0, err
 	}
 	var restores []time.Duration
 	for range o.boots {
 		t := time.Now()
 		id, err := create(ctx, a)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		restores = append(restores, time.Since(t))
 		if _, err := a.Stop(ctx, &contract.StopRequest{SandboxID: id, Wait: true}); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	info, err := a.Info(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	st, _ := info.Facts["snapshot_templates"].(map[string]any)
 	if n, _ := st["restored"].(float64); int(n) < o.boots {
-		return fmt.Errorf("only %v of %d creates were restored from the template", st["restored"], o.boots)
+		return 0, fmt.Errorf("only %v of %d creates were restored from the template", st["restored"], o.boots)
 	}
 	fmt.Println("T1 sandbox::create restored from a snapshot template (median of", o.boots, "runs)")
 	row("template-restore sandbox::create", benchstat.Percentile(restores, 50), "P4 cold sandbox::create", cm, 0.2)
@@ -277,42 +292,42 @@ func templateFigures(ctx context.Context, bin, cache, state string, o options, c
 		t := time.Now()
 		out, err := a.Run(ctx, &contract.RunRequest{Image: "python", Lang: "python", Code: "print(2+2)"})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if out.Stdout != "4\n" {
-			return fmt.Errorf("run printed %q", out.Stdout)
+			return 0, fmt.Errorf("run printed %q", out.Stdout)
 		}
 		runs = append(runs, time.Since(t))
 
 		t = time.Now()
 		id, err := create(ctx, a)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		parts["create"] = append(parts["create"], time.Since(t))
 		t = time.Now()
 		if _, err := a.FsWrite(ctx, &contract.FsWriteRequest{SandboxID: id, Path: "/tmp/main.py", Mode: contract.DefaultFileMode}, strings.NewReader("print(2+2)")); err != nil {
-			return err
+			return 0, err
 		}
 		parts["write"] = append(parts["write"], time.Since(t))
 		t = time.Now()
 		res, err := a.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"python3", "/tmp/main.py"}})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if res.Stdout != "4\n" {
-			return fmt.Errorf("python3 printed %q", res.Stdout)
+			return 0, fmt.Errorf("python3 printed %q", res.Stdout)
 		}
 		parts["python3"] = append(parts["python3"], time.Since(t))
 		t = time.Now()
 		res, err = a.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"python3", "/tmp/main.py"}})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		parts["python3 again"] = append(parts["python3 again"], time.Since(t))
 		t = time.Now()
 		if _, err := a.Stop(ctx, &contract.StopRequest{SandboxID: id}); err != nil {
-			return err
+			return 0, err
 		}
 		parts["stop"] = append(parts["stop"], time.Since(t))
 	}
@@ -323,24 +338,31 @@ func templateFigures(ctx context.Context, bin, cache, state string, o options, c
 		verdict = "NOT met"
 	}
 	fmt.Printf("  sandbox::run p50: %s (goal <= 2 s under TCG: %s)\n", fmtD(r), verdict)
+	var steps time.Duration
 	for _, k := range []string{"create", "write", "python3", "python3 again", "stop"} {
-		fmt.Printf("  part %-14s p50 %s\n", k, fmtD(benchstat.Percentile(parts[k], 50)))
+		p := benchstat.Percentile(parts[k], 50)
+		fmt.Printf("  part %-14s p50 %s\n", k, fmtD(p))
+		if k != "python3 again" {
+			steps += p
+		}
 	}
+	row("sandbox::run (one call)", r, "create+write+python3+stop called one by one", steps, 0)
 
 	// T3: memory of a restored sandbox after one python3 run.
 	id, err := create(ctx, a)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := a.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"python3", "-c", "print(1)"}}); err != nil {
-		return err
+		return 0, err
 	}
 	time.Sleep(2 * time.Second)
-	if err := restoredMemory(filepath.Join(state, id)); err != nil {
-		return err
+	own, err := restoredMemory(filepath.Join(state, id))
+	if err != nil {
+		return 0, err
 	}
 	_, err = a.Stop(ctx, &contract.StopRequest{SandboxID: id, Wait: true})
-	return err
+	return own, err
 }
 
 // waitTemplate waits until the adapter has saved a template.
@@ -363,19 +385,20 @@ func waitTemplate(ctx context.Context, a contract.Adapter) error {
 // restoredMemory reports what a restored sandbox costs the host: QEMU's
 // resident and private memory, and of its guest RAM (the template's memory
 // file mapped copy-on-write) what is shared with the template in the page
-// cache and what the guest wrote since the restore.
-func restoredMemory(dir string) error {
+// cache and what the guest wrote since the restore. It returns the
+// sandbox's own (anonymous) memory in KiB: QEMU's and the runner's.
+func restoredMemory(dir string) (int, error) {
 	vpid, err := runner.ReadPID(filepath.Join(dir, runner.VMPIDName))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	rpid, err := runner.ReadPID(filepath.Join(dir, runner.RunnerPIDName))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	f, err := os.Open("/proc/" + strconv.Itoa(vpid) + "/smaps")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -401,22 +424,22 @@ func restoredMemory(dir string) error {
 	// memory (QEMU's own, and the guest pages copied on write).
 	vanon, err := rollupKB(vpid, "Anonymous")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	ranon, err := rollupKB(rpid, "Anonymous")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	vrss, err := statusKB(vpid, "VmRSS")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	mb := func(kb int) string { return fmt.Sprintf("%.1f MB", float64(kb)/1024) }
 	fmt.Println("T3 host memory of one restored sandbox (after one python3 run)")
 	fmt.Printf("  QEMU RSS %s; its own (anonymous) memory: QEMU %s + runner %s = %s\n", mb(vrss), mb(vanon), mb(ranon), mb(vanon+ranon))
 	fmt.Printf("  guest RAM (template file, copy-on-write): resident %s, of which the template's pages (page cache, shared by every clone) %s and copied on write since the restore %s\n",
 		mb(got["Rss"]), mb(got["Rss"]-got["Anonymous"]), mb(got["Anonymous"]))
-	return nil
+	return vanon + ranon, nil
 }
 
 // poolCreates runs a second adapter with warm_pool {python: 1} and times
@@ -591,41 +614,41 @@ func rawBoot(ctx context.Context, work, bin, accel, img string, memoryMB int, us
 
 // memory reports a VM's host memory: the runner's and QEMU's resident
 // sets, and how QEMU's splits into guest RAM, TCG's code buffer and the
-// rest.
-func memory(dir string, memoryMB int) error {
+// rest. It returns the VM's private memory in KiB: the runner's and QEMU's.
+func memory(dir string, memoryMB int) (int, error) {
 	rpid, err := runner.ReadPID(filepath.Join(dir, runner.RunnerPIDName))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	vpid, err := runner.ReadPID(filepath.Join(dir, runner.VMPIDName))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	rrss, err := statusKB(rpid, "VmRSS")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	vrss, err := statusKB(vpid, "VmRSS")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	guest, tb, err := qemuMappings(vpid, memoryMB)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// RSS counts pages shared with the adapter (the runner is its binary)
 	// and with every other QEMU (QEMU's binary and libraries); what one
 	// more sandbox really costs the host is its private dirty memory.
 	rpriv, err := rollupKB(rpid, "Private_Dirty")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	vpriv, err := rollupKB(vpid, "Private_Dirty")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	mb := func(kb int) string { return fmt.Sprintf("%.1f MB", float64(kb)/1024) }
-	fmt.Println("P7 host memory of one idle sandbox (python image, after the P6 execs)")
+	fmt.Println("M1 host memory of one idle sandbox (python image, after the P6 execs)")
 	fmt.Printf("  runner RSS %s + QEMU RSS %s = %s\n", mb(rrss), mb(vrss), mb(rrss+vrss))
 	fmt.Printf("  of QEMU's: guest RAM touched %s (of %d MiB), TCG translation buffer %s (capped at 64 MiB), rest %s\n",
 		mb(guest), memoryMB, mb(tb), mb(vrss-guest-tb))
@@ -636,7 +659,7 @@ func memory(dir string, memoryMB int) error {
 	}
 	fmt.Printf("  private (not shared) memory: runner %s + QEMU %s; minus guest RAM and translation buffer, what remains: %s (goal <= 30 MiB: %s)\n",
 		mb(rpriv), mb(vpriv), mb(remains), verdict)
-	return nil
+	return rpriv + vpriv, nil
 }
 
 // rollupKB reads one field of /proc/<pid>/smaps_rollup.
