@@ -30,7 +30,7 @@ PUBSUB_VERSION ?= 0.21.14
 PUBSUB_DEFAULTS := {"adapter":{"name":"local"}}
 SANDBOX_LIBKRUN_DEFAULTS := {"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}
 
-.PHONY: help build modules test test-nokvm bench demo fmt vet fuzz setup setup-test cross clean proto
+.PHONY: help build build-sandbox modules test test-nokvm bench demo fmt vet fuzz setup setup-test cross clean proto
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
@@ -38,13 +38,15 @@ help: ## List the targets.
 modules: ## Download every module go.mod names into the module cache (an adapter module's offline `go mod tidy` needs them).
 	$(GO) mod download
 
-build: modules ## Build every binary into bin/: iii, the adapters, the guest agent.
+build-sandbox: ## Build only what make demo runs into bin/: iii, sandbox-libkrun, the guest agent.
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/iii ./cmd/iii
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/sandbox-libkrun ./plugins/sandbox-libkrun/cmd/sandbox-libkrun
-	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/sandbox-hostdir ./plugins/sdk/examples/hostdir/cmd/sandbox-hostdir
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(HOST_ARCH) $(GO) build -trimpath -ldflags '-s -w' \
 		-o $(BIN)/iii-guest-agent-linux-$(HOST_ARCH) ./plugins/sandbox-libkrun/cmd/iii-guest-agent
+
+build: modules build-sandbox ## Build every binary into bin/: iii, the adapters, the guest agent.
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/sandbox-hostdir ./plugins/sdk/examples/hostdir/cmd/sandbox-hostdir
 	$(GO) run ./scripts/publish -registry $(BIN)/registry -name sandbox-libkrun -version $(ADAPTER_VERSION) \
 		-description 'The sandbox adapter that runs sandboxes and worker VMs as microVMs' \
 		-default-config '$(SANDBOX_LIBKRUN_DEFAULTS)' \
@@ -87,8 +89,8 @@ test-nokvm: ## make test in a mount namespace whose /dev holds no kvm (proves th
 bench: build ## Run the benchmark harnesses and print figures beside their floors.
 	./scripts/bench/run.sh
 
-demo: build ## Set up and run the main job end to end.
-	./scripts/demo.sh
+demo: ## Set up and run the main job end to end (builds what it runs first, then times each stage).
+	MAKE="$(MAKE)" ./scripts/demo.sh
 
 fmt: ## Format the code.
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')

@@ -1,11 +1,40 @@
 #!/usr/bin/env bash
-# make demo: set up this machine (QEMU, a kernel, the python image), start an engine whose
-# sandbox router is bound to sandbox-libkrun, start the adapter, run real Python in a real VM
-# through `iii call sandbox::run`, print its stdout, and stop everything.
+# make demo: build what it runs (iii, sandbox-libkrun, the guest agent), set up this machine (QEMU,
+# a kernel, the python image: only the image it runs), start an engine whose sandbox router is
+# bound to sandbox-libkrun, start the adapter, run real Python in a real VM through
+# `iii call sandbox::run`, print its stdout, and stop everything. Ends with how long each stage
+# took. III_DEMO_IMAGES picks other presets to build too (make setup builds them all);
+# III_DEMO_BIN builds and runs the binaries in another directory than bin/.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="$root/bin"
-"$root/scripts/setup.sh"
+bin="${III_DEMO_BIN:-$root/bin}"
+
+# Stage timings, printed at the end: stage NAME ends the running stage.
+stage_names=()
+stage_secs=()
+stage_mark=$EPOCHREALTIME
+demo_start=$stage_mark
+stage() {
+  local now=$EPOCHREALTIME
+  stage_names+=("$1")
+  stage_secs+=("$(awk -v a="$stage_mark" -v b="$now" 'BEGIN { printf "%.1f", b - a }')")
+  stage_mark=$now
+}
+timings() {
+  echo "demo: stage timings"
+  local i
+  for i in "${!stage_names[@]}"; do
+    printf '  %-22s %7s s\n' "${stage_names[$i]}" "${stage_secs[$i]}"
+  done
+  printf '  %-22s %7s s\n' total "$(awk -v a="$demo_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
+}
+
+"${MAKE:-make}" -s -C "$root" build-sandbox BIN="$bin"
+stage "build binaries"
+"$root/scripts/setup.sh" -images ""
+stage "setup tools"
+"$root/scripts/setup.sh" -images "${III_DEMO_IMAGES:-python}"
+stage "image build"
 
 work="$(mktemp -d /tmp/iii-demo.XXXXXX)"
 port="${III_DEMO_PORT:-49134}"
@@ -38,17 +67,21 @@ for _ in $(seq 1 100); do
   if ! kill -0 "$engine_pid" 2>/dev/null; then cat "$work/engine.log" >&2; exit 1; fi
   sleep 0.1
 done
+stage "engine start"
 
 call() { "$bin/iii" call --port "$port" --timeout-ms 300000 "$@"; }
 
 echo "demo: starting the sandbox-libkrun adapter in namespace default"
 call engine::adapters::start --json "{\"adapter\":\"sandbox-libkrun\",\"namespace\":\"default\",\"path\":\"$bin/sandbox-libkrun\",
   \"config\":{\"image_allowlist\":[\"python\",\"node\"],\"state_dir\":\"$work/sandbox\"}}" | jq -c '{adapter, state, pid}'
+stage "adapter start"
 
 echo "demo: iii call sandbox::run image=python lang=python code='print(2+2)'"
 result="$(call sandbox::run image=python lang=python code='print(2+2)')"
+stage "the run"
 echo "$result" | jq -c '{exit_code, success, duration_ms, stdout_truncated}'
 echo "demo: the back end that ran it:"
 call sandbox-libkrun::adapter::info | jq -c '{adapter, adapter_version, contract, hypervisor, accel, skipped}'
 echo "demo: the sandbox printed:"
 echo "$result" | jq -r .stdout
+timings

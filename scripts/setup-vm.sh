@@ -59,5 +59,8 @@ fi
 echo "setup-vm: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${as_root[@]}" apt-get update -qq
-"${as_root[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+# No recommends: qemu-system-x86's (its GUI, OVMF, qemu-utils, block drivers) and the kernel's
+# (firmware, apparmor) are ~340 packages and ~250 MB a sandbox never uses (TCG or KVM boots with
+# -kernel, on virtio disks).
+"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup-vm: installed ${missing[*]}"
