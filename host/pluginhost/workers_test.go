@@ -47,7 +47,7 @@ func TestWorkerFunctionsPublished(t *testing.T) {
 	assert.Equal(t, st["state"], "running")
 
 	wi := te.MustCall(t, engine.FnWorkersInfo, map[string]any{"name": "sandbox-libkrun"})
-	assert.Equal(t, len(wi["functions"].([]any)), 23, "16 ops, adapter::info and 6 worker::*")
+	assert.Equal(t, len(wi["functions"].([]any)), 25, "16 ops, adapter::info, 6 worker::* and pause and resume (QEMU sandboxes pause)")
 	for _, op := range contract.WorkerOps() {
 		fi := te.MustCall(t, engine.FnFunctionsInfo, map[string]any{"function_id": "sandbox-libkrun::" + op})
 		assert.Assert(t, fi["request_schema"] != nil && fi["response_schema"] != nil, op)

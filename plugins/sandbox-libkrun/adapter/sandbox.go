@@ -33,18 +33,34 @@ const (
 	stopBudget = 30 * time.Second
 )
 
-// sandbox is one running VM, as the kit sees it.
+// sandbox is one VM, as the kit sees it: running, or paused (pause.go:
+// its state saved beside its overlay, no VM process).
 type sandbox struct {
 	p       *Provider
 	id      string
 	backend string
 	dir     *runner.Dir
-	proc    *runner.Process
-	agent   *agentclient.Client
+	// vm is the VM's specification as it booted; resume starts it again
+	// from the saved state with the same devices.
+	vm      backend.Spec
 	env     []string
 	workdir string
 	// net measures network payload for the reaper; nil without network.
 	net *netActivity
+
+	// move orders pause, resume and stop of the sandbox.
+	move sync.Mutex
+	// mu guards the VM's current runner and agent connection and the
+	// pause state; Done fires when the current runner ends unless a
+	// pause ended it.
+	mu       sync.Mutex
+	proc     *runner.Process
+	agent    *agentclient.Client
+	paused   bool
+	pausing  bool
+	stopping bool
+	gone     chan struct{}
+	goneOnce sync.Once
 
 	once    sync.Once
 	cleaned chan struct{}
@@ -56,22 +72,44 @@ var _ sandboxkit.Sandbox = (*sandbox)(nil)
 func newSandbox(p *Provider, b *Boot) *sandbox {
 	s := &sandbox{
 		p: p, id: b.Spec.ID, backend: b.Selection.Backend,
-		dir: b.Dir, proc: b.Runner, agent: b.Agent,
+		dir: b.Dir, proc: b.Runner, agent: b.Agent, vm: b.VM,
 		env: b.Env, workdir: b.Workdir,
+		gone:    make(chan struct{}),
 		cleaned: make(chan struct{}),
 	}
 	if b.Spec.Network && b.Agent.Has(agentproto.CapNetStats) {
-		agent := b.Agent
 		s.net = newNetActivity(func(ctx context.Context) (*agentproto.NetStats, error) {
-			return agent.NetStats(ctx, "")
+			return s.ag().NetStats(ctx, "")
 		}, b.Spec.ReaperTick)
 	}
+	go s.watch(b.Runner)
 	return s
 }
 
+// ag is the connection to the VM's agent.
+func (s *sandbox) ag() *agentclient.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.agent
+}
+
+// watch marks the sandbox gone when proc, its current runner, ends on its
+// own (not because a pause ended it).
+func (s *sandbox) watch(proc *runner.Process) {
+	<-proc.Done()
+	s.mu.Lock()
+	own := s.proc == proc && !s.pausing && !s.paused
+	s.mu.Unlock()
+	if own {
+		s.markGone()
+	}
+}
+
+func (s *sandbox) markGone() { s.goneOnce.Do(func() { close(s.gone) }) }
+
 // Done implements sandboxkit.Sandbox: the VM is gone when its runner has
-// exited.
-func (s *sandbox) Done() <-chan struct{} { return s.proc.Done() }
+// exited on its own or the sandbox was stopped; a pause does not count.
+func (s *sandbox) Done() <-chan struct{} { return s.gone }
 
 // LastActivity implements sandboxkit.Sandbox: for a sandbox with network,
 // the last time its guest's payload counters moved (see netActivity);
@@ -80,8 +118,14 @@ func (s *sandbox) LastActivity() time.Time {
 	if s.net == nil {
 		return time.Time{}
 	}
+	s.mu.Lock()
+	proc, still := s.proc, s.paused || s.pausing
+	s.mu.Unlock()
+	if still {
+		return time.Time{}
+	}
 	select {
-	case <-s.proc.Done():
+	case <-proc.Done():
 		// A VM that is gone answers nothing; the kit reaps it anyway.
 		return time.Time{}
 	default:
@@ -90,10 +134,16 @@ func (s *sandbox) LastActivity() time.Time {
 }
 
 // Stop implements sandboxkit.Sandbox. The clean-up runs once, in the
-// background; with wait, Stop returns when it is complete: the VM and its
-// runner gone, the state directory removed.
+// background, after any pause or resume under way; with wait, Stop
+// returns when it is complete: the VM and its runner gone, the state
+// directory (a paused sandbox's saved state included) removed.
 func (s *sandbox) Stop(ctx context.Context, wait bool) error {
-	s.once.Do(func() { go s.stop() })
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.stopping = true
+		s.mu.Unlock()
+		go s.stop()
+	})
 	if !wait {
 		return nil
 	}
@@ -107,37 +157,51 @@ func (s *sandbox) Stop(ctx context.Context, wait bool) error {
 
 func (s *sandbox) stop() {
 	defer close(s.cleaned)
+	defer s.markGone()
 	defer s.p.forget(s)
+	s.move.Lock()
+	defer s.move.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), stopBudget)
 	defer cancel()
 	log := s.p.log.With("sandbox_id", s.id)
+	s.mu.Lock()
+	proc, agent, paused := s.proc, s.agent, s.paused
+	s.mu.Unlock()
+	if paused {
+		// No VM: its saved state goes with the directory.
+		if err := s.dir.Remove(); err != nil {
+			s.stopErr = err
+			log.Warn("paused sandbox clean-up incomplete", "error", err)
+		}
+		return
+	}
 
 	select {
-	case <-s.proc.Done():
+	case <-proc.Done():
 	default:
 		if s.p.isClosed() {
 			// The adapter is going: the runner kills the VM at once.
 			break
 		}
 		sctx, scancel := context.WithTimeout(ctx, shutdownTimeout)
-		err := s.agent.Shutdown(sctx)
+		err := agent.Shutdown(sctx)
 		scancel()
 		// libkrun on x86_64 has no ACPI: a powered-off guest halts but
 		// its VMM stays, so only QEMU is worth waiting for.
 		if err == nil && s.backend == backend.QEMU {
 			t := time.NewTimer(powerOffWait)
 			select {
-			case <-s.proc.Done():
+			case <-proc.Done():
 			case <-t.C:
 				log.Debug("the VM did not exit after the guest powered off; killing it")
 			}
 			t.Stop()
 		}
 	}
-	_ = s.agent.Close()
+	_ = agent.Close()
 	var errs []error
-	if err := s.proc.Stop(ctx, releaseGrace); err != nil {
-		errs = append(errs, fmt.Errorf("stop the VM runner (pid %d): %w", s.proc.PID, err))
+	if err := proc.Stop(ctx, releaseGrace); err != nil {
+		errs = append(errs, fmt.Errorf("stop the VM runner (pid %d): %w", proc.PID, err))
 	}
 	if err := s.dir.Remove(); err != nil {
 		errs = append(errs, err)
@@ -163,7 +227,7 @@ func (s *sandbox) Exec(ctx context.Context, spec sandboxkit.ExecSpec) (sandboxki
 	if spec.Stdin != nil {
 		req.Stdin = bytes.NewReader(spec.Stdin)
 	}
-	res, err := s.agent.Exec(ctx, req)
+	res, err := s.ag().Exec(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return sandboxkit.ExecResult{}, ctx.Err()
@@ -200,7 +264,7 @@ func entryOf(e agentproto.FsEntry) contract.FsEntry {
 
 // FsLs implements sandboxkit.Sandbox.
 func (s *sandbox) FsLs(ctx context.Context, req *contract.FsLsRequest) (*contract.FsLsResponse, error) {
-	res, err := s.agent.Ls(ctx, req.Path)
+	res, err := s.ag().Ls(ctx, req.Path)
 	if err != nil {
 		return nil, fsErr(ctx, err, agentproto.OpLs)
 	}
@@ -213,7 +277,7 @@ func (s *sandbox) FsLs(ctx context.Context, req *contract.FsLsRequest) (*contrac
 
 // FsStat implements sandboxkit.Sandbox.
 func (s *sandbox) FsStat(ctx context.Context, req *contract.FsStatRequest) (*contract.FsEntry, error) {
-	res, err := s.agent.Stat(ctx, req.Path)
+	res, err := s.ag().Stat(ctx, req.Path)
 	if err != nil {
 		return nil, fsErr(ctx, err, agentproto.OpStat)
 	}
@@ -223,7 +287,7 @@ func (s *sandbox) FsStat(ctx context.Context, req *contract.FsStatRequest) (*con
 
 // FsMkdir implements sandboxkit.Sandbox.
 func (s *sandbox) FsMkdir(ctx context.Context, req *contract.FsMkdirRequest) (*contract.FsMkdirResponse, error) {
-	res, err := s.agent.Mkdir(ctx, req.Path, req.Mode.String(), req.Parents)
+	res, err := s.ag().Mkdir(ctx, req.Path, req.Mode.String(), req.Parents)
 	if err != nil {
 		return nil, fsErr(ctx, err, agentproto.OpMkdir)
 	}
@@ -232,7 +296,7 @@ func (s *sandbox) FsMkdir(ctx context.Context, req *contract.FsMkdirRequest) (*c
 
 // FsWrite implements sandboxkit.Sandbox.
 func (s *sandbox) FsWrite(ctx context.Context, req *contract.FsWriteRequest, content io.Reader) (*contract.FsWriteResponse, error) {
-	res, err := s.agent.WriteFile(ctx, &agentproto.FSRequest{Path: req.Path, Mode: req.Mode.String(), Parents: req.Parents}, content)
+	res, err := s.ag().WriteFile(ctx, &agentproto.FSRequest{Path: req.Path, Mode: req.Mode.String(), Parents: req.Parents}, content)
 	if err != nil {
 		return nil, fsErr(ctx, err, agentproto.OpWrite)
 	}
@@ -242,7 +306,7 @@ func (s *sandbox) FsWrite(ctx context.Context, req *contract.FsWriteRequest, con
 // FsRead implements sandboxkit.Sandbox. The file's bytes stream from the
 // guest as the caller reads them.
 func (s *sandbox) FsRead(ctx context.Context, req *contract.FsReadRequest) (*contract.FsReadMeta, io.ReadCloser, error) {
-	meta, body, err := s.agent.ReadFile(ctx, req.Path)
+	meta, body, err := s.ag().ReadFile(ctx, req.Path)
 	if err != nil {
 		return nil, nil, fsErr(ctx, err, agentproto.OpRead)
 	}
@@ -270,7 +334,7 @@ func (r *readBody) Close() error { return r.rc.Close() }
 
 // FsRm implements sandboxkit.Sandbox.
 func (s *sandbox) FsRm(ctx context.Context, req *contract.FsRmRequest) (*contract.FsRmResponse, error) {
-	res, err := s.agent.Rm(ctx, req.Path, req.Recursive)
+	res, err := s.ag().Rm(ctx, req.Path, req.Recursive)
 	if err != nil {
 		return nil, fsErr(ctx, err, agentproto.OpRm)
 	}
@@ -288,7 +352,7 @@ func (s *sandbox) FsChmod(ctx context.Context, req *contract.FsChmodRequest) (*c
 		gid := int(*req.GID)
 		r.GID = &gid
 	}
-	res, err := s.agent.Chmod(ctx, r)
+	res, err := s.ag().Chmod(ctx, r)
 	if err != nil {
 		return nil, fsErr(ctx, err, agentproto.OpChmod)
 	}
@@ -297,7 +361,7 @@ func (s *sandbox) FsChmod(ctx context.Context, req *contract.FsChmodRequest) (*c
 
 // FsMv implements sandboxkit.Sandbox.
 func (s *sandbox) FsMv(ctx context.Context, req *contract.FsMvRequest) (*contract.FsMvResponse, error) {
-	res, err := s.agent.Mv(ctx, req.Src, req.Dst, req.Overwrite)
+	res, err := s.ag().Mv(ctx, req.Src, req.Dst, req.Overwrite)
 	if err != nil {
 		return nil, fsErr(ctx, err, agentproto.OpMv)
 	}
@@ -315,7 +379,7 @@ func clampInt(n uint64) int {
 
 // FsGrep implements sandboxkit.Sandbox.
 func (s *sandbox) FsGrep(ctx context.Context, req *contract.FsGrepRequest) (*contract.FsGrepResponse, error) {
-	res, err := s.agent.Grep(ctx, &agentproto.FSRequest{
+	res, err := s.ag().Grep(ctx, &agentproto.FSRequest{
 		Path: req.Path, Pattern: req.Pattern, Recursive: &req.Recursive, IgnoreCase: req.IgnoreCase,
 		IncludeGlob: req.IncludeGlob, ExcludeGlob: req.ExcludeGlob,
 		MaxMatches: clampInt(req.MaxMatches), MaxLineBytes: clampInt(req.MaxLineBytes),
@@ -332,7 +396,7 @@ func (s *sandbox) FsGrep(ctx context.Context, req *contract.FsGrepRequest) (*con
 
 // FsSed implements sandboxkit.Sandbox.
 func (s *sandbox) FsSed(ctx context.Context, req *contract.FsSedRequest) (*contract.FsSedResponse, error) {
-	res, err := s.agent.Sed(ctx, &agentproto.FSRequest{
+	res, err := s.ag().Sed(ctx, &agentproto.FSRequest{
 		Files: req.Files, Path: req.Path, Recursive: &req.Recursive,
 		IncludeGlob: req.IncludeGlob, ExcludeGlob: req.ExcludeGlob,
 		Pattern: req.Pattern, Replacement: &req.Replacement, Regex: &req.Regex,

@@ -123,9 +123,11 @@ type Spec struct {
 	Template *Template `json:"template,omitempty"`
 }
 
-// Template is a snapshot template's files as one VM uses them.
+// Template is a snapshot template's files as one VM uses them, or a
+// paused sandbox's saved state.
 type Template struct {
-	// MemoryFile is the guest RAM's file.
+	// MemoryFile is the guest RAM's file. Empty (with StateFile) resumes
+	// a paused VM whose RAM is in the state file, as its boot had it.
 	MemoryFile string `json:"memory_file"`
 	// StateFile is the saved device state to restore from. Empty records
 	// a template: the VM boots with its RAM written through to MemoryFile
@@ -183,8 +185,8 @@ func (s *Spec) Validate() error {
 		}
 	}
 	if t := s.Template; t != nil {
-		if t.MemoryFile == "" || !filepath.IsAbs(t.MemoryFile) || (t.StateFile != "" && !filepath.IsAbs(t.StateFile)) {
-			return bad("template files must be absolute paths")
+		if (t.MemoryFile == "" && t.StateFile == "") || (t.MemoryFile != "" && !filepath.IsAbs(t.MemoryFile)) || (t.StateFile != "" && !filepath.IsAbs(t.StateFile)) {
+			return bad("template files must be absolute paths (a recording needs a memory file)")
 		}
 		if s.DataDisk != "" {
 			return bad("a VM with a data disk has no template")

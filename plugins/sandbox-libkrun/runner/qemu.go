@@ -48,8 +48,11 @@ func QEMUConfig(spec backend.Spec) qemu.Config {
 	if spec.Hostname != "" {
 		cfg.ExtraAppend = append(cfg.ExtraAppend, agentproto.ParamHostname+"="+spec.Hostname)
 	}
+	// The control socket is always served: a sandbox is paused
+	// through it (SaveTemplate of the running VM, then Quit).
+	cfg.Control = true
 	if t := spec.Template; t != nil {
-		cfg.MemoryFile, cfg.Control = t.MemoryFile, true
+		cfg.MemoryFile = t.MemoryFile
 		cfg.MemoryShared = t.StateFile == ""
 	}
 	return cfg

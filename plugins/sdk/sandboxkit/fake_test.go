@@ -97,6 +97,7 @@ type fakeSandbox struct {
 	// paused, pauses and resumes: Pausable (pause_test.go).
 	paused          bool
 	pauses, resumes int
+	pauseErr        error
 }
 
 // die makes the sandbox end on its own.

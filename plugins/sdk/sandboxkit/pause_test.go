@@ -25,6 +25,9 @@ func (s *fakeSandbox) Pause(context.Context) error {
 	if s.paused {
 		return errors.New("paused twice")
 	}
+	if s.pauseErr != nil {
+		return s.pauseErr
+	}
 	s.paused = true
 	s.pauses++
 	return nil
@@ -170,4 +173,27 @@ func TestReaperPauses(t *testing.T) {
 	st, err := m.Resume(ctx, &contract.ResumeRequest{SandboxID: id})
 	assert.NilError(t, err)
 	assert.Equal(t, st.Status, contract.SandboxRunning)
+}
+
+// TestReaperStopsWhatCannotPause: with idle_action: pause, an idle sandbox
+// whose pause fails is stopped, as without it.
+func TestReaperStopsWhatCannotPause(t *testing.T) {
+	m, p := newPausingManager(t, map[string]any{"idle_action": "pause", "default_idle_timeout_secs": 60})
+	start := time.Now()
+	m.now = func() time.Time { return start }
+	id := create(t, m, &contract.CreateRequest{})
+	sb := p.sandbox(id)
+	sb.mu.Lock()
+	sb.pauseErr = contract.NewError(contract.S006, "this back end cannot pause")
+	sb.mu.Unlock()
+	assert.DeepEqual(t, m.reapOnce(start.Add(61*time.Second)), []string{id})
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if sb.stops() != 1 {
+			return poll.Continue("not stopped yet")
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(time.Millisecond))
+	_, err := m.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"echo"}})
+	assert.Equal(t, code(t, err), contract.S004)
+	assert.Check(t, is.Contains(err.Error(), "pausing it failed"))
 }

@@ -100,7 +100,12 @@ func (m *Manager) reapOnce(now time.Time) []string {
 			ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 			defer cancel()
 			if err := m.pauseEntry(ctx, e, e.sb.(Pausable), "the idle reaper"); err != nil {
-				m.log.Warn("pausing an idle sandbox failed", "sandbox_id", e.id, "error", err)
+				// An idle sandbox that cannot be paused is stopped,
+				// as without idle_action: pause.
+				m.log.Warn("pausing an idle sandbox failed; stopping it", "sandbox_id", e.id, "error", err)
+				if m.markStopped(e, "reaped: pausing it failed: "+err.Error()) {
+					m.stopQuietly(e.sb, "reaped")
+				}
 			}
 		}()
 	}

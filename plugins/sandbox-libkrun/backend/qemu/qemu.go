@@ -123,7 +123,10 @@ type Config struct {
 	Control bool
 	// Incoming restores the VM from a template instead of booting: the
 	// saved device state is read from this file and guest RAM comes from
-	// MemoryFile (not shared). Needs Control.
+	// MemoryFile (not shared). Without MemoryFile (or with one the saved
+	// VM did not share) the stream carries the RAM too: a paused
+	// sandbox's state (SaveTemplate of a VM that shares no memory).
+	// Needs Control.
 	Incoming *os.File
 	// ConsoleMaxBytes caps the guest console's log on disk (console.log
 	// and its rotated console.log.1, package consolelog); 0 means
@@ -283,8 +286,8 @@ func (c *Config) validate() error {
 	if c.MemoryShared && c.MemoryFile == "" {
 		return bad("shared memory needs a memory file")
 	}
-	if c.Incoming != nil && (c.MemoryFile == "" || c.MemoryShared || !c.Control) {
-		return bad("a restore needs a private memory file and the control socket")
+	if c.Incoming != nil && (c.MemoryShared || !c.Control) {
+		return bad("a restore needs private memory and the control socket")
 	}
 	if n := len(filepath.Join(c.StateDir, QMPName)); c.Control && n > 107 {
 		return bad("state dir %s is too long for the control socket path (%d bytes, limit 107)", c.StateDir, n)
