@@ -58,14 +58,16 @@ var (
 
 // CanPause implements sandboxkit.PauseProvider: QEMU VMs can be saved,
 // libkrun's cannot. While the back end is still being chosen, the
-// configured hypervisor decides.
+// configured hypervisor decides; before the configuration (the engine's
+// plugin host reads adapter::info first, and publishes sandbox::pause
+// from it) the answer is yes, and a libkrun sandbox answers S006.
 func (p *Provider) CanPause() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.sel != nil {
 		return p.sel.Backend == backend.QEMU
 	}
-	return p.cfg != nil && p.cfg.Hypervisor != backend.Libkrun
+	return p.cfg == nil || p.cfg.Hypervisor != backend.Libkrun
 }
 
 // resumeSpec is the spec that restores the VM from its saved state: the
