@@ -192,7 +192,10 @@ func run() error {
 		}
 	}
 	var guest []time.Duration
-	if _, err := rawBoot(ctx, work, bin, accel, img, o.memoryMB, func(c *agentclient.Client) error {
+	// M1's floor: the private memory of the bare QEMU of this raw boot (no
+	// adapter, no runner) after the same execs and the same idle pause.
+	var rawPrivKB int
+	if _, err := rawBoot(ctx, work, bin, accel, img, o.memoryMB, func(c *agentclient.Client, qemuPID int) error {
 		for i := range o.execs + 5 {
 			res, err := c.Exec(ctx, agentclient.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute})
 			if err != nil {
@@ -202,7 +205,10 @@ func run() error {
 				guest = append(guest, res.Duration)
 			}
 		}
-		return nil
+		time.Sleep(5 * time.Second) // as M1 waits below
+		kb, err := rollupKB(qemuPID, "Private_Dirty")
+		rawPrivKB = kb
+		return err
 	}); err != nil {
 		return err
 	}
@@ -230,6 +236,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	fmt.Printf("M1: private memory, runner + QEMU %.1f MB | floor: the bare QEMU of P6's raw boot (same kernel, image and execs, same run) %.1f MB | ratio %.2fx\n",
+		float64(bootedKB)/1024, float64(rawPrivKB)/1024, float64(bootedKB)/float64(max(rawPrivKB, 1)))
 	fmt.Printf("T3 / M1: a restored sandbox's own memory %.1f MB | floor: a booted sandbox's private memory (M1, same run) %.1f MB | ratio %.2fx\n",
 		float64(restoredKB)/1024, float64(bootedKB)/1024, float64(restoredKB)/float64(bootedKB))
 	if _, err = a.Stop(ctx, &contract.StopRequest{SandboxID: id, Wait: true}); err != nil {
@@ -566,7 +574,7 @@ func imageFile(cache string) (string, error) {
 // rawBoot boots QEMU directly (no plugin, no runner) with the arguments a
 // runner uses, the same kernel, initramfs and image, and times it to the
 // agent's hello; then it runs use, if given, on the connection.
-func rawBoot(ctx context.Context, work, bin, accel, img string, memoryMB int, use func(*agentclient.Client) error) (time.Duration, error) {
+func rawBoot(ctx context.Context, work, bin, accel, img string, memoryMB int, use func(c *agentclient.Client, qemuPID int) error) (time.Duration, error) {
 	k, err := qemu.FindKernel("/boot", "/lib/modules", runtime.GOARCH)
 	if err != nil {
 		return 0, err
@@ -607,7 +615,7 @@ func rawBoot(ctx context.Context, work, bin, accel, img string, memoryMB int, us
 	d := time.Since(start)
 	defer c.Close()
 	if use != nil {
-		return d, use(c)
+		return d, use(c, vm.PID)
 	}
 	return d, nil
 }
