@@ -112,6 +112,11 @@ func (s *sandbox) Pause(ctx context.Context) error {
 	statePath := s.dir.File(pauseStateName)
 	tmp := statePath + ".tmp"
 	_ = os.Remove(tmp)
+	// Frozen first: the save copies a still VM, which is what a pause
+	// keeps (and QEMU then restores it paused; restore continues it).
+	if err := qemu.Stop(ctx, s.dir.Path); err != nil {
+		return s.unpause(ctx, proc, fmt.Errorf("stop the VM's CPUs: %w", err))
+	}
 	if err := qemu.SaveTemplate(ctx, s.dir.Path, tmp); err != nil {
 		_ = os.Remove(tmp)
 		return s.unpause(ctx, proc, fmt.Errorf("save the VM's state: %w", err))

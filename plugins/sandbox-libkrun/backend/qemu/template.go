@@ -58,8 +58,17 @@ func waitRunning(ctx context.Context, q *QMP) error {
 		if err := q.Execute(ctx, "query-status", nil, &st); err != nil {
 			return err
 		}
-		if st.Status == "running" {
+		switch st.Status {
+		case "running":
 			return nil
+		case "paused":
+			// The saved VM was stopped (a paused sandbox is stopped
+			// before it is saved): QEMU keeps the source's run
+			// state instead of starting it.
+			if err := q.Execute(ctx, "cont", nil, nil); err != nil {
+				return err
+			}
+			continue
 		}
 		t := time.NewTimer(time.Millisecond)
 		select {
@@ -87,6 +96,17 @@ func dialQMPWhenReady(ctx context.Context, vm *VM, path string) (*QMP, error) {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+}
+
+// Stop freezes a VM's vCPUs through its control socket, so that a save
+// that follows is of a still VM (no page is dirtied while it is copied).
+func Stop(ctx context.Context, stateDir string) error {
+	q, err := DialQMP(ctx, filepath.Join(stateDir, QMPName))
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	return q.Execute(ctx, "stop", nil, nil)
 }
 
 // SaveTemplate saves a VM launched with MemoryShared and Control as a
