@@ -63,7 +63,7 @@ func pauseFigures(ctx context.Context, bin, cache, state string, o options) erro
 	defer func() { _, _ = a.Stop(context.Background(), &contract.StopRequest{SandboxID: id, Wait: true}) }()
 	// A Python process with some state, so the save holds a used VM.
 	if _, err := a.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"/bin/sh", "-c",
-		`nohup python3 -c "import time; x = list(range(10**6)); time.sleep(10**6)" >/dev/null 2>&1 & sleep 1`}}); err != nil {
+		`nohup python3 -c "import time; x = list(range(10**6)); time.sleep(10**6)" >/dev/null 2>&1 & echo $! > /tmp/py.pid; sleep 1`}}); err != nil {
 		return err
 	}
 	dir := filepath.Join(state, id)
@@ -96,12 +96,14 @@ func pauseFigures(ctx context.Context, bin, cache, state string, o options) erro
 			return err
 		}
 		resumes = append(resumes, time.Since(t))
-		out, err := a.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"pgrep", "-f", "range"}})
+		// The Python process is still there (TestPauseResume checks
+		// that it kept its variables).
+		out, err := a.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"/bin/sh", "-c", `kill -0 "$(cat /tmp/py.pid)"`}})
 		if err != nil {
 			return err
 		}
 		if !out.Success {
-			return fmt.Errorf("the Python process is gone after resume: %+v", out)
+			return fmt.Errorf("the Python process is gone after resume: exit %v, %s", out.ExitCode, out.Stderr)
 		}
 	}
 	fmt.Println("T4-T6 sandbox::pause and sandbox::resume of a restored sandbox running Python (median of", o.boots, "cycles)")
