@@ -57,7 +57,7 @@ for i in 0 1 2 3; do
   mkdir -p "$scratch/dl/$i"
   part=()
   for ((j = i; j < ${#pkgs[@]}; j += 4)); do part+=("${pkgs[$j]}"); done
-  (cd "$scratch/dl/$i" && apt-get -q -o Debug::NoLocking=1 download "${part[@]}" >/dev/null) &
+  (cd "$scratch/dl/$i" && apt-get -q -o Debug::NoLocking=1 -o APT::Sandbox::User=root download "${part[@]}" >/dev/null) &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
