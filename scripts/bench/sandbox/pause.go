@@ -110,7 +110,7 @@ func pauseFigures(ctx context.Context, bin, cache, state string, o options) erro
 	row("T1 template-restore sandbox::create (this run)", t1, "-", t1, 0)
 	row("T4 sandbox::pause (save RAM+devices, end QEMU)", benchstat.Percentile(pauses, 50), "T1 template restore", t1, 0)
 	row("T5 sandbox::resume (restore, reconnect, reseed)", benchstat.Percentile(resumes, 50), "T1 template restore", t1, 0)
-	fmt.Printf("T6 host memory of a paused sandbox: RSS 0 (no QEMU, no runner; the running VM's QEMU RSS was %.1f MB) | disk: state file %.1f MB (VM memory %d MiB)\n",
-		float64(rssKB)/1024, float64(stateBytes)/(1<<20), o.memoryMB)
+	fmt.Printf("T6 host memory of a paused sandbox: RSS 0 (no QEMU, no runner), disk: state file %.1f MB | floor: the same sandbox running, QEMU RSS %.1f MB (VM memory %d MiB) | ratio RSS 0x, state file %.2fx of RSS\n",
+		float64(stateBytes)/(1<<20), float64(rssKB)/1024, o.memoryMB, float64(stateBytes)/float64(max(rssKB, 1)*1024))
 	return nil
 }
