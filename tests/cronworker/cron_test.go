@@ -2,7 +2,6 @@ package cronworker
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
-	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/workers/cron"
 )
 
@@ -132,26 +130,7 @@ func checkOnce(t *testing.T, ticks []tick) {
 // 0.22.1 knows no namespaces (docs/standard-workers.md).
 func startProject(t *testing.T, containers string) project {
 	t.Helper()
-	sdk := nodesdk.Find(t)
-	app, err := os.ReadFile(filepath.Join("testdata", "app", "app.mjs"))
-	assert.NilError(t, err)
-	return project{composeproj.Start(t, composeproj.Options{
-		III:   iii,
-		Files: map[string][]byte{"app/app.mjs": app},
-		Env:   []string{"III_SDK_URL=" + sdk.URL},
-		Compose: func(port int) string {
-			return fmt.Sprintf(`stop_timeout: 5s
-engine:
-  url: ws://127.0.0.1:%d
-  workers: {}
-containers:
-  app:
-    worker: path://./app
-    scripts: { run: '%s app.mjs' }
-    environment: { III_SDK_URL: '${III_SDK_URL}' }
-%s`, port, sdk.Node, containers)
-		},
-	})}
+	return project{composeproj.StartNodeApp(t, iii, containers)}
 }
 
 // TestComposeUpCron: a project with two cron workers from `package://cron`

@@ -19,7 +19,6 @@ import (
 	"github.com/iii-sandbox/iii/compose/registry"
 	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
-	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	httpw "github.com/iii-sandbox/iii/workers/http"
 )
 
@@ -65,26 +64,7 @@ func startProject(t *testing.T, containers string) *composeproj.Project {
 	if testing.Short() {
 		t.Skip("runs iii compose --up with an engine and a Node worker")
 	}
-	sdk := nodesdk.Find(t)
-	app, err := os.ReadFile(filepath.Join("testdata", "app", "app.mjs"))
-	assert.NilError(t, err)
-	return composeproj.Start(t, composeproj.Options{
-		III:   iii,
-		Files: map[string][]byte{"app/app.mjs": app},
-		Env:   []string{"III_SDK_URL=" + sdk.URL},
-		Compose: func(port int) string {
-			return fmt.Sprintf(`stop_timeout: 5s
-engine:
-  url: ws://127.0.0.1:%d
-  workers: {}
-containers:
-  app:
-    worker: path://./app
-    scripts: { run: '%s app.mjs' }
-    environment: { III_SDK_URL: '${III_SDK_URL}' }
-%s`, port, sdk.Node, containers)
-		},
-	})
+	return composeproj.StartNodeApp(t, iii, containers)
 }
 
 // waitRoute waits for the Node worker's GET /hello/:who: its trigger is

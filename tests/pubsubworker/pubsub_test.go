@@ -3,7 +3,6 @@ package pubsubworker
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
-	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/workers/pubsub"
 )
 
@@ -39,26 +37,7 @@ func TestComposeAddPubsub(t *testing.T) {
 		t.Skip("runs iii compose --up with an engine and Node workers")
 	}
 	t.Parallel()
-	sdk := nodesdk.Find(t)
-	app, err := os.ReadFile(filepath.Join("testdata", "app", "app.mjs"))
-	assert.NilError(t, err)
-	p := composeproj.Start(t, composeproj.Options{
-		III:   iii,
-		Files: map[string][]byte{"app/app.mjs": app},
-		Env:   []string{"III_SDK_URL=" + sdk.URL},
-		Compose: func(port int) string {
-			return fmt.Sprintf(`stop_timeout: 5s
-engine:
-  url: ws://127.0.0.1:%d
-  workers: {}
-containers:
-  app:
-    worker: path://./app
-    scripts: { run: '%s app.mjs' }
-    environment: { III_SDK_URL: '${III_SDK_URL}' }
-`, port, sdk.Node)
-		},
-	})
+	p := composeproj.StartNodeApp(t, iii, "")
 	p.WaitReady(t, "app")
 
 	out := p.MustCall(t, "compose::add", "worker=pubsub")

@@ -14,7 +14,6 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
-	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/workers/queue"
 )
 
@@ -146,26 +145,7 @@ const containers = `  queue:
 // iii-sdk 0.22.1 knows no namespaces).
 func startProject(t *testing.T) project {
 	t.Helper()
-	sdk := nodesdk.Find(t)
-	app, err := os.ReadFile(filepath.Join("testdata", "app", "app.mjs"))
-	assert.NilError(t, err)
-	return project{composeproj.Start(t, composeproj.Options{
-		III:   iii,
-		Files: map[string][]byte{"app/app.mjs": app},
-		Env:   []string{"III_SDK_URL=" + sdk.URL},
-		Compose: func(port int) string {
-			return fmt.Sprintf(`stop_timeout: 5s
-engine:
-  url: ws://127.0.0.1:%d
-  workers: {}
-containers:
-  app:
-    worker: path://./app
-    scripts: { run: '%s app.mjs' }
-    environment: { III_SDK_URL: '${III_SDK_URL}' }
-%s`, port, sdk.Node, containers)
-		},
-	})}
+	return project{composeproj.StartNodeApp(t, iii, containers)}
 }
 
 // TestComposeUpQueue: a project with the queue worker from

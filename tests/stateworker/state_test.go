@@ -16,7 +16,6 @@ import (
 
 	"github.com/iii-sandbox/iii/compose/registry"
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
-	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/workers/state"
 )
 
@@ -38,26 +37,7 @@ func startProject(t *testing.T, containers string) project {
 	if testing.Short() {
 		t.Skip("runs iii compose --up with an engine and Node workers")
 	}
-	sdk := nodesdk.Find(t)
-	app, err := os.ReadFile(filepath.Join("testdata", "app", "app.mjs"))
-	assert.NilError(t, err)
-	return project{composeproj.Start(t, composeproj.Options{
-		III:   iii,
-		Files: map[string][]byte{"app/app.mjs": app},
-		Env:   []string{"III_SDK_URL=" + sdk.URL},
-		Compose: func(port int) string {
-			return fmt.Sprintf(`stop_timeout: 5s
-engine:
-  url: ws://127.0.0.1:%d
-  workers: {}
-containers:
-  app:
-    worker: path://./app
-    scripts: { run: '%s app.mjs' }
-    environment: { III_SDK_URL: '${III_SDK_URL}' }
-%s`, port, sdk.Node, containers)
-		},
-	})}
+	return project{composeproj.StartNodeApp(t, iii, containers)}
 }
 
 // waitGet polls state::get until it answers want (compact JSON).

@@ -26,6 +26,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/registry"
 	"github.com/iii-sandbox/iii/internal/loopback"
 	"github.com/iii-sandbox/iii/internal/testkit/bins"
+	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/internal/testkit/procscan"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 )
@@ -301,4 +302,34 @@ func Main(m *testing.M, iii *string, pkgs ...Package) int {
 		return 1
 	}
 	return m.Run()
+}
+
+// StartNodeApp runs the standard workers' acceptance project: the test's
+// Node app (testdata/app/app.mjs, on the pinned iii-sdk 0.22.1, which it
+// imports from $III_SDK_URL) as container `app`, and containers (the
+// containers: block's further entries, indented by two), in the default
+// namespace: that SDK knows no namespaces, so its calls resolve in
+// "default" (docs/standard-workers.md).
+func StartNodeApp(t *testing.T, iii, containers string) *Project {
+	t.Helper()
+	sdk := nodesdk.Find(t)
+	app, err := os.ReadFile(filepath.Join("testdata", "app", "app.mjs"))
+	assert.NilError(t, err)
+	return Start(t, Options{
+		III:   iii,
+		Files: map[string][]byte{"app/app.mjs": app},
+		Env:   []string{"III_SDK_URL=" + sdk.URL},
+		Compose: func(port int) string {
+			return fmt.Sprintf(`stop_timeout: 5s
+engine:
+  url: ws://127.0.0.1:%d
+  workers: {}
+containers:
+  app:
+    worker: path://./app
+    scripts: { run: '%s app.mjs' }
+    environment: { III_SDK_URL: '${III_SDK_URL}' }
+%s`, port, sdk.Node, containers)
+		},
+	})
 }
