@@ -156,7 +156,10 @@ func TestKillDuringInFlightCalls(t *testing.T) {
 	defer cancel()
 	for range calls {
 		go func() {
-			_, err := te.Client.Call(ctx, "sandbox::exec", map[string]any{"sandbox_id": id, "cmd": "sleep 5"})
+			// sleep 30, not less: on a loaded 2-core CI machine starting 50
+			// host processes took over 5 s, so shorter sleeps finished before
+			// the last one started and 50 were never in flight together.
+			_, err := te.Client.Call(ctx, "sandbox::exec", map[string]any{"sandbox_id": id, "cmd": "sleep 30"})
 			results <- outcome{err, time.Now()}
 		}()
 	}
@@ -174,8 +177,8 @@ func TestKillDuringInFlightCalls(t *testing.T) {
 	assert.NilError(t, syscall.Kill(st.PID, syscall.SIGKILL))
 	for i := range calls {
 		o := waitfor.Recv(t, results, waitFor, fmt.Sprintf("exec %d of %d to answer after the kill", i+1, calls))
-		// sleep 5 cannot finish in time, so every caller gets S301.
-		assert.Assert(t, o.err != nil, "an exec of sleep 5 answered within a second of the kill")
+		// sleep 30 cannot finish in time, so every caller gets S301.
+		assert.Assert(t, o.err != nil, "an exec of sleep 30 answered within a second of the kill")
 		assert.Equal(t, enginetest.SandboxError(t, o.err).Code, contract.S301, "%v", o.err)
 		assert.Assert(t, o.at.Sub(killed) <= time.Second, "a caller waited %v after the kill", o.at.Sub(killed))
 	}
