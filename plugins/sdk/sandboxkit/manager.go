@@ -209,6 +209,7 @@ func (m *Manager) Configure(ctx context.Context, configJSON []byte) error {
 	if cfg.IdleAction == IdlePause && !m.canPause() {
 		return fmt.Errorf("invalid sandbox adapter configuration: %s is %q, but this adapter's sandboxes cannot be paused (it does not announce the %q capability); use %q", KeyIdleAction, IdlePause, contract.CapabilityPause, IdleStop)
 	}
+	m.adopt(ctx)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -335,6 +336,7 @@ func (m *Manager) create(ctx context.Context, req *contract.CreateRequest) (*con
 		Env:         slices.Clone(req.Env),
 		Name:        req.Name,
 		ReaperTick:  cfg.ReaperTick,
+		IdleTimeout: durationOf(idle, time.Second),
 	}
 	ctx = withImage(ctx, img)
 	sb, err := m.provider.Boot(ctx, spec)
@@ -604,6 +606,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			close(m.stopReaper)
 		}
 	}
+	keep := m.keepsSandboxes()
 	var victims []*entry
 	for _, e := range m.sandboxes {
 		if m.markStoppedLocked(e, "the adapter shut down") {
@@ -614,18 +617,31 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 
 	errs := make([]error, len(victims))
 	var stops sync.WaitGroup
+	var detached atomic.Int32
 	for i, e := range victims {
 		stops.Add(1)
 		go func() {
 			defer stops.Done()
+			if d, ok := e.sb.(Detachable); ok && keep {
+				// The next adapter process adopts it (adopt.go).
+				err := d.Detach(ctx, time.Unix(0, e.lastOp.Load()))
+				if err == nil {
+					detached.Add(1)
+					return
+				}
+				m.log.Warn("could not detach a sandbox; stopping it", "sandbox_id", e.id, "error", err)
+			}
 			if err := e.sb.Stop(ctx, true); err != nil {
 				errs[i] = fmt.Errorf("stop sandbox %s: %w", e.id, err)
 			}
 		}()
 	}
 	stops.Wait()
-	if len(victims) > 0 {
-		m.log.Info("stopped every sandbox for shutdown", "count", len(victims))
+	if n := int(detached.Load()); n > 0 {
+		m.log.Info("left every sandbox running for the next adapter process", "count", n)
+	}
+	if n := len(victims) - int(detached.Load()); n > 0 {
+		m.log.Info("stopped every sandbox for shutdown", "count", n)
 	}
 
 	done := make(chan struct{})

@@ -134,7 +134,7 @@ func TestCreate(t *testing.T) {
 		assert.Equal(t, out.Image, "shell")
 		assert.DeepEqual(t, p.boots[0], BootSpec{
 			ID: out.SandboxID, Image: contract.CatalogImage{Name: "shell", OCIRef: "example/shell:1", Kind: contract.KindPreset},
-			AutoInstall: false, CPUs: 2, MemoryMB: 256, Network: true, Env: []string{"A=1"}, Name: "n", ReaperTick: DefaultReaperTick,
+			AutoInstall: false, CPUs: 2, MemoryMB: 256, Network: true, Env: []string{"A=1"}, Name: "n", ReaperTick: DefaultReaperTick, IdleTimeout: 300 * time.Second,
 		})
 		m.mu.Lock()
 		idle := m.sandboxes[out.SandboxID].idleTimeout

@@ -65,6 +65,10 @@ type BootSpec struct {
 	// LastActivity: a sandbox whose activity costs something to measure
 	// (a round trip into a VM) needs to measure no more often.
 	ReaperTick time.Duration
+	// IdleTimeout is the sandbox's idle timeout (zero: none); the kit's
+	// reaper applies it, a provider that keeps sandboxes across restarts
+	// records it for Adopted.
+	IdleTimeout time.Duration
 }
 
 // Sandbox is one running sandbox. The kit serialises nothing: operations
