@@ -620,53 +620,117 @@ func (e *Engine) claimOrReject(w *worker, ns, name string) *protocol.ErrorBody {
 
 // ── engine::channels::create ──────────────────────────────────────────────
 
-func (e *Engine) fnChannelsCreate(_ context.Context, call *Call) (any, *protocol.ErrorBody) {
+// fnChannelsCreate creates one channel ({buffer_size}: {writer, reader}),
+// or several in one call ({channels: [{buffer_size, content}, …]}:
+// {channels: [{writer, reader}, …]}). A channel given content is created
+// with it as its whole stream and its writer end already used and closed
+// (channels.go, prefill): what a caller that would otherwise open the
+// writer, write a small payload and close costs no socket.
+func (e *Engine) fnChannelsCreate(ctx context.Context, call *Call) (any, *protocol.ErrorBody) {
 	var in struct {
-		BufferSize *int `json:"buffer_size"`
+		BufferSize *int           `json:"buffer_size"`
+		Channels   *[]channelSpec `json:"channels"`
 	}
 	if errb := decodeInput(call.Data, &in); errb != nil {
 		return nil, errb
 	}
-	size := 0
-	if in.BufferSize != nil {
-		size = *in.BufferSize
-		if size < 1 {
-			return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "buffer_size must be at least 1 (default 64, max 1024)"}
+	batch := in.Channels != nil
+	specs := []channelSpec{{BufferSize: in.BufferSize}}
+	if batch {
+		specs = *in.Channels
+		if len(specs) == 0 || len(specs) > MaxChannelBatch {
+			return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: fmt.Sprintf("channels must name 1 to %d channels", MaxChannelBatch)}
 		}
 	}
-	if !call.CallerAdmin && e.channels.len() >= MaxChannels {
+	contents := make([][]byte, len(specs))
+	for i, sp := range specs {
+		if sp.BufferSize != nil && *sp.BufferSize < 1 {
+			return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "buffer_size must be at least 1 (default 64, max 1024)"}
+		}
+		b, errb := sp.decodeContent()
+		if errb != nil {
+			return nil, errb
+		}
+		contents[i] = b
+	}
+	n := len(specs)
+	if !call.CallerAdmin && e.channels.len()+n > MaxChannels {
 		return nil, &protocol.ErrorBody{Code: CodeLimitExceeded, Message: fmt.Sprintf("the engine holds %d channels, its limit; finish or drop some first", MaxChannels)}
 	}
-	if !call.CallerAdmin && call.CallerWorkerID != "" && e.channels.owned(call.CallerWorkerID) >= MaxChannelsPerConnection {
+	if !call.CallerAdmin && call.CallerWorkerID != "" && e.channels.owned(call.CallerWorkerID)+n > MaxChannelsPerConnection {
 		return nil, &protocol.ErrorBody{Code: CodeLimitExceeded, Message: fmt.Sprintf("this connection holds %d channels, its limit; finish or drop some first", MaxChannelsPerConnection)}
 	}
-	ch := e.channels.create(e, size, call.CallerWorkerID)
-	writer, reader := ch.refs()
-	return map[string]protocol.StreamChannelRef{"writer": writer, "reader": reader}, nil
+	out := make([]map[string]protocol.StreamChannelRef, 0, n)
+	made := make([]*channel, 0, n)
+	for i, sp := range specs {
+		size := 0
+		if sp.BufferSize != nil {
+			size = *sp.BufferSize
+		}
+		ch := e.channels.create(e, size, call.CallerWorkerID)
+		made = append(made, ch)
+		if contents[i] != nil {
+			if err := ch.prefill(ctx, contents[i]); err != nil {
+				for _, c := range made {
+					e.channels.remove(c)
+				}
+				return nil, &protocol.ErrorBody{Code: CodeLimitExceeded, Message: "no room for the channel's content within the engine's channel budget: " + err.Error()}
+			}
+		}
+		writer, reader := ch.refs()
+		out = append(out, map[string]protocol.StreamChannelRef{"writer": writer, "reader": reader})
+	}
+	if batch {
+		return map[string]any{"channels": out}, nil
+	}
+	return out[0], nil
 }
 
 // ── engine::channels::drop ────────────────────────────────────────────────
 
-// fnChannelsDrop removes a channel at once. A channel whose ends were not
-// both opened otherwise holds its slot (MaxChannelsPerConnection) until
+// fnChannelsDrop removes a channel at once ({channel_id, access_key}:
+// {dropped}), or several ({channels: [{channel_id, access_key}, …]}:
+// {dropped, count}, dropped true when any was). A channel whose ends were
+// not both opened otherwise holds its slot (MaxChannelsPerConnection) until
 // ChannelTTL: a streaming HTTP request answered without its channels
-// (workers/http) drops them when it ends. The access key is the proof, as
-// for opening an end; a wrong key and an unknown id answer alike.
+// (workers/http) drops them when it ends, many requests' in one call. The
+// access key is the proof, as for opening an end; a wrong key and an
+// unknown id answer alike.
 func (e *Engine) fnChannelsDrop(_ context.Context, call *Call) (any, *protocol.ErrorBody) {
-	var in struct {
+	type ref struct {
 		ChannelID string `json:"channel_id"`
 		AccessKey string `json:"access_key"`
+	}
+	var in struct {
+		ref
+		Channels *[]ref `json:"channels"`
 	}
 	if errb := decodeInput(call.Data, &in); errb != nil {
 		return nil, errb
 	}
-	if in.ChannelID == "" || in.AccessKey == "" {
-		return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "channel_id and access_key are required (a channel ref from engine::channels::create)"}
+	refs := []ref{in.ref}
+	if in.Channels != nil {
+		refs = *in.Channels
+		if len(refs) == 0 || len(refs) > MaxChannelDropBatch {
+			return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: fmt.Sprintf("channels must name 1 to %d channel refs", MaxChannelDropBatch)}
+		}
 	}
-	c := e.channels.get(in.ChannelID)
-	if c == nil || subtle.ConstantTimeCompare([]byte(in.AccessKey), []byte(c.key)) != 1 {
-		return map[string]bool{"dropped": false}, nil
+	for _, r := range refs {
+		if r.ChannelID == "" || r.AccessKey == "" {
+			return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "channel_id and access_key are required (a channel ref from engine::channels::create)"}
+		}
 	}
-	e.channels.remove(c)
-	return map[string]bool{"dropped": true}, nil
+	count := 0
+	for _, r := range refs {
+		c := e.channels.get(r.ChannelID)
+		if c == nil || subtle.ConstantTimeCompare([]byte(r.AccessKey), []byte(c.key)) != 1 {
+			continue
+		}
+		e.channels.remove(c)
+		count++
+	}
+	if in.Channels != nil {
+		return map[string]any{"dropped": count > 0, "count": count}, nil
+	}
+	return map[string]bool{"dropped": count > 0}, nil
 }

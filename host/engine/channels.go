@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/base64"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,46 @@ const (
 	defaultChannelBuffer = 64
 	maxChannelBuffer     = 1024
 )
+
+// Bounds of one engine::channels::create or drop call.
+const (
+	// MaxChannelBatch is the most channels one create call makes.
+	MaxChannelBatch = 16
+	// MaxChannelDropBatch is the most refs one drop call names (a
+	// connection holds at most MaxChannelsPerConnection anyway).
+	MaxChannelDropBatch = MaxChannelsPerConnection
+	// MaxChannelPrefill is the most content a channel is created with: one
+	// item, as large as the SDKs' channel writers' pieces. Larger payloads
+	// go through the writer socket, piece by piece, with its back-pressure.
+	MaxChannelPrefill = 64 << 10
+)
+
+// channelSpec is one channel of a create call with channels: [...].
+type channelSpec struct {
+	BufferSize *int `json:"buffer_size"`
+	// Content, base64 (standard, padded), is the channel's whole stream;
+	// absent: the writer end is the caller's to open as usual.
+	Content *string `json:"content"`
+}
+
+// decodeContent is the spec's content, nil when it has none ("" is an
+// empty stream: the reader gets its end at once).
+func (sp channelSpec) decodeContent() ([]byte, *protocol.ErrorBody) {
+	if sp.Content == nil {
+		return nil, nil
+	}
+	if base64.StdEncoding.DecodedLen(len(*sp.Content)) > MaxChannelPrefill+2 {
+		return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: fmt.Sprintf("a channel's content is at most %d bytes; write more through its writer end", MaxChannelPrefill)}
+	}
+	b, err := base64.StdEncoding.DecodeString(*sp.Content)
+	if err != nil {
+		return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "a channel's content must be base64: " + err.Error()}
+	}
+	if len(b) > MaxChannelPrefill {
+		return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: fmt.Sprintf("a channel's content is at most %d bytes; write more through its writer end", MaxChannelPrefill)}
+	}
+	return b, nil
+}
 
 // chanItem is one relayed message, text or binary, kept as sent.
 type chanItem struct {
@@ -60,6 +102,33 @@ func (c *channel) refs() (writer, reader protocol.StreamChannelRef) {
 }
 
 func (c *channel) endWriting() { c.closeOnce.Do(func() { close(c.items) }) }
+
+// prefill makes data the whole stream of a channel just created, before
+// its refs leave the engine: its writer end is taken and done, as if a
+// writer had sent data as one binary item and closed. The item is charged
+// as a writer's would be (the channel's room, the engine's
+// ChannelBytesTotal, waiting for it within ctx) and released when read or
+// when the channel is removed.
+func (c *channel) prefill(ctx context.Context, data []byte) error {
+	c.writerTaken.Store(true)
+	if len(data) > 0 {
+		charge := int64(len(data))
+		if !c.budget.TryAcquire(charge) {
+			if err := c.budget.Acquire(ctx, charge); err != nil {
+				return err
+			}
+		}
+		cost := itemCost(data)
+		if !c.room.TryAcquire(cost) { // a new channel has its whole room
+			c.budget.Release(charge)
+			return fmt.Errorf("channel %s: no room for %d bytes", c.id, len(data))
+		}
+		c.items <- chanItem{typ: websocket.MessageBinary, data: data, cost: cost, charge: charge}
+	}
+	c.endWriting()
+	c.writerDone.Store(true)
+	return nil
+}
 
 type channelTable struct {
 	mu sync.Mutex

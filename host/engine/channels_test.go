@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,4 +218,122 @@ func TestChannelDrop(t *testing.T) {
 	assert.DeepEqual(t, f["result"], map[string]any{"dropped": true})
 	f = c.call("again", FnChannelsCreate, nil, `{}`)
 	assert.Assert(t, f["error"] == nil, "%v", f)
+}
+
+// TestChannelCreateBatch: one create call makes several channels; one
+// given content holds it as its whole stream, its writer end already used
+// (a socket on it is refused), and its reader gets the content then a
+// normal close; "" is an empty stream. The engine's channel budget is
+// charged for the content until it is read.
+func TestChannelCreateBatch(t *testing.T) {
+	te := startEngine(t, Options{})
+	w := te.dial(t)
+	res := w.call("batch", FnChannelsCreate, nil, `{"channels":[{"content":"aGVsbG8="},{"buffer_size":3},{"content":""}]}`)
+	assert.Assert(t, res["error"] == nil, "%v", res)
+	var out struct {
+		Channels []struct {
+			Writer protocol.StreamChannelRef `json:"writer"`
+			Reader protocol.StreamChannelRef `json:"reader"`
+		} `json:"channels"`
+	}
+	assert.NilError(t, json.Unmarshal(mustJSON(t, res["result"]), &out), "%v", res)
+	assert.Equal(t, len(out.Channels), 3)
+	filled, plain, empty := out.Channels[0], out.Channels[1], out.Channels[2]
+	assert.Equal(t, cap(te.channels.get(plain.Writer.ChannelID).items), 3)
+	ids := map[string]bool{filled.Reader.ChannelID: true, plain.Reader.ChannelID: true, empty.Reader.ChannelID: true}
+	assert.Equal(t, len(ids), 3, "distinct channels")
+	assert.Equal(t, te.inbound.chanBytes.TryAcquire(ChannelBytesTotal), false, "the content is charged")
+
+	ws := dialChannel(t, te, filled.Writer)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	_, _, err := ws.Read(ctx)
+	assert.Equal(t, websocket.CloseStatus(err), statusPolicyViolation, "the writer end is used: %v", err)
+
+	rc := dialChannel(t, te, filled.Reader)
+	typ, data, err := rc.Read(ctx)
+	assert.NilError(t, err)
+	assert.Equal(t, typ, websocket.MessageBinary)
+	assert.Equal(t, string(data), "hello")
+	_, _, err = rc.Read(ctx)
+	assert.Equal(t, websocket.CloseStatus(err), websocket.StatusNormalClosure, "%v", err)
+	pollUntil(t, "the read channel is forgotten", func() bool { return te.channels.get(filled.Reader.ChannelID) == nil })
+	pollUntil(t, "its charge is released", func() bool {
+		if te.inbound.chanBytes.TryAcquire(ChannelBytesTotal) {
+			te.inbound.chanBytes.Release(ChannelBytesTotal)
+			return true
+		}
+		return false
+	})
+
+	re := dialChannel(t, te, empty.Reader)
+	_, _, err = re.Read(ctx)
+	assert.Equal(t, websocket.CloseStatus(err), websocket.StatusNormalClosure, "an empty stream ends at once: %v", err)
+
+	// The plain one works as a channel made alone.
+	pw, pr := dialChannel(t, te, plain.Writer), dialChannel(t, te, plain.Reader)
+	assert.NilError(t, pw.Write(ctx, websocket.MessageText, []byte("t")))
+	_, data, err = pr.Read(ctx)
+	assert.NilError(t, err)
+	assert.Equal(t, string(data), "t")
+}
+
+func TestChannelCreateBatchValidation(t *testing.T) {
+	te := startEngine(t, Options{})
+	w := te.dial(t)
+	big := strings.Repeat("A", (MaxChannelPrefill+3)/3*4+4)
+	for _, tc := range []struct{ in, code string }{
+		{`{"channels":[]}`, CodeInvalidArgument},
+		{`{"channels":[` + strings.TrimSuffix(strings.Repeat(`{},`, MaxChannelBatch+1), ",") + `]}`, CodeInvalidArgument},
+		{`{"channels":[{"buffer_size":0}]}`, CodeInvalidArgument},
+		{`{"channels":[{"content":"not base64!"}]}`, CodeInvalidArgument},
+		{`{"channels":[{"content":"` + big + `"}]}`, CodeInvalidArgument},
+		{`{"channels":{}}`, CodeInvalidArgument},
+	} {
+		res := w.call("v", FnChannelsCreate, nil, tc.in)
+		code, msg := errBody(t, res)
+		assert.Equal(t, code, tc.code, "input %.80s: %s", tc.in, msg)
+	}
+	assert.Equal(t, te.channels.len(), 0, "a refused call creates nothing")
+
+	// A batch counts whole against the connection's limit.
+	for range MaxChannelsPerConnection/MaxChannelBatch - 1 {
+		res := w.call("fill", FnChannelsCreate, nil, `{"channels":[`+strings.TrimSuffix(strings.Repeat(`{},`, MaxChannelBatch), ",")+`]}`)
+		assert.Assert(t, res["error"] == nil, "%v", res)
+	}
+	res := w.call("over", FnChannelsCreate, nil, `{"channels":[`+strings.TrimSuffix(strings.Repeat(`{},`, MaxChannelBatch+0), ",")+`,{}]}`)
+	code, _ := errBody(t, res)
+	assert.Equal(t, code, CodeInvalidArgument, "17 is over the batch bound")
+	res = w.call("over", FnChannelsCreate, nil, `{"channels":[`+strings.TrimSuffix(strings.Repeat(`{},`, MaxChannelBatch), ",")+`]}`)
+	assert.Assert(t, res["error"] == nil, "exactly at the limit: %v", res)
+	res = w.call("over", FnChannelsCreate, nil, `{"channels":[{}]}`)
+	code, _ = errBody(t, res)
+	assert.Equal(t, code, CodeLimitExceeded)
+}
+
+// TestChannelDropBatch: one drop call removes several channels; refs with a
+// wrong key or unknown ids are skipped and counted out.
+func TestChannelDropBatch(t *testing.T) {
+	te := startEngine(t, Options{})
+	w := te.dial(t)
+	w1, r1 := createChannel(t, w, `{}`)
+	w2, _ := createChannel(t, w, `{}`)
+	open := dialChannel(t, te, r1)
+	in := map[string]any{"channels": []any{w1, map[string]string{"channel_id": w2.ChannelID, "access_key": "wrong"},
+		map[string]string{"channel_id": "nope", "access_key": "x"}}}
+	res := w.call("drop", FnChannelsDrop, nil, string(mustJSON(t, in)))
+	assert.DeepEqual(t, res["result"], map[string]any{"dropped": true, "count": float64(1)})
+	assert.Assert(t, te.channels.get(w1.ChannelID) == nil)
+	assert.Assert(t, te.channels.get(w2.ChannelID) != nil, "a wrong key drops nothing")
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	_, _, err := open.Read(ctx)
+	assert.Equal(t, websocket.CloseStatus(err), statusGoingAway, "%v", err)
+
+	for _, bad := range []string{`{"channels":[]}`, `{"channels":[{"channel_id":"x"}]}`,
+		`{"channels":[` + strings.TrimSuffix(strings.Repeat(`{"channel_id":"x","access_key":"y"},`, MaxChannelDropBatch+1), ",") + `]}`} {
+		res := w.call("bad", FnChannelsDrop, nil, bad)
+		code, _ := errBody(t, res)
+		assert.Equal(t, code, CodeInvalidArgument, "%.60s", bad)
+	}
 }

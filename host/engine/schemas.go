@@ -68,16 +68,26 @@ const schemaWorkersRegisterIn = `{"type":"object","properties":{` +
 
 const schemaSuccessOut = `{"type":"object","required":["success"],"properties":{"success":{"type":"boolean"}}}`
 
+const channelBufferSizeSchema = `{"type":"integer","minimum":1,"maximum":1024,"default":64,"description":"Items buffered between writer and reader; larger values are capped at 1024."}`
+
 const schemaChannelsCreateIn = `{"type":"object","properties":{` +
-	`"buffer_size":{"type":"integer","minimum":1,"maximum":1024,"default":64,"description":"Items buffered between writer and reader; larger values are capped at 1024."}}}`
+	`"buffer_size":` + channelBufferSizeSchema + `,` +
+	`"channels":{"type":"array","minItems":1,"maxItems":16,"description":"Create several channels in one call; the answer is then {channels: [{writer, reader}, …]}.","items":{"type":"object","properties":{` +
+	`"buffer_size":` + channelBufferSizeSchema + `,` +
+	`"content":{"type":"string","contentEncoding":"base64","description":"The channel's whole stream (at most 64 KiB): it is created holding it as one binary item, its writer end already used and closed."}}}}}}`
 
 const channelRefSchema = `{"type":"object","required":["channel_id","access_key","direction"],"properties":{` +
 	`"channel_id":{"type":"string"},"access_key":{"type":"string"},"direction":{"type":"string","enum":["read","write"]}}}`
 
-const schemaChannelsDropIn = `{"type":"object","required":["channel_id","access_key"],"properties":{` +
-	`"channel_id":{"type":"string"},"access_key":{"type":"string"},"direction":{"type":"string","enum":["read","write"],"description":"Ignored: either ref drops the channel."}}}`
+const schemaChannelsDropIn = `{"type":"object","properties":{` +
+	`"channel_id":{"type":"string"},"access_key":{"type":"string"},"direction":{"type":"string","enum":["read","write"],"description":"Ignored: either ref drops the channel."},` +
+	`"channels":{"type":"array","minItems":1,"maxItems":256,"description":"Drop several channels in one call instead of channel_id and access_key; the answer adds count.","items":` + channelRefSchema + `}}}`
 
-const schemaChannelsDropOut = `{"type":"object","required":["dropped"],"properties":{"dropped":{"type":"boolean","description":"false: no channel with that id and key (unknown, finished or dropped already)."}}}`
+const schemaChannelsDropOut = `{"type":"object","required":["dropped"],"properties":{"dropped":{"type":"boolean","description":"false: no channel with that id and key (unknown, finished or dropped already); with channels, whether any was dropped."},"count":{"type":"integer","description":"With channels: how many were dropped."}}}`
 
-const schemaChannelsCreateOut = `{"type":"object","required":["writer","reader"],"properties":{` +
+const channelPairSchema = `{"type":"object","required":["writer","reader"],"properties":{` +
 	`"writer":` + channelRefSchema + `,"reader":` + channelRefSchema + `}}`
+
+const schemaChannelsCreateOut = `{"type":"object","properties":{` +
+	`"writer":` + channelRefSchema + `,"reader":` + channelRefSchema + `,` +
+	`"channels":{"type":"array","description":"With channels in the input: one {writer, reader} per channel, in order.","items":` + channelPairSchema + `}}}`
