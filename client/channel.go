@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,6 +55,97 @@ func (c *Client) CreateChannel(ctx context.Context, bufferSize int) (writer, rea
 	}
 	return out.Writer, out.Reader, nil
 }
+
+// MaxChannelContent is the most content ChannelSpec.Content may hold (the
+// engine's MaxChannelPrefill).
+const MaxChannelContent = 64 << 10
+
+// ChannelSpec is one channel of CreateChannels.
+type ChannelSpec struct {
+	// BufferSize is the items buffered between writer and reader; 0 for
+	// the engine's default.
+	BufferSize int
+	// Filled makes Content the channel's whole stream: the engine creates
+	// the channel holding it (one binary item; none when empty) with its
+	// writer end already used and closed, so whoever gets the reader ref
+	// reads Content, then the end of the stream, and nobody opens a writer
+	// socket. At most MaxChannelContent bytes.
+	Filled  bool
+	Content []byte
+}
+
+// ChannelPair is the two ends of one channel.
+type ChannelPair struct {
+	Writer, Reader protocol.StreamChannelRef
+}
+
+// CreateChannels asks the engine for several channels in one round trip,
+// one per spec, in order.
+func (c *Client) CreateChannels(ctx context.Context, specs ...ChannelSpec) ([]ChannelPair, error) {
+	type spec struct {
+		BufferSize int     `json:"buffer_size,omitempty"`
+		Content    *string `json:"content,omitempty"`
+	}
+	in := make([]spec, len(specs))
+	for i, sp := range specs {
+		in[i].BufferSize = sp.BufferSize
+		if sp.Filled {
+			if len(sp.Content) > MaxChannelContent {
+				return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("a channel's content is at most %d bytes, not %d", MaxChannelContent, len(sp.Content))}
+			}
+			b64 := base64.StdEncoding.EncodeToString(sp.Content)
+			in[i].Content = &b64
+		}
+	}
+	raw, err := c.Call(ctx, fnCreateChannel, map[string]any{"channels": in})
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		Channels []ChannelPair `json:"channels"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, &Error{Code: CodeHandshakeFailed, Message: "the engine's channels reply is not {channels: [{writer, reader}]}: " + err.Error(), Err: err}
+	}
+	if len(out.Channels) != len(specs) {
+		// An engine before channels: [...] answers one channel, or none.
+		return nil, &Error{Code: CodeHandshakeFailed, Message: fmt.Sprintf("the engine answered %d channels for %d asked (an engine without batch channel creation?)", len(out.Channels), len(specs))}
+	}
+	for _, p := range out.Channels {
+		if p.Writer.ChannelID == "" || p.Reader.ChannelID == "" {
+			return nil, &Error{Code: CodeHandshakeFailed, Message: "the engine's channel reply lacks channel ids"}
+		}
+	}
+	return out.Channels, nil
+}
+
+// DropChannels asks the engine to remove channels at once, given one ref of
+// each (the id and access key are the proof): their open ends close as
+// going away, and they no longer hold the connection's channel slots. It
+// returns once the request is written (the engine sends no answer);
+// unknown or finished channels are skipped.
+func (c *Client) DropChannels(ctx context.Context, refs ...protocol.StreamChannelRef) error {
+	type ref struct {
+		ChannelID string `json:"channel_id"`
+		AccessKey string `json:"access_key"`
+	}
+	for len(refs) > 0 {
+		n := min(len(refs), maxDropBatch)
+		in := make([]ref, n)
+		for i, r := range refs[:n] {
+			in[i] = ref{r.ChannelID, r.AccessKey}
+		}
+		if _, err := c.Call(ctx, fnDropChannels, map[string]any{"channels": in}, Void()); err != nil {
+			return err
+		}
+		refs = refs[n:]
+	}
+	return nil
+}
+
+// maxDropBatch is the most refs one drop call carries (the engine's
+// MaxChannelDropBatch).
+const maxDropBatch = 256
 
 // ChannelURL is the WebSocket address of one end of a channel on this
 // client's engine.

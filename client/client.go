@@ -23,6 +23,7 @@ import (
 const (
 	fnRegisterWorker = "engine::workers::register"
 	fnCreateChannel  = "engine::channels::create"
+	fnDropChannels   = "engine::channels::drop"
 	enginePrefix     = "engine::"
 )
 

@@ -473,3 +473,39 @@ func TestEngineRefusedTokenOnReconnect(t *testing.T) {
 	}, poll.WithTimeout(waitLimit))
 	assert.NilError(t, follows.Err())
 }
+
+// TestEngineCreateChannels: several channels in one call, one filled with
+// its whole stream (its reader reads it and the end; its writer is used),
+// one as CreateChannel makes; DropChannels removes them.
+func TestEngineCreateChannels(t *testing.T) {
+	u := startEngine(t)
+	c := dialEngine(t, u, Options{Reconnect: ReconnectPolicy{Disable: true}})
+	ctx := context.Background()
+	_, err := c.CreateChannels(ctx, ChannelSpec{Filled: true, Content: make([]byte, MaxChannelContent+1)})
+	assert.Equal(t, CodeOf(err), CodeInvalidArgument)
+
+	pairs, err := c.CreateChannels(ctx, ChannelSpec{Filled: true, Content: []byte("body")}, ChannelSpec{BufferSize: 2})
+	assert.NilError(t, err)
+	assert.Equal(t, len(pairs), 2)
+	r, err := c.OpenChannelReader(ctx, pairs[0].Reader)
+	assert.NilError(t, err)
+	var got []byte
+	waitfor.Func(t, waitLimit, "the filled channel to end", func() { got, err = io.ReadAll(r) })
+	assert.NilError(t, err)
+	assert.Equal(t, string(got), "body")
+	assert.NilError(t, r.Close())
+
+	w, err := c.OpenChannelWriter(ctx, pairs[1].Writer)
+	assert.NilError(t, err)
+	defer w.Close()
+	r2, err := c.OpenChannelReader(ctx, pairs[1].Reader)
+	assert.NilError(t, err)
+	defer r2.Close()
+	assert.NilError(t, c.DropChannels(ctx, pairs[0].Writer, pairs[1].Writer))
+	rctx, cancel := context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+	_, err = r2.ReadMessage(rctx)
+	assert.ErrorContains(t, err, "channel removed", "a dropped channel's open end closes")
+	_, err = c.OpenChannelReader(ctx, pairs[1].Reader)
+	assert.Equal(t, CodeOf(err), CodeChannelUnavailable)
+}

@@ -328,6 +328,12 @@ func (e *Engine) channelReader(c *channel, ws *websocket.Conn) {
 		select {
 		case it, ok := <-c.items:
 			if !ok {
+				if c.ctx.Err() != nil {
+					// Removed (dropped, swept, engine stopping): the writer's
+					// socket ended because of it, so the stream is broken,
+					// not complete; the AfterFunc closes as going away.
+					return
+				}
 				_ = ws.Close(websocket.StatusNormalClosure, "stream complete")
 				return
 			}

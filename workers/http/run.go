@@ -47,7 +47,7 @@ func Run(ctx context.Context, k *workerkit.Kit) error {
 	}
 	w.SetInvoker(ClientInvoker{C: k.Client})
 	if cfg.StreamingOn() {
-		w.SetStreams(ClientStreams{C: k.Client, Log: k.Log})
+		w.SetStreams(NewClientStreams(k.Client, k.Log))
 	}
 	if err := w.Register(k.Client, k.Env.EntryID()); err != nil {
 		return fmt.Errorf("register the http trigger type: %w", err)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -24,13 +25,32 @@ import (
 // response channel: text messages {"type":"set_status","status_code":n}
 // and {"type":"set_headers","headers":{…}} before the body, binary
 // messages the body, the writer's close its end (the `http()` helper of
-// @iii-dev/helpers writes exactly that). The worker opens its own ends as
-// the request starts, so a function may write before it returns; when the
-// request ends both channels are dropped (engine::channels::drop), so an
-// unused channel does not hold a slot of the worker's connection.
+// @iii-dev/helpers writes exactly that).
+//
+// Most functions touch neither channel, so a request's channels are made
+// to cost as little as possible when unused:
+//   - both are created in one engine::channels::create call, the
+//     request_body one holding the body already (up to 64 KiB; a larger
+//     body is written through the writer socket, as before);
+//   - the worker opens its read end of response only when it needs it: when
+//     the function returned null, or once the function has run for
+//     openResponseAfter (so a long function writing much before it returns
+//     is drained as it writes, not held up by the channel's buffer);
+//   - when the request ends, both channels are dropped in the background,
+//     many requests' in one engine::channels::drop, so an unused channel
+//     does not hold a slot of the worker's connection, and the response is
+//     not held back by the drop's round trip.
 
 // maxStreamHeaders bounds one set_headers message.
 const maxStreamHeaders = 64 << 10
+
+// openResponseAfter is how long a function runs before the worker opens
+// its end of the response channel anyway. Until then the channel buffers
+// what the function writes (64 messages, then the sockets' buffers): a Go
+// function that writes more and closes its writer before it returns waits
+// this long at most, where a reader opened at the start would not hold it
+// up; every request that needs no reader is spared a socket.
+const openResponseAfter = 250 * time.Millisecond
 
 // Streams opens the two channels of one request.
 type Streams interface {
@@ -42,7 +62,8 @@ type RequestStreams interface {
 	// Refs are what the function receives: the request body's read end
 	// and the response's write end.
 	Refs() (requestBody, response protocol.StreamChannelRef)
-	// Response waits for the worker's read end of the response channel.
+	// Response opens (once) and waits for the worker's read end of the
+	// response channel.
 	Response(ctx context.Context) (MessageReader, error)
 	// Close releases the worker's ends and drops both channels.
 	Close()
@@ -56,83 +77,85 @@ type MessageReader interface {
 
 // ClientStreams opens channels through a connected client.
 type ClientStreams struct {
-	C   *client.Client
-	Log hclog.Logger
+	c     *client.Client
+	log   hclog.Logger
+	drops dropQueue
 }
 
-// Open creates the request's channels, starts writing body into the first
-// and opening the read end of the second.
-func (cs ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams, error) {
-	// The two creations are independent: in parallel, one round trip.
-	type created struct {
-		w, r protocol.StreamChannelRef
-		err  error
+// NewClientStreams makes the request channels of a worker connected
+// through c; log may be nil.
+func NewClientStreams(c *client.Client, log hclog.Logger) *ClientStreams {
+	if log == nil {
+		log = hclog.NewNullLogger()
 	}
-	second := make(chan created, 1)
-	go func() {
-		w, r, err := cs.C.CreateChannel(ctx, 0)
-		second <- created{w, r, err}
-	}()
-	reqW, reqR, err := cs.C.CreateChannel(ctx, 0)
-	res := <-second
-	if err != nil || res.err != nil {
-		if err == nil {
-			cs.drop(reqR)
-			return nil, fmt.Errorf("create the response channel: %w", res.err)
-		}
-		if res.err == nil {
-			cs.drop(res.r)
-		}
-		return nil, fmt.Errorf("create the request_body channel: %w", err)
+	cs := &ClientStreams{c: c, log: log}
+	cs.drops.c, cs.drops.log = c, log
+	return cs
+}
+
+// Open creates the request's channels in one call; a body too large to
+// create the request_body channel with is written through its writer
+// socket, starting now.
+func (cs *ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams, error) {
+	filled := len(body) <= client.MaxChannelContent
+	pairs, err := cs.c.CreateChannels(ctx, client.ChannelSpec{Filled: filled, Content: body}, client.ChannelSpec{})
+	if err != nil {
+		return nil, fmt.Errorf("create the request's channels: %w", err)
 	}
-	resW, resR := res.w, res.r
-	s := &clientStreams{cs: cs, reqR: reqR, resW: resW, resR: resR, opened: make(chan struct{}), wrote: make(chan struct{})}
+	s := &clientStreams{cs: cs, reqR: pairs[0].Reader, resW: pairs[1].Writer, resR: pairs[1].Reader, opened: make(chan struct{})}
 	// The ends live as long as the request, not as the call that opened them.
-	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	go func() {
-		defer close(s.wrote)
-		w, err := cs.C.OpenChannelWriter(octx, reqW)
-		if err != nil {
-			return
-		}
-		if len(body) > 0 {
-			_, _ = w.WriteContext(octx, body)
-		}
-		_ = w.Close()
-	}()
-	go func() {
-		defer close(s.opened)
-		s.reader, s.openErr = cs.C.OpenChannelReader(octx, resR)
-	}()
+	s.octx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if !filled {
+		s.wrote = make(chan struct{})
+		reqW := pairs[0].Writer
+		go func() {
+			defer close(s.wrote)
+			w, err := cs.c.OpenChannelWriter(s.octx, reqW)
+			if err != nil {
+				return
+			}
+			_, _ = w.WriteContext(s.octx, body)
+			_ = w.Close()
+		}()
+	}
+	s.early = time.AfterFunc(openResponseAfter, s.openResponse)
 	return s, nil
 }
 
-func (cs ClientStreams) drop(ref protocol.StreamChannelRef) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := cs.C.Call(ctx, "engine::channels::drop", map[string]string{"channel_id": ref.ChannelID, "access_key": ref.AccessKey}, client.Void()); err != nil && cs.Log != nil {
-		cs.Log.Debug("drop a request's channel", "channel_id", ref.ChannelID, "error", err)
-	}
-}
-
 type clientStreams struct {
-	cs               ClientStreams
+	cs               *ClientStreams
 	reqR, resW, resR protocol.StreamChannelRef
+	octx             context.Context
 	cancel           context.CancelFunc
+	early            *time.Timer
 
-	opened  chan struct{}
-	reader  *client.ChannelReader
-	openErr error
-	wrote   chan struct{}
-	once    sync.Once
+	openOnce sync.Once
+	opening  atomic.Bool   // the read end of response is being (or was) opened
+	opened   chan struct{} // closed once it is open, or failed to
+	reader   *client.ChannelReader
+	openErr  error
+	wrote    chan struct{} // nil when the body was created with its channel
+	once     sync.Once
 }
 
 func (s *clientStreams) Refs() (protocol.StreamChannelRef, protocol.StreamChannelRef) {
 	return s.reqR, s.resW
 }
 
+// openResponse dials the worker's read end of the response channel, once,
+// in the background.
+func (s *clientStreams) openResponse() {
+	s.openOnce.Do(func() {
+		s.opening.Store(true)
+		go func() {
+			defer close(s.opened)
+			s.reader, s.openErr = s.cs.c.OpenChannelReader(s.octx, s.resR)
+		}()
+	})
+}
+
 func (s *clientStreams) Response(ctx context.Context) (MessageReader, error) {
+	s.openResponse()
 	select {
 	case <-s.opened:
 	case <-ctx.Done():
@@ -146,16 +169,67 @@ func (s *clientStreams) Response(ctx context.Context) (MessageReader, error) {
 
 func (s *clientStreams) Close() {
 	s.once.Do(func() {
-		// Dropping first ends whatever still runs on either channel.
-		s.cs.drop(s.reqR)
-		s.cs.drop(s.resR)
+		s.early.Stop()
+		// Dropping ends whatever still runs on either channel (a function
+		// still writing its response, a body nobody reads); it goes out in
+		// the background, batched with other requests'.
+		s.cs.drops.add(s.reqR, s.resR)
 		s.cancel()
-		<-s.opened
-		if s.reader != nil {
-			_ = s.reader.Close()
+		s.openOnce.Do(func() {}) // too late for the timer to open it now
+		if s.opening.Load() {
+			<-s.opened
+			if s.reader != nil {
+				_ = s.reader.Close()
+			}
 		}
-		<-s.wrote
+		if s.wrote != nil {
+			<-s.wrote
+		}
 	})
+}
+
+// dropQueue drops channels in the background: refs queue up while a drop
+// call is being written and go out together in the next one. No goroutine
+// outlives an empty queue.
+type dropQueue struct {
+	c   *client.Client
+	log hclog.Logger
+
+	mu      sync.Mutex
+	refs    []protocol.StreamChannelRef
+	running bool
+}
+
+func (q *dropQueue) add(refs ...protocol.StreamChannelRef) {
+	q.mu.Lock()
+	q.refs = append(q.refs, refs...)
+	if q.running {
+		q.mu.Unlock()
+		return
+	}
+	q.running = true
+	q.mu.Unlock()
+	go q.flush()
+}
+
+func (q *dropQueue) flush() {
+	for {
+		q.mu.Lock()
+		batch := q.refs
+		q.refs = nil
+		if len(batch) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := q.c.DropChannels(ctx, batch...); err != nil {
+			// The channels go with the connection, or with the engine's TTL.
+			q.log.Debug("drop requests' channels", "count", len(batch), "error", err)
+		}
+		cancel()
+	}
 }
 
 // streamControl is a text message on the response channel.

@@ -30,7 +30,7 @@ func streamingWorker(t *testing.T, timeoutMS int) (url string, app *client.Clien
 	assert.NilError(t, err)
 	assert.Check(t, cfg.StreamingOn(), "streaming is on by default")
 	w := New(cfg, Options{Invoker: ClientInvoker{C: hc}})
-	w.SetStreams(ClientStreams{C: hc})
+	w.SetStreams(NewClientStreams(hc, nil))
 	assert.NilError(t, w.Listen())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Default)
@@ -189,4 +189,59 @@ func TestStreamingOff(t *testing.T) {
 	b, err = marshalRequest(Request{Body: json.RawMessage(`1`), Response: &protocol.StreamChannelRef{ChannelID: "c", AccessKey: "k", Direction: "write"}})
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(string(b), `"response":{"channel_id":"c","access_key":"k","direction":"write"}`))
+}
+
+// A body larger than a channel's creation content (64 KiB) reaches
+// request_body through the writer socket; a smaller one is created with
+// its channel. A function that writes more messages than the response
+// channel buffers before it returns null is drained once it has run for
+// openResponseAfter, and its response is whole.
+func TestStreamingBodiesAndEarlyWrites(t *testing.T) {
+	url, app := streamingWorker(t, 5000)
+	route(t, app, "app::len", "/len", "POST", func(ctx context.Context, inv *client.Invocation) (any, error) {
+		var req Request
+		if err := json.Unmarshal(inv.Data, &req); err != nil {
+			return nil, err
+		}
+		r, err := app.OpenChannelReader(ctx, *req.RequestBody)
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		raw, err := io.ReadAll(r)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"status_code": 200, "body": map[string]any{"n": len(raw), "same": strings.Repeat("x", len(raw)) == string(raw)}}, nil
+	})
+	for _, n := range []int{0, 10, client.MaxChannelContent, client.MaxChannelContent + 1, 300 << 10} {
+		_, body := do(t, "POST", url+"/len", strings.Repeat("x", n))
+		assert.Check(t, is.Equal(body, fmt.Sprintf(`{"n":%d,"same":true}`, n)), "a body of %d bytes", n)
+	}
+
+	const msgs = 200 // > the channel's 64 items
+	route(t, app, "app::early", "/early", "GET", func(ctx context.Context, inv *client.Invocation) (any, error) {
+		var req Request
+		if err := json.Unmarshal(inv.Data, &req); err != nil {
+			return nil, err
+		}
+		w, err := app.OpenChannelWriter(ctx, *req.Response)
+		if err != nil {
+			return nil, err
+		}
+		defer w.Close()
+		for i := range msgs {
+			if _, err := w.WriteContext(ctx, []byte(fmt.Sprintf("%d,", i))); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	})
+	resp, body := do(t, "GET", url+"/early", "")
+	assert.Check(t, is.Equal(resp.StatusCode, 200))
+	var want strings.Builder
+	for i := range msgs {
+		fmt.Fprintf(&want, "%d,", i)
+	}
+	assert.Check(t, is.Equal(body, want.String()))
 }

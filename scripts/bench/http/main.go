@@ -50,6 +50,7 @@ func main() {
 	dur := flag.Duration("dur", 6*time.Second, "measuring time per path")
 	rounds := flag.Int("rounds", 3, "interleaved slices per path")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	only := flag.String("only", "", "measure only these paths (comma-separated: worker,nethttp,engine,listener,streaming); ratios need worker and nethttp")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -57,7 +58,7 @@ func main() {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if err := run(*clients, *dur, *rounds); err != nil {
+	if err := run(*clients, *dur, *rounds, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench http:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -66,7 +67,7 @@ func main() {
 
 const payload = `{"name":"Alice","n":1,"tags":["a","b"]}`
 
-func run(clients int, dur time.Duration, rounds int) error {
+func run(clients int, dur time.Duration, rounds int, only string) error {
 	ctx := context.Background()
 	eng := engine.New(engine.Options{Logger: hclog.NewNullLogger()})
 	esrv := httptest.NewServer(eng.Handler())
@@ -166,7 +167,7 @@ func run(clients int, dur time.Duration, rounds int) error {
 	}
 	defer sc.Close(ctx)
 	sw := httpw.New(cfg, httpw.Options{Invoker: httpw.ClientInvoker{C: sc}})
-	sw.SetStreams(httpw.ClientStreams{C: sc})
+	sw.SetStreams(httpw.NewClientStreams(sc, nil))
 	if err := sw.Listen(); err != nil {
 		return err
 	}
@@ -175,12 +176,16 @@ func run(clients int, dur time.Duration, rounds int) error {
 		Config: json.RawMessage(`{"api_path":"/echo","http_method":"POST"}`)}); err != nil {
 		return err
 	}
-	paths := []struct{ name, url string }{
-		{"http worker", "http://" + w.Addr().String() + "/echo"},
-		{"net/http", "http://" + ln.Addr().String() + "/echo"},
-		{"engine call", ""},
-		{"listener", "http://" + lw.Addr().String() + "/echo"},
-		{"streaming", "http://" + sw.Addr().String() + "/echo"},
+	paths := []struct{ key, name, url string }{
+		{"worker", "http worker", "http://" + w.Addr().String() + "/echo"},
+		{"nethttp", "net/http", "http://" + ln.Addr().String() + "/echo"},
+		{"engine", "engine call", ""},
+		{"listener", "listener", "http://" + lw.Addr().String() + "/echo"},
+		{"streaming", "streaming", "http://" + sw.Addr().String() + "/echo"},
+	}
+	if only != "" {
+		keep := strings.Split(only, ",")
+		paths = slices.DeleteFunc(paths, func(p struct{ key, name, url string }) bool { return !slices.Contains(keep, p.key) })
 	}
 	one := func(u string) error {
 		if u == "" {
@@ -237,6 +242,9 @@ func run(clients int, dur time.Duration, rounds int) error {
 	for _, p := range paths {
 		fmt.Printf("  %-12s %10s %10s %12.0f %8d\n", p.name, us(pct(p.name, 50)), us(pct(p.name, 99)), rate(p.name), fails[p.name])
 	}
+	if only != "" {
+		return nil // the ratios need every path
+	}
 	a, b, e := paths[0].name, paths[1].name, paths[2].name
 	fmt.Printf("  http worker / net/http: p50 %.2f× (target ≤ 2×), p99 %.2f×, req/s %.0f%% (target ≥ 50%%)\n",
 		float64(pct(a, 50))/float64(pct(b, 50)), float64(pct(a, 99))/float64(pct(b, 99)), 100*rate(a)/rate(b))
@@ -257,6 +265,7 @@ func load(clients int, d time.Duration, f func() error) ([]time.Duration, int64)
 	var mu sync.Mutex
 	var all []time.Duration
 	var failed atomic.Int64
+	var firstErr sync.Once
 	stop := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for range clients {
@@ -268,6 +277,7 @@ func load(clients int, d time.Duration, f func() error) ([]time.Duration, int64)
 				t0 := time.Now()
 				if err := f(); err != nil {
 					failed.Add(1)
+					firstErr.Do(func() { fmt.Fprintln(os.Stderr, "bench http: a request failed (the first of its slice):", err) })
 					continue
 				}
 				mine = append(mine, time.Since(t0))
