@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/contract/schema"
 	"github.com/iii-sandbox/iii/host/engine"
-	"github.com/iii-sandbox/iii/host/pluginhost/schema"
 )
 
 // State is where an adapter is in its life, as engine::adapters::list

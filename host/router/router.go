@@ -24,8 +24,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/contract/schema"
 	"github.com/iii-sandbox/iii/host/engine"
-	"github.com/iii-sandbox/iii/host/pluginhost/schema"
 	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/protocol"
 )

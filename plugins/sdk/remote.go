@@ -22,7 +22,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/contract/adapterjson"
-	"github.com/iii-sandbox/iii/host/pluginhost/schema"
+	"github.com/iii-sandbox/iii/contract/schema"
 	"github.com/iii-sandbox/iii/internal/ownfile"
 	"github.com/iii-sandbox/iii/internal/taskgroup"
 	"github.com/iii-sandbox/iii/protocol"

@@ -48,7 +48,6 @@ var knownCrossings = map[string]bool{
 	"host/engine/enginebench -> host/rbac":                       true, // a benchmark of the checked call path
 	"host/engine -> host/httpfn":                                 true, // HTTP functions: a hook the engine calls
 	"host/engine -> host/rbac":                                   true, // the permission model: a hook, or internal/
-	"plugins/sdk -> host/pluginhost/schema":                      true, // schemas: belong in contract
 	"workers/workerkit -> host/config":                           true, // ${VAR:default} expansion: belongs in internal/
 }
 

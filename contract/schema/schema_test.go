@@ -57,7 +57,7 @@ func TestResponsesMatchContractExamples(t *testing.T) {
 	}
 	for file, op := range examples {
 		t.Run(file, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join("..", "..", "..", "contract", "testdata", "json", file))
+			raw, err := os.ReadFile(filepath.Join("..", "testdata", "json", file))
 			assert.NilError(t, err)
 			s := compile(t, op, Response(op))
 			assert.NilError(t, validate(t, s, string(raw)))
