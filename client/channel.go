@@ -122,8 +122,8 @@ func (c *Client) CreateChannels(ctx context.Context, specs ...ChannelSpec) ([]Ch
 // DropChannels asks the engine to remove channels at once, given one ref of
 // each (the id and access key are the proof): their open ends close as
 // going away, and they no longer hold the connection's channel slots. It
-// returns once the request is written (the engine sends no answer);
-// unknown or finished channels are skipped.
+// returns once the engine has removed them; unknown or finished channels
+// are skipped.
 func (c *Client) DropChannels(ctx context.Context, refs ...protocol.StreamChannelRef) error {
 	type ref struct {
 		ChannelID string `json:"channel_id"`
@@ -135,7 +135,7 @@ func (c *Client) DropChannels(ctx context.Context, refs ...protocol.StreamChanne
 		for i, r := range refs[:n] {
 			in[i] = ref{r.ChannelID, r.AccessKey}
 		}
-		if _, err := c.Call(ctx, fnDropChannels, map[string]any{"channels": in}, Void()); err != nil {
+		if _, err := c.Call(ctx, fnDropChannels, map[string]any{"channels": in}); err != nil {
 			return err
 		}
 		refs = refs[n:]

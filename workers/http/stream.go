@@ -75,11 +75,22 @@ type MessageReader interface {
 	ReadMessage(ctx context.Context) (client.ChannelMessage, error)
 }
 
+// maxRequestsWithChannels is how many requests hold their two channels at
+// once: the engine lets one connection hold 256 channels
+// (engine.MaxChannelsPerConnection). A request past it waits for an
+// earlier one's channels to be dropped (within default_timeout), rather
+// than failing with the engine's LIMIT_EXCEEDED.
+const maxRequestsWithChannels = 128
+
 // ClientStreams opens channels through a connected client.
 type ClientStreams struct {
 	c     *client.Client
 	log   hclog.Logger
 	drops dropQueue
+	// slots holds one token per request whose channels may still exist:
+	// taken before they are created, given back once the engine has
+	// answered their drop.
+	slots chan struct{}
 }
 
 // NewClientStreams makes the request channels of a worker connected
@@ -88,18 +99,30 @@ func NewClientStreams(c *client.Client, log hclog.Logger) *ClientStreams {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	cs := &ClientStreams{c: c, log: log}
-	cs.drops.c, cs.drops.log = c, log
+	cs := &ClientStreams{c: c, log: log, slots: make(chan struct{}, maxRequestsWithChannels)}
+	cs.drops.c, cs.drops.log, cs.drops.release = c, log, cs.release
 	return cs
+}
+
+func (cs *ClientStreams) release(requests int) {
+	for range requests {
+		<-cs.slots
+	}
 }
 
 // Open creates the request's channels in one call; a body too large to
 // create the request_body channel with is written through its writer
 // socket, starting now.
 func (cs *ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams, error) {
+	select {
+	case cs.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for earlier requests' channels to be dropped: %w", ctx.Err())
+	}
 	filled := len(body) <= client.MaxChannelContent
 	pairs, err := cs.c.CreateChannels(ctx, client.ChannelSpec{Filled: filled, Content: body}, client.ChannelSpec{})
 	if err != nil {
+		cs.release(1)
 		return nil, fmt.Errorf("create the request's channels: %w", err)
 	}
 	s := &clientStreams{cs: cs, reqR: pairs[0].Reader, resW: pairs[1].Writer, resR: pairs[1].Reader, opened: make(chan struct{})}
@@ -188,21 +211,26 @@ func (s *clientStreams) Close() {
 	})
 }
 
-// dropQueue drops channels in the background: refs queue up while a drop
-// call is being written and go out together in the next one. No goroutine
-// outlives an empty queue.
+// dropQueue drops requests' channels in the background: refs queue up
+// while a drop call is in flight and go out together in the next one; once
+// the engine has answered, release gives the requests' slots back. No
+// goroutine outlives an empty queue.
 type dropQueue struct {
-	c   *client.Client
-	log hclog.Logger
+	c       *client.Client
+	log     hclog.Logger
+	release func(requests int)
 
-	mu      sync.Mutex
-	refs    []protocol.StreamChannelRef
-	running bool
+	mu       sync.Mutex
+	refs     []protocol.StreamChannelRef
+	requests int // whose refs are queued
+	running  bool
 }
 
+// add queues one request's channels.
 func (q *dropQueue) add(refs ...protocol.StreamChannelRef) {
 	q.mu.Lock()
 	q.refs = append(q.refs, refs...)
+	q.requests++
 	if q.running {
 		q.mu.Unlock()
 		return
@@ -215,20 +243,23 @@ func (q *dropQueue) add(refs ...protocol.StreamChannelRef) {
 func (q *dropQueue) flush() {
 	for {
 		q.mu.Lock()
-		batch := q.refs
-		q.refs = nil
+		batch, requests := q.refs, q.requests
+		q.refs, q.requests = nil, 0
 		if len(batch) == 0 {
 			q.running = false
 			q.mu.Unlock()
 			return
 		}
 		q.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := q.c.DropChannels(ctx, batch...); err != nil {
-			// The channels go with the connection, or with the engine's TTL.
+			// They go with the connection, or with the engine's TTL; their
+			// slots are given back all the same, or the worker would stall:
+			// the engine's LIMIT_EXCEEDED is then what a request meets.
 			q.log.Debug("drop requests' channels", "count", len(batch), "error", err)
 		}
 		cancel()
+		q.release(requests)
 	}
 }
 

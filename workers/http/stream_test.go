@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/client"
+	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/internal/testkit/enginetest"
 	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
@@ -244,4 +246,55 @@ func TestStreamingBodiesAndEarlyWrites(t *testing.T) {
 		fmt.Fprintf(&want, "%d,", i)
 	}
 	assert.Check(t, is.Equal(body, want.String()))
+}
+
+// More requests at once than one connection may hold channels for (the
+// engine's 256, two a request): the ones past it wait for earlier
+// requests' channels to be dropped instead of failing with LIMIT_EXCEEDED.
+func TestStreamingManyRequestsAtOnce(t *testing.T) {
+	assert.Equal(t, 2*maxRequestsWithChannels, engine.MaxChannelsPerConnection)
+	url, app := streamingWorker(t, 10000)
+	var mu sync.Mutex
+	arrived := 0
+	all := make(chan struct{})
+	route(t, app, "app::wait", "/wait", "GET", func(ctx context.Context, inv *client.Invocation) (any, error) {
+		var req Request
+		if err := json.Unmarshal(inv.Data, &req); err != nil || req.QueryParams["warm"] != "" {
+			return map[string]any{"status_code": 200}, err
+		}
+		mu.Lock()
+		if arrived++; arrived == maxRequestsWithChannels {
+			close(all)
+		}
+		mu.Unlock()
+		select { // every slot is taken before any request ends
+		case <-all:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return map[string]any{"status_code": 200, "body": "ok"}, nil
+	})
+	do(t, "GET", url+"/wait?warm=1", "") // the route is there
+	const n = maxRequestsWithChannels + 30
+	c := &http.Client{Timeout: waitfor.Default, Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	defer c.CloseIdleConnections()
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			r, err := c.Get(url + "/wait")
+			if err != nil {
+				errs <- err
+				return
+			}
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode != 200 {
+				err = fmt.Errorf("%d %s", r.StatusCode, b)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		assert.Check(t, waitfor.Recv(t, errs, waitfor.Default, "a response"))
+	}
 }
