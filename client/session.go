@@ -17,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-sandbox/iii/internal/batchconn"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -76,7 +77,9 @@ func (c *Client) sessionHTTPClient(s *session) *http.Client {
 		if err != nil {
 			return nil, err
 		}
-		return touchingConn{conn, s}, nil
+		// The library writes every frame with a system call of its own;
+		// batchconn gathers the frames many goroutines send meanwhile.
+		return batchconn.New(touchingConn{conn, s}, 0), nil
 	}
 	return &http.Client{Transport: t}
 }

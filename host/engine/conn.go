@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/subtle"
@@ -17,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/iii-sandbox/iii/internal/batchconn"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -80,6 +82,30 @@ type wsConn struct {
 	laneWait atomic.Bool // the read loop waits for a large-frame lane
 }
 
+// batchingHijacker puts a worker socket's writes through a batchconn.Conn:
+// the WebSocket library writes every frame with a system call of its own,
+// under its lock; with many goroutines sending to one worker (results,
+// invocations, acks), the frames written while one write is in the kernel
+// then go out together in the next. What waits is bounded per connection
+// (batchconn.DefaultLimit, 32 KiB); a writer past it waits for the socket,
+// and the writeStart watchdog sees that wait as a stuck write.
+type batchingHijacker struct{ countingHijacker }
+
+func (h batchingHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := h.countingHijacker.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	// The library writes through brw.Writer, which the server made over
+	// the raw socket: give it one over the batching Conn instead.
+	if err := brw.Writer.Flush(); err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	bc := batchconn.New(c, 0)
+	return bc, bufio.NewReadWriter(brw.Reader, bufio.NewWriter(bc)), nil
+}
+
 func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, ls *listenerState) {
 	policy := &ls.policy
 	if !ls.admitConnection(rw) {
@@ -92,7 +118,7 @@ func (e *Engine) serveWorker(rw http.ResponseWriter, r *http.Request, ls *listen
 	}
 
 	received := new(atomic.Int64)
-	c, err := websocket.Accept(countingHijacker{rw, received}, r, nil)
+	c, err := websocket.Accept(batchingHijacker{countingHijacker{rw, received}}, r, nil)
 	if err != nil {
 		e.log.Debug("worker upgrade failed", "remote", r.RemoteAddr, "error", err)
 		ls.release()
