@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/protocol"
 )
 
 // credentials are the engine credentials Compose issued for its VM workers,
@@ -24,19 +24,19 @@ type credentials struct {
 // issueVMCredential asks the engine for a credential for one VM worker and
 // revokes the one it replaces.
 func (p *project) issueVMCredential(ctx context.Context, key, vmID string) (string, error) {
-	raw, err := p.d.eng.Call(ctx, engine.FnCredentialsIssue, engine.CredentialSpec{
+	raw, err := p.d.eng.Call(ctx, protocol.FnCredentialsIssue, protocol.CredentialSpec{
 		Label:     fmt.Sprintf("compose/%s/%s", p.ns, key),
 		Namespace: p.ns,
-		Allow:     map[string][]string{engine.DefaultNamespace: {"*"}},
+		Allow:     map[string][]string{protocol.DefaultNamespace: {"*"}},
 	})
 	if err != nil {
-		return "", fmt.Errorf("issue the worker's engine credential (%s): %w", engine.FnCredentialsIssue, err)
+		return "", fmt.Errorf("issue the worker's engine credential (%s): %w", protocol.FnCredentialsIssue, err)
 	}
 	var out struct {
 		Token string `json:"token"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil || out.Token == "" {
-		return "", fmt.Errorf("%s returned no token", engine.FnCredentialsIssue)
+		return "", fmt.Errorf("%s returned no token", protocol.FnCredentialsIssue)
 	}
 	p.d.credMu.Lock()
 	if p.d.creds.byVM == nil {
@@ -64,7 +64,7 @@ func (d *Daemon) revokeVMCredential(ctx context.Context, vmID string) {
 }
 
 func (d *Daemon) revokeCredential(ctx context.Context, tok string) {
-	if _, err := d.eng.Call(context.WithoutCancel(ctx), engine.FnCredentialsRevoke, map[string]string{"token": tok}); err != nil {
+	if _, err := d.eng.Call(context.WithoutCancel(ctx), protocol.FnCredentialsRevoke, map[string]string{"token": tok}); err != nil {
 		d.log.Warn("could not revoke a worker's engine credential", "error", err)
 	}
 }

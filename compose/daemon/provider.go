@@ -7,14 +7,14 @@ import (
 
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/registry"
-	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/protocol"
 )
 
 // The queue provider credential (docs/queues.md, "Who may be the
 // provider"). engine::queue::enqueue is reserved to the engine token's
 // holder, and Compose gives workers no token; so Compose itself decides
 // which container may be the enqueue provider and issues it a narrow
-// credential (engine.CredentialSpec.QueueProvider: it registers only
+// credential (protocol.CredentialSpec.QueueProvider: it registers only
 // engine::queue::enqueue and the engine::queue::* views in default, and
 // its deliveries are checked as their enqueuers).
 //
@@ -43,10 +43,10 @@ func queueProviderGrant(decl *composefile.Container, pi *pkgInfo) bool {
 // queueProviderSpec is the credential's spec: namespace default (where
 // the provider's functions live) and the project's namespace, where the
 // enqueued calls it delivers run.
-func queueProviderSpec(ns, key string, persist bool) engine.CredentialSpec {
-	spec := engine.CredentialSpec{Label: fmt.Sprintf("compose/%s/%s/queue-provider", ns, key),
-		Namespace: engine.DefaultNamespace, QueueProvider: true, Persist: persist}
-	if ns != engine.DefaultNamespace {
+func queueProviderSpec(ns, key string, persist bool) protocol.CredentialSpec {
+	spec := protocol.CredentialSpec{Label: fmt.Sprintf("compose/%s/%s/queue-provider", ns, key),
+		Namespace: protocol.DefaultNamespace, QueueProvider: true, Persist: persist}
+	if ns != protocol.DefaultNamespace {
 		spec.Allow = map[string][]string{ns: {"*"}}
 	}
 	return spec
@@ -56,19 +56,19 @@ func queueProviderSpec(ns, key string, persist bool) engine.CredentialSpec {
 // revokes the one it replaces. It is kept across an engine restart
 // (persist) when the engine has a credentials file.
 func (p *project) issueQueueProviderCredential(ctx context.Context, key string) (string, error) {
-	raw, err := p.d.eng.Call(ctx, engine.FnCredentialsIssue, queueProviderSpec(p.ns, key, true))
+	raw, err := p.d.eng.Call(ctx, protocol.FnCredentialsIssue, queueProviderSpec(p.ns, key, true))
 	if err != nil {
 		p.d.log.Warn("the queue provider credential cannot be kept across an engine restart", "container", key, "error", err)
-		raw, err = p.d.eng.Call(ctx, engine.FnCredentialsIssue, queueProviderSpec(p.ns, key, false))
+		raw, err = p.d.eng.Call(ctx, protocol.FnCredentialsIssue, queueProviderSpec(p.ns, key, false))
 	}
 	if err != nil {
-		return "", fmt.Errorf("issue the queue provider credential of %q (%s): %w", key, engine.FnCredentialsIssue, err)
+		return "", fmt.Errorf("issue the queue provider credential of %q (%s): %w", key, protocol.FnCredentialsIssue, err)
 	}
 	var out struct {
 		Token string `json:"token"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil || out.Token == "" {
-		return "", fmt.Errorf("%s returned no token", engine.FnCredentialsIssue)
+		return "", fmt.Errorf("%s returned no token", protocol.FnCredentialsIssue)
 	}
 	ref := p.ns + "/" + key
 	p.d.credMu.Lock()

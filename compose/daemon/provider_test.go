@@ -9,7 +9,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/lockfile"
 	"github.com/iii-sandbox/iii/compose/registry"
-	"github.com/iii-sandbox/iii/host/engine"
+	"github.com/iii-sandbox/iii/protocol"
 )
 
 // Only the queue package of the default registry, a binary run on the
@@ -47,9 +47,9 @@ func TestQueueProviderGrant(t *testing.T) {
 func TestQueueProviderSpec(t *testing.T) {
 	s := queueProviderSpec("orders", "queue", true)
 	assert.Check(t, s.QueueProvider && s.Persist)
-	assert.Check(t, is.Equal(s.Namespace, engine.DefaultNamespace))
+	assert.Check(t, is.Equal(s.Namespace, protocol.DefaultNamespace))
 	assert.Check(t, is.DeepEqual(s.Allow, map[string][]string{"orders": {"*"}}))
 	assert.Check(t, s.SandboxHost == nil)
-	d := queueProviderSpec(engine.DefaultNamespace, "queue", false)
+	d := queueProviderSpec(protocol.DefaultNamespace, "queue", false)
 	assert.Check(t, d.Allow == nil)
 }

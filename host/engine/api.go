@@ -3,11 +3,13 @@ package engine
 import (
 	"context"
 	"encoding/json"
+
+	"github.com/iii-sandbox/iii/protocol"
 )
 
 // DefaultNamespace is where calls without a namespace resolve, and where
 // engine::* and configuration::* always live.
-const DefaultNamespace = "default"
+const DefaultNamespace = protocol.DefaultNamespace
 
 // FunctionDef describes a function an in-process worker registers. Schemas
 // are JSON Schema documents returned by engine::functions::info.
