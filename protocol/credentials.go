@@ -5,10 +5,6 @@ package protocol
 // credentials with them, and it must not import host/engine to do so
 // (docs/architecture.md, "Layers"). host/engine aliases them.
 
-// DefaultNamespace is where calls without a namespace resolve, and where
-// engine::* and configuration::* always live.
-const DefaultNamespace = "default"
-
 // Credential builtins: privileged, so only the engine token's holder
 // (Compose, the local user) hands out narrow credentials.
 const (

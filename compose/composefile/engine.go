@@ -10,8 +10,9 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-sandbox/iii/compose"
-	"github.com/iii-sandbox/iii/host/config"
+	"github.com/iii-sandbox/iii/internal/envexpand"
 	"github.com/iii-sandbox/iii/internal/yamlnode"
+	"github.com/iii-sandbox/iii/protocol"
 )
 
 // The sandbox adapter package and the selector Compose pins it to: the
@@ -179,7 +180,7 @@ func (p *parser) checkEndpoint(e *Engine, urlNode *yaml.Node) error {
 		if w.Name != EngineWorkerManager {
 			continue
 		}
-		port := config.DefaultPort
+		port := protocol.DefaultPort
 		if v, ok := w.Config["port"]; ok {
 			resolved, ok := listenerPort(v, p.lookup)
 			if !ok {
@@ -214,7 +215,7 @@ func listenerPort(v any, lookup LookupFunc) (int, bool) {
 		if lookup == nil {
 			lookup = func(string) (string, bool) { return "", false }
 		}
-		s, unresolved := config.Expand(t, lookup, nil)
+		s, unresolved := envexpand.Expand(t, lookup, nil)
 		if len(unresolved) > 0 {
 			return 0, false
 		}

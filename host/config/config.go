@@ -26,12 +26,13 @@ import (
 	"github.com/iii-sandbox/iii/host/rbac"
 	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/internal/yamlnode"
+	"github.com/iii-sandbox/iii/protocol"
 )
 
 // Defaults of config.yaml.
 const (
 	DefaultHost             = "127.0.0.1"
-	DefaultPort             = 49134
+	DefaultPort             = protocol.DefaultPort
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultConfigDirectory  = "./config"
 	DefaultSandboxAdapter   = "sandbox-libkrun"

@@ -13,6 +13,14 @@ import (
 
 const testDir = "/srv/engine"
 
+// envOf is a LookupFunc over m.
+func envOf(m map[string]string) LookupFunc {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
 func parse(t *testing.T, src string, env map[string]string) (*Config, error) {
 	t.Helper()
 	return Parse([]byte(src), ParseOptions{Name: "config.yaml", Dir: testDir, Lookup: envOf(env)})

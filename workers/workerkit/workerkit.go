@@ -68,7 +68,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-sandbox/iii/client"
-	"github.com/iii-sandbox/iii/host/config"
+	"github.com/iii-sandbox/iii/internal/envexpand"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -287,8 +287,8 @@ func (k *Kit) expand(raw json.RawMessage) (json.RawMessage, error) {
 	walk = func(v any) any {
 		switch t := v.(type) {
 		case string:
-			out, _ := config.Expand(t, lookup, nil)
-			if out != t && config.IsSinglePlaceholder(t) {
+			out, _ := envexpand.Expand(t, lookup, nil)
+			if out != t && envexpand.IsSinglePlaceholder(t) {
 				var typed any
 				if yaml.Unmarshal([]byte(out), &typed) == nil {
 					switch typed.(type) {

@@ -1,4 +1,4 @@
-package config
+package envexpand
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 	"gotest.tools/v3/assert"
 )
 
+// envOf is a LookupFunc over m.
 func envOf(m map[string]string) LookupFunc {
 	return func(k string) (string, bool) {
 		v, ok := m[k]
