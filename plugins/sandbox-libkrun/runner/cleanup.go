@@ -118,7 +118,7 @@ func cleanDir(ctx context.Context, dir string) (Leftover, bool) {
 	}
 	lock, err := lockFile(lockPath, true)
 	if err != nil {
-		// errLocked: a live adapter owns it. Anything else (the
+		// ErrLocked: a live adapter owns it. Anything else (the
 		// directory vanished under us): not ours to clean now.
 		return lo, false
 	}

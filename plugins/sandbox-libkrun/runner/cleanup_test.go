@@ -116,7 +116,7 @@ func TestCreateDir(t *testing.T) {
 	_, err = CreateDir(state, uuid1)
 	assert.ErrorContains(t, err, "exists")
 	_, err = lockFile(d.File(LockName), true)
-	assert.Assert(t, errors.Is(err, errLocked), "the lock must be held: %v", err)
+	assert.Assert(t, errors.Is(err, ErrLocked), "the lock must be held: %v", err)
 	_, err = CreateDir(state, "../escape")
 	assert.ErrorContains(t, err, "not a sandbox id")
 	assert.NilError(t, d.Remove())

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"time"
 
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 )
@@ -25,12 +27,38 @@ type Config struct {
 	Spec    backend.Spec `json:"spec"`
 	// LogLevel is the runner's log level (trace … error); empty is info.
 	LogLevel string `json:"log_level,omitempty"`
+	// AdoptGraceMS is how long the runner keeps its VM once its adapter
+	// let go without stopping it (Process.Detach, or the adapter died),
+	// waiting for a new adapter to Adopt it; past it the runner kills the
+	// VM and exits. 0: the runner kills its VM as soon as its lifeline
+	// ends, and serves no adoption socket.
+	AdoptGraceMS uint64 `json:"adopt_grace_ms,omitempty"`
+}
+
+// MaxAdoptGraceMS bounds Config.AdoptGraceMS (a day): a grace is meant to
+// span an adapter restart, not to park VMs nobody watches.
+const MaxAdoptGraceMS = 24 * 60 * 60 * 1000
+
+// maxAdoptSocketPath bounds runner.sock's path: sun_path holds 104 bytes on
+// macOS (108 on Linux), NUL included. backend.MaxSocketPath keeps exec.sock
+// under 100, which leaves runner.sock, two bytes longer, room enough.
+const maxAdoptSocketPath = 104
+
+// AdoptGrace is AdoptGraceMS as a duration.
+func (c *Config) AdoptGrace() time.Duration {
+	return time.Duration(c.AdoptGraceMS) * time.Millisecond
 }
 
 // Validate checks a configuration before it is written or used.
 func (c *Config) Validate() error {
 	if c.Version != ConfigVersion {
 		return fmt.Errorf("runner configuration version %d, this binary understands %d (was the adapter binary replaced while it ran?)", c.Version, ConfigVersion)
+	}
+	if c.AdoptGraceMS > MaxAdoptGraceMS {
+		return fmt.Errorf("adopt_grace_ms %d is more than %d (a day)", c.AdoptGraceMS, MaxAdoptGraceMS)
+	}
+	if sock := filepath.Join(c.Spec.StateDir, AdoptSocketName); c.AdoptGraceMS > 0 && len(sock) >= maxAdoptSocketPath {
+		return fmt.Errorf("adoption socket path %s is %d bytes; unix sockets allow fewer than %d: use a shorter state_dir", sock, len(sock), maxAdoptSocketPath)
 	}
 	switch c.Backend {
 	case backend.QEMU, backend.Libkrun:

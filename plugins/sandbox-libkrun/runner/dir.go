@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,6 +21,13 @@ const (
 	RunnerPIDName = "runner.pid"
 	VMPIDName     = "vm.pid"
 	LogName       = "runner.log"
+	// AdoptSocketName is the unix socket (0600) a runner serves from its
+	// start when it may be adopted (Config.AdoptGraceMS > 0).
+	AdoptSocketName = "runner.sock"
+	// AdoptKeyName holds the runner's adoption key: 32 random bytes
+	// (0600) Spawn writes before the runner starts. Whoever can read it
+	// may take the runner over (Adopt); the key never crosses the socket.
+	AdoptKeyName = "adopt.key"
 )
 
 // dirNameRE is what the adapter names state directories: sandbox ids
@@ -61,10 +69,58 @@ func CreateDir(stateDir, name string) (*Dir, error) {
 	return &Dir{Path: p, lock: lock}, nil
 }
 
+// OpenDir try-locks the existing state directory <stateDir>/<name> for
+// this process, so that a new adapter can adopt the VM a dead one left
+// running in it (Adopt). A lock another live process holds is ErrLocked.
+// The directory must have its lock file: one without it is still being
+// created by CreateDir (which takes the lock right after mkdir, blocking),
+// and taking it would stall that adapter.
+func OpenDir(stateDir, name string) (*Dir, error) {
+	if !ValidDirName(name) {
+		return nil, fmt.Errorf("state directory name %q is not a sandbox id", name)
+	}
+	p := filepath.Join(stateDir, name)
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, fmt.Errorf("open VM state directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", p)
+	}
+	lockPath := filepath.Join(p, LockName)
+	lock, err := openLock(lockPath, 0, true)
+	if err != nil {
+		return nil, err
+	}
+	// A clean-up that held the lock may have removed the directory
+	// between our open and our flock: then the lock we hold is of an
+	// unlinked file, and the directory is no one's to open.
+	if !sameFile(lock, lockPath) {
+		_ = lock.Close()
+		return nil, fmt.Errorf("open VM state directory %s: %w", p, fs.ErrNotExist)
+	}
+	return &Dir{Path: p, lock: lock}, nil
+}
+
+// sameFile reports whether the open file f is still the file at path.
+func sameFile(f *os.File, path string) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Lstat(path)
+	return err == nil && os.SameFile(a, b)
+}
+
 // lockFile opens (creating) and flocks path. With try, a lock someone else
-// holds is errLocked instead of a wait.
+// holds is ErrLocked instead of a wait.
 func lockFile(path string, try bool) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	return openLock(path, os.O_CREATE, try)
+}
+
+// openLock is lockFile with the open flags to add (os.O_CREATE or none).
+func openLock(path string, flags int, try bool) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|flags|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
 	}
@@ -81,14 +137,15 @@ func lockFile(path string, try bool) (*os.File, error) {
 	if err != nil {
 		_ = f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, errLocked
+			return nil, ErrLocked
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	return f, nil
 }
 
-var errLocked = errors.New("locked by a live adapter")
+// ErrLocked: another live process (an adapter) holds the directory's lock.
+var ErrLocked = errors.New("locked by a live adapter")
 
 // File returns the path of a file in the directory.
 func (d *Dir) File(name string) string { return filepath.Join(d.Path, name) }

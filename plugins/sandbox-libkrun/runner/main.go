@@ -2,9 +2,8 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,8 +17,9 @@ import (
 
 // Exit statuses of a runner.
 const (
-	// ExitOK: the guest powered off, or the adapter let go of the VM
-	// (lifeline closed, SIGTERM) and the VM was killed.
+	// ExitOK: the guest powered off, or the VM was killed because the
+	// adapter released it, let go of it with no adoption grace, or did
+	// not come back within the grace, or on SIGTERM.
 	ExitOK = 0
 	// ExitVMFailed: the VM could not start or ended with an error; the
 	// reason is in runner.log, qemu.stderr and console.log.
@@ -36,8 +36,9 @@ const exitGrace = 5 * time.Second
 
 // Main is the runner process: args are the arguments after the binary's
 // name, [Subcommand, state dir]; backends are the back ends the binary
-// carries. It runs the VM its runner.json describes until the VM ends or
-// the adapter lets go, and returns the exit status.
+// carries. It runs the VM its runner.json describes until the VM ends, an
+// adapter releases it, or no adapter has held it for the adoption grace
+// (at once without one), and returns the exit status.
 func Main(args []string, backends []backend.Backend) int {
 	if len(args) != 2 || args[0] != Subcommand || !filepath.IsAbs(args[1]) {
 		fmt.Fprintf(os.Stderr, "%s is started by the sandbox-libkrun adapter, one per VM; it is not meant to be run by hand\n", Subcommand)
@@ -85,24 +86,45 @@ func Main(args []string, backends []backend.Backend) int {
 		log.Error("write runner.pid", "error", err)
 		return ExitVMFailed
 	}
-	return run(log, be, cfg, lifeline)
+	return run(log, be, cfg, filepath.Clean(dir), lifeline)
 }
 
-func run(log hclog.Logger, be backend.Backend, cfg *Config, lifeline *os.File) int {
+func run(log hclog.Logger, be backend.Backend, cfg *Config, dir string, lifeline *os.File) int {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 
-	go func() {
-		err := watch(lifeline)
-		cancel(fmt.Errorf("the adapter let go of the VM (lifeline: %v)", err))
-	}()
+	var key []byte
+	var ln *net.UnixListener
+	if cfg.AdoptGraceMS > 0 {
+		// Adoption was asked for: a runner that cannot offer it fails
+		// now rather than lose its VM at the adapter's next restart.
+		var err error
+		if key, err = readAdoptKey(filepath.Join(dir, AdoptKeyName)); err != nil {
+			log.Error("cannot offer adoption", "error", err)
+			return ExitVMFailed
+		}
+		if ln, err = listenAdopt(filepath.Join(dir, AdoptSocketName)); err != nil {
+			log.Error("cannot offer adoption", "error", err)
+			return ExitVMFailed
+		}
+		// Once the VM is being stopped nobody may adopt it; closing
+		// the listener also removes the socket, so a later Adopt finds
+		// no runner.
+		context.AfterFunc(ctx, func() { _ = ln.Close() })
+		defer ln.Close()
+	}
+	k := newKeeper(log, dir, key, cfg.AdoptGrace(), cancel)
+	if ln != nil {
+		go k.serve(ln)
+	}
+	go k.watch(lifeline, "lifeline")
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 	go func() {
 		select {
 		case s := <-sigs:
-			cancel(fmt.Errorf("signal %v", s))
+			k.end(fmt.Errorf("signal %v", s))
 		case <-ctx.Done():
 		}
 	}()
@@ -118,6 +140,7 @@ func run(log hclog.Logger, be backend.Backend, cfg *Config, lifeline *os.File) i
 
 	log.Info("starting VM", "backend", be.Name(), "accel", cfg.Spec.Accel, "cpus", cfg.Spec.CPUs, "memory_mib", cfg.Spec.MemoryMiB)
 	err := be.Run(ctx, cfg.Spec, func(s backend.Started) {
+		k.vmPID.Store(int64(s.VMPID))
 		if werr := WritePID(filepath.Join(cfg.Spec.StateDir, VMPIDName), s.VMPID); werr != nil {
 			log.Warn("write vm.pid", "error", werr)
 		}
@@ -148,18 +171,4 @@ func takeLifeline() (*os.File, error) {
 	}
 	syscall.CloseOnExec(lifelineFD)
 	return os.NewFile(lifelineFD, "lifeline"), nil
-}
-
-// watch blocks until the lifeline reads EOF (or fails) and returns why.
-func watch(f *os.File) error {
-	defer f.Close()
-	buf := make([]byte, 64)
-	for {
-		if _, err := f.Read(buf); err != nil {
-			if errors.Is(err, io.EOF) {
-				return errors.New("EOF")
-			}
-			return err
-		}
-	}
 }

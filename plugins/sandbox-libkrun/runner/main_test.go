@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -21,6 +22,8 @@ const (
 	// envSleep makes the test binary a process that only sleeps, under
 	// whatever command line the test gave it.
 	envSleep = "III_RUNNER_TEST_SLEEP"
+	// envGrace is the spawner's runner's adoption grace, in ms.
+	envGrace = "III_RUNNER_TEST_GRACE_MS"
 )
 
 func TestMain(m *testing.M) {
@@ -62,7 +65,14 @@ func spawner(dir string) int {
 		fmt.Println("error:", err)
 		return 1
 	}
-	p, err := Spawn(context.Background(), SpawnOptions{Executable: os.Args[0], Dir: d, Config: testConfig(dir, "")})
+	cfg := testConfig(dir, "")
+	if g := os.Getenv(envGrace); g != "" {
+		if cfg.AdoptGraceMS, err = strconv.ParseUint(g, 10, 64); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+	}
+	p, err := Spawn(context.Background(), SpawnOptions{Executable: os.Args[0], Dir: d, Config: cfg})
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -36,13 +39,19 @@ type SpawnOptions struct {
 	Env []string
 }
 
-// Process is a runner as its adapter sees it.
+// Process is a runner as its adapter sees it: one it spawned, or one it
+// adopted from an adapter before it.
 type Process struct {
 	PID int
 	dir string
 
-	lifeline *os.File // write end; closing it tells the runner to go
+	// lifeline is the write end of the lifeline pipe (spawned) or the
+	// adopted connection; nil once let go of.
+	lifeline io.WriteCloser
 	lmu      sync.Mutex
+	// adopted: the runner is not this process's child. Done comes from
+	// the connection, and its pid is checked before it is signalled.
+	adopted bool
 
 	done    chan struct{}
 	waitErr error
@@ -66,6 +75,16 @@ func Spawn(ctx context.Context, opts SpawnOptions) (*Process, error) {
 	}
 	if err := os.WriteFile(opts.Dir.File(ConfigName), cfg, 0o600); err != nil {
 		return nil, fmt.Errorf("write the runner configuration: %w", err)
+	}
+	// A runner that may be adopted reads its key at start; one that may
+	// not must not find an earlier runner's.
+	keyPath := opts.Dir.File(AdoptKeyName)
+	if opts.Config.AdoptGraceMS > 0 {
+		if err := writeAdoptKey(keyPath); err != nil {
+			return nil, err
+		}
+	} else if err := os.Remove(keyPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("remove an old adoption key: %w", err)
 	}
 	logf, err := os.OpenFile(opts.Dir.File(LogName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -118,10 +137,12 @@ func RunnerEnv(env []string) []string {
 	return out
 }
 
-// Done is closed once the runner has exited (and been reaped).
+// Done is closed once the runner has exited (and, when this process
+// spawned it, been reaped).
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// ExitErr is how the runner exited; valid once Done is closed.
+// ExitErr is how the runner exited; valid once Done is closed. It is nil
+// for an adopted runner, whose exit status only its parent sees.
 func (p *Process) ExitErr() error {
 	select {
 	case <-p.done:
@@ -131,31 +152,83 @@ func (p *Process) ExitErr() error {
 	}
 }
 
-// Release closes the lifeline: the runner kills its VM and exits. It is
-// safe to call more than once.
-func (p *Process) Release() {
+// Release tells the runner to kill its VM now and exit: it sends the stop
+// byte on the lifeline and closes it. It is safe to call more than once,
+// and after Detach (when it does nothing).
+func (p *Process) Release() { p.letGo(true) }
+
+// Detach lets go of the runner without stopping it: it closes the lifeline
+// without the stop byte. A runner started with Config.AdoptGraceMS keeps
+// its VM that long for a new adapter to Adopt, then kills it and exits;
+// one without kills its VM at once. Done still closes when the runner
+// exits. It is safe to call more than once, and after Release (when it
+// does nothing).
+func (p *Process) Detach() { p.letGo(false) }
+
+// letGo ends this process's hold on the lifeline, with the stop byte or
+// without. An adopted connection is only half-closed, so that its EOF
+// still tells when the runner exits.
+func (p *Process) letGo(stop bool) {
 	p.lmu.Lock()
 	defer p.lmu.Unlock()
-	if p.lifeline != nil {
-		_ = p.lifeline.Close()
-		p.lifeline = nil
+	if p.lifeline == nil {
+		return
 	}
+	conn, isConn := p.lifeline.(*net.UnixConn)
+	if stop {
+		if isConn {
+			// A runner that is alive reads at once; a frozen one
+			// must not hold the adapter up.
+			_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+		}
+		// A runner that has gone makes this EPIPE, which changes
+		// nothing.
+		_, _ = p.lifeline.Write([]byte{stopByte})
+	}
+	if isConn {
+		_ = conn.CloseWrite()
+	} else {
+		_ = p.lifeline.Close()
+	}
+	p.lifeline = nil
 }
 
 // Kill SIGKILLs the runner's session and the VM process it recorded (after
 // checking the pid really is this directory's VM), then waits for the
-// runner to be reaped, up to ctx.
+// runner to be gone, up to ctx. An adopted runner is signalled only while
+// its pid is still this directory's runner (it is not our child: its pid
+// could have been reused once it exited).
 func (p *Process) Kill(ctx context.Context) error {
 	p.Release()
 	select {
 	case <-p.done:
 	default:
-		kill(p.PID)
+		if !p.adopted || BelongsTo(procArgs(p.PID), p.dir) {
+			kill(p.PID)
+		}
 	}
 	if pid, err := ReadPID(p.dir + "/" + VMPIDName); err == nil && pid != p.PID && BelongsTo(procArgs(pid), p.dir) {
 		kill(pid)
 	}
-	return p.Wait(ctx)
+	if !p.adopted {
+		return p.Wait(ctx)
+	}
+	// The connection's EOF comes when the runner's descriptors close; a
+	// pid that is gone will do too.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if !alive(p.PID) {
+				return nil
+			}
+		}
+	}
 }
 
 // Wait waits for the runner to exit.
@@ -168,8 +241,8 @@ func (p *Process) Wait(ctx context.Context) error {
 	}
 }
 
-// Stop ends the runner gently, then firmly: close the lifeline and give
-// the runner grace to kill its VM and exit, then SIGKILL everything.
+// Stop ends the runner gently, then firmly: Release and give the runner
+// grace to kill its VM and exit, then SIGKILL everything.
 func (p *Process) Stop(ctx context.Context, grace time.Duration) error {
 	p.Release()
 	t := time.NewTimer(grace)

@@ -25,10 +25,12 @@ import (
 const WorkersDirName = "workers"
 
 // ErrDirLocked: another live adapter uses the directory.
-var ErrDirLocked = errLocked
+var ErrDirLocked = ErrLocked
 
 // runtimeFiles are the files of a VM run that mean nothing once it ended.
-func runtimeFiles() []string { return []string{RunnerPIDName, VMPIDName, backend.SocketName} }
+func runtimeFiles() []string {
+	return []string{RunnerPIDName, VMPIDName, backend.SocketName, AdoptSocketName, AdoptKeyName}
+}
 
 // OpenWorkerDir opens <workersDir>/<vmID>, creating it (0700) when missing,
 // and takes its lock. A directory another live adapter holds is
