@@ -163,7 +163,7 @@ func TestBareEngineLoadsBoundAdapter(t *testing.T) {
 	waitFor("sandbox-hostdir", "config.yaml")
 
 	// Only the binding changes: sandbox-libkrun, with its config.
-	write(fmt.Sprintf("sandbox:\n  adapter: sandbox-libkrun\n  config:\n    image_allowlist: [python]\n    state_dir: %s\n    boot_timeout_ms: 180000\n", sbState))
+	write(fmt.Sprintf("sandbox:\n  adapter: sandbox-libkrun\n  config:\n    image_allowlist: [python]\n    state_dir: %s\n    boot_timeout_ms: 180000\n    adopt_grace_ms: 0\n", sbState))
 	waitFor("sandbox-libkrun", "config.yaml")
 	run()
 	// In a VM: a kept sandbox is a runner and a QEMU under the state dir.
@@ -184,6 +184,7 @@ func TestBareEngineLoadsBoundAdapter(t *testing.T) {
       image_allowlist: [python]
       state_dir: %s
       boot_timeout_ms: 180000
+      adopt_grace_ms: 0
 `, sbState)
 	assert.NilError(t, os.WriteFile(filepath.Join(project, "worker-compose.yaml"), []byte(file), 0o644))
 	compose = exec.Command(s.iii, "compose", "--up", "--namespace", "default", "--engine", url)

@@ -60,6 +60,7 @@ containers:
       image_allowlist: [python]
       state_dir: %s
       boot_timeout_ms: 180000
+      adopt_grace_ms: 0
 `, port, sbState)
 	assert.NilError(t, os.WriteFile(filepath.Join(project, "worker-compose.yaml"), []byte(file), 0o644))
 

@@ -438,6 +438,9 @@ func startPullingAdapter(t *testing.T, s *suite, prefix string, config map[strin
 		"cache_dir":        t.TempDir(), // empty: the create pulls
 		"registry_mirrors": map[string]string{"docker.io": reg.URL()},
 		"boot_timeout_ms":  180_000,
+		// The clean-up above checks that nothing outlives the engine:
+		// no VM waits for a next adapter.
+		"adopt_grace_ms": 0,
 	}
 	maps.Copy(cfg, config)
 	var st struct {

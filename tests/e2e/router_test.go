@@ -131,6 +131,8 @@ func TestThroughRouter(t *testing.T) {
 			"registry_mirrors": map[string]string{"docker.io": reg.URL()},
 			// Several TCG boots at once on a loaded two-core host.
 			"boot_timeout_ms": 180_000,
+			// Nothing may outlive the engine (the clean-up above).
+			"adopt_grace_ms": 0,
 		}
 	}
 	type adapterStatus struct {

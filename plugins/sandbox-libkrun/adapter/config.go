@@ -51,7 +51,20 @@ const (
 	// KeyConsoleLogMaxKB caps each VM's console log on disk
 	// (docs/sandbox-libkrun.md, "The runner and the state directory").
 	KeyConsoleLogMaxKB = "console_log_max_kb"
+	// KeyAdoptGraceMS is how long a sandbox's VM outlives its adapter,
+	// waiting for the next adapter process to adopt it (adopt.go,
+	// docs/sandbox-libkrun.md, "Sandboxes outlive the adapter"); 0 ends
+	// every VM with its adapter.
+	KeyAdoptGraceMS = "adopt_grace_ms"
 )
+
+// DefaultAdoptGrace covers an adapter restart by the plugin host, an
+// upgrade and an engine restart, with room for a slow host; a user who
+// stops the engine for good gets their VMs back after this long.
+const DefaultAdoptGrace = 60 * time.Second
+
+// maxAdoptGraceMS is a day: a VM nobody can reach for longer is a leak.
+const maxAdoptGraceMS = 86_400_000
 
 // maxDNSServers is how many nameservers network_dns_servers may name.
 const maxDNSServers = 3
@@ -71,6 +84,7 @@ func ConfigKeys() []string {
 		KeyStateDir, KeyCacheDir, KeyRegistryMirrors, KeyBootTimeoutMS,
 		KeyHostRoots, KeyWorkerDiskMB, KeyNetworkAllowCIDRs, KeyWarmPool,
 		KeySnapshotTemplates, KeySnapshotTemplatesMaxMB, KeyNetworkDNSServers, KeyConsoleLogMaxKB,
+		KeyAdoptGraceMS,
 	}
 }
 
@@ -137,6 +151,9 @@ type Config struct {
 	// ConsoleLogMaxBytes caps each VM's console log on disk (console.log
 	// and console.log.1 together); 0 means consolelog.DefaultMaxBytes.
 	ConsoleLogMaxBytes int64
+	// AdoptGrace is how long a sandbox's runner keeps its VM after the
+	// adapter went, for the next adapter to adopt; 0: not at all.
+	AdoptGrace time.Duration
 }
 
 // ConfigError is a rejected key.
@@ -166,6 +183,7 @@ func ParseConfig(keys map[string]json.RawMessage, home, goos string) (*Config, e
 		Accel:           Auto,
 		RegistryMirrors: map[string]string{},
 		BootTimeout:     DefaultBootTimeout,
+		AdoptGrace:      DefaultAdoptGrace,
 		WorkerDiskMB:    DefaultWorkerDiskMB,
 		WarmPool:        map[string]int{},
 
@@ -226,6 +244,10 @@ func ParseConfig(keys map[string]json.RawMessage, home, goos string) (*Config, e
 			var ms uint64
 			ms, err = parseUint(key, v, 1, maxBootTimeoutMS)
 			cfg.BootTimeout = time.Duration(ms) * time.Millisecond
+		case KeyAdoptGraceMS:
+			var ms uint64
+			ms, err = parseUint(key, v, 0, maxAdoptGraceMS)
+			cfg.AdoptGrace = time.Duration(ms) * time.Millisecond
 		default:
 			err = cfgErr(key, "not a sandbox-libkrun key")
 		}

@@ -24,7 +24,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	assert.NilError(t, err)
 	assert.DeepEqual(t, cfg, &Config{
 		Hypervisor: Auto, Accel: Auto, StateDir: "/home/u/.iii/sandbox", CacheDir: "/home/u/.iii/cache",
-		RegistryMirrors: map[string]string{}, BootTimeout: DefaultBootTimeout, WorkerDiskMB: DefaultWorkerDiskMB,
+		RegistryMirrors: map[string]string{}, BootTimeout: DefaultBootTimeout, AdoptGrace: DefaultAdoptGrace, WorkerDiskMB: DefaultWorkerDiskMB,
 		WarmPool: map[string]int{}, SnapshotTemplates: true, SnapshotTemplatesMaxMB: DefaultSnapshotTemplatesMaxMB,
 	})
 }
@@ -40,11 +40,11 @@ func TestParseConfig(t *testing.T) {
 		{name: "every key", in: `{"hypervisor":"qemu","accel":"tcg","kernel":"/boot/vmlinuz-x","qemu_binary":"~/bin/qemu",
 			"libkrun_path":"/opt/libkrun.so.1","agent_path":"/opt/agent","state_dir":"/s","cache_dir":"/c",
 			"registry_mirrors":{"docker.io":"http://127.0.0.1:5000"},"boot_timeout_ms":1500,
-			"snapshot_templates":false,"snapshot_templates_max_mb":100}`,
+			"snapshot_templates":false,"snapshot_templates_max_mb":100,"adopt_grace_ms":2500}`,
 			check: func(t *testing.T, c *Config) {
 				assert.DeepEqual(t, c, &Config{Hypervisor: "qemu", Accel: "tcg", Kernel: "/boot/vmlinuz-x", QEMUBinary: "/home/u/bin/qemu",
 					LibkrunPath: "/opt/libkrun.so.1", AgentPath: "/opt/agent", StateDir: "/s", CacheDir: "/c",
-					RegistryMirrors: map[string]string{"docker.io": "http://127.0.0.1:5000"}, BootTimeout: 1500 * time.Millisecond, WorkerDiskMB: DefaultWorkerDiskMB,
+					RegistryMirrors: map[string]string{"docker.io": "http://127.0.0.1:5000"}, BootTimeout: 1500 * time.Millisecond, AdoptGrace: 2500 * time.Millisecond, WorkerDiskMB: DefaultWorkerDiskMB,
 					WarmPool: map[string]int{}, SnapshotTemplatesMaxMB: 100})
 			}},
 		{name: "nulls are defaults", in: `{"hypervisor":null,"state_dir":null}`, check: func(t *testing.T, c *Config) {
@@ -76,6 +76,8 @@ func TestParseConfig(t *testing.T) {
 		{name: "boot timeout fraction", in: `{"boot_timeout_ms":1.5}`, err: `whole number`},
 		{name: "boot timeout too long", in: `{"boot_timeout_ms":3600001}`, err: `from 1 to 3600000`},
 		{name: "boot timeout negative", in: `{"boot_timeout_ms":-1}`, err: `whole number`},
+		{name: "adopt grace over a day", in: `{"adopt_grace_ms":86400001}`, err: `adopt_grace_ms`},
+		{name: "adopt grace off", in: `{"adopt_grace_ms":0}`, check: func(t *testing.T, c *Config) { assert.Equal(t, c.AdoptGrace, time.Duration(0)) }},
 		{name: "mirrors not a map", in: `{"registry_mirrors":["a"]}`, err: `must be a map`},
 		{name: "mirror not a string", in: `{"registry_mirrors":{"docker.io":1}}`, err: `registry_mirrors.docker.io`},
 		{name: "mirror host with a slash", in: `{"registry_mirrors":{"a/b":"http://x"}}`, err: `not a registry host`},

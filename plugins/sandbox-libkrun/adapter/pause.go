@@ -243,7 +243,7 @@ func (s *sandbox) Resume(ctx context.Context) error {
 	proc, err := runner.Spawn(ctx, runner.SpawnOptions{
 		Executable: s.p.exe,
 		Dir:        s.dir,
-		Config:     runner.Config{Version: runner.ConfigVersion, Backend: s.backend, Spec: spec},
+		Config:     runner.Config{Version: runner.ConfigVersion, Backend: s.backend, Spec: spec, AdoptGraceMS: uint64(s.p.cfg.AdoptGrace.Milliseconds())},
 	})
 	if err != nil {
 		return fmt.Errorf("start the VM's runner: %w", err)

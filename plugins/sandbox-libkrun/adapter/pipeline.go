@@ -86,6 +86,16 @@ type Boot struct {
 	undo []func()
 }
 
+// adoptGraceMS is how long the VM's runner outlives the adapter: a
+// sandbox's (or a warm pool VM's, which may become one) for adopt_grace_ms;
+// a worker VM's and a template recording's not at all.
+func (b *Boot) adoptGraceMS() uint64 {
+	if b.DataDisk != "" || b.recordTemplate != nil {
+		return 0
+	}
+	return uint64(b.Provider.cfg.AdoptGrace.Milliseconds())
+}
+
 // StepTiming is how long one boot step took.
 type StepTiming struct {
 	Step     string
@@ -366,7 +376,7 @@ func stepSpawnRunner(ctx context.Context, b *Boot) error {
 	proc, err := runner.Spawn(ctx, runner.SpawnOptions{
 		Executable: b.Provider.exe,
 		Dir:        b.Dir,
-		Config:     runner.Config{Version: runner.ConfigVersion, Backend: sel.Backend, Spec: b.VM},
+		Config:     runner.Config{Version: runner.ConfigVersion, Backend: sel.Backend, Spec: b.VM, AdoptGraceMS: b.adoptGraceMS()},
 	})
 	if err != nil {
 		return err

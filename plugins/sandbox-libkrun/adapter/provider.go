@@ -73,7 +73,10 @@ type Provider struct {
 	// Shutdown.
 	sandboxes map[*sandbox]struct{}
 	leftovers []runner.Leftover
-	closed    bool
+	// adopted are the sandboxes Configure took over from an earlier
+	// adapter process, until the kit collects them (adopt.go).
+	adopted []sandboxkit.Adopted
+	closed  bool
 	// workers are the worker VMs (worker::*), set by Configure.
 	workers *workerSet
 	// kit and catalog are the kit's configuration (ConfigureKit), for
@@ -174,6 +177,9 @@ func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessag
 		}
 		pool = newWarmPool(p, cfg.WarmPool, kit, catalog)
 	}
+	// Adopt first: what an earlier adapter process left running or
+	// paused is taken over; only the rest is a leftover to clean.
+	adopted := p.adoptAll(ctx, cfg)
 	leftovers := runner.CleanLeftovers(ctx, cfg.StateDir, p.log)
 	templates := newTemplateStore(p, cfg)
 	templates.cleanLeftovers(ctx)
@@ -186,6 +192,7 @@ func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessag
 		return errors.New("the provider is already configured or shut down")
 	}
 	p.cfg, p.store, p.leftovers, p.workers, p.pool = cfg, store, leftovers, workers, pool
+	p.adopted = adopted
 	p.templates = templates
 	p.startSelectionLocked()
 	if pool != nil {
@@ -336,6 +343,15 @@ func (p *Provider) Boot(ctx context.Context, spec sandboxkit.BootSpec) (sandboxk
 		p.afterBoot(b, time.Since(t0))
 	}
 	sb := newSandbox(p, b)
+	sb.rec = sandboxRecord{
+		Format: recordFormat, SandboxID: spec.ID, Name: spec.Name, Image: spec.Image.Name,
+		Backend: b.Selection.Backend, Created: p.now().UTC(), IdleTimeout: spec.IdleTimeout.Milliseconds(),
+		Network: spec.Network, Env: b.Env, Workdir: b.Workdir,
+	}
+	if err := sb.writeRecord(sb.rec); err != nil {
+		// The sandbox works; it only cannot outlive this adapter.
+		p.log.Warn("could not record the sandbox for the next adapter process", "sandbox_id", spec.ID, "error", err)
+	}
 	args := []any{"sandbox_id", spec.ID, "image", spec.Image.Name, "pooled", b.Pooled, "restored", b.restore != nil}
 	for _, st := range b.Timings {
 		args = append(args, st.Step+"_ms", st.Duration.Milliseconds())

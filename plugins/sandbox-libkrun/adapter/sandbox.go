@@ -59,6 +59,10 @@ type sandbox struct {
 	paused   bool
 	pausing  bool
 	stopping bool
+	// detached: the adapter left the sandbox to the next adapter process
+	// (adopt.go); rec is its sandbox.json.
+	detached bool
+	rec      sandboxRecord
 	gone     chan struct{}
 	goneOnce sync.Once
 
@@ -165,8 +169,12 @@ func (s *sandbox) stop() {
 	defer cancel()
 	log := s.p.log.With("sandbox_id", s.id)
 	s.mu.Lock()
-	proc, agent, paused := s.proc, s.agent, s.paused
+	proc, agent, paused, detached := s.proc, s.agent, s.paused, s.detached
 	s.mu.Unlock()
+	if detached {
+		// Not ours any more: the next adapter process owns it.
+		return
+	}
 	if paused {
 		// No VM: its saved state goes with the directory.
 		if err := s.dir.Remove(); err != nil {

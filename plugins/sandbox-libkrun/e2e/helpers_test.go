@@ -44,6 +44,9 @@ func baseConfig(e *env, stateDir string) map[string]any {
 		"image_allowlist": []any{"python"},
 		"state_dir":       stateDir,
 		"cache_dir":       e.cacheDir,
+		// VMs end with their adapter here, as most tests check what a
+		// stop or a crash leaves; adopt_test.go turns adoption on.
+		"adopt_grace_ms": 0,
 	}
 }
 
