@@ -23,7 +23,7 @@ import (
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/registry"
 	"github.com/iii-sandbox/iii/internal/download"
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/extract"
+	extract "github.com/iii-sandbox/iii/internal/tarextract"
 )
 
 const target = "x86_64-unknown-linux-gnu"

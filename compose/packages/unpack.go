@@ -18,7 +18,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/registry"
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/extract"
+	extract "github.com/iii-sandbox/iii/internal/tarextract"
 )
 
 // markerVersion is the marker format.

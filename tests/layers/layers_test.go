@@ -42,7 +42,6 @@ var rules = []rule{
 
 // knownCrossings are today's imports across a line: "from -> to".
 var knownCrossings = map[string]bool{
-	"compose/packages -> plugins/sandbox-libkrun/images/extract": true, // a safe archive extractor: belongs in internal/
 	"host/engine/enginebench -> host/rbac":                       true, // a benchmark of the checked call path
 	"host/engine -> host/httpfn":                                 true, // HTTP functions: a hook the engine calls
 	"host/engine -> host/rbac":                                   true, // the permission model: a hook, or internal/

@@ -18,7 +18,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/extract"
+	extract "github.com/iii-sandbox/iii/internal/tarextract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
 )
 

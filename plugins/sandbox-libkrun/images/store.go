@@ -40,7 +40,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iii-sandbox/iii/internal/atomicfile"
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/extract"
+	extract "github.com/iii-sandbox/iii/internal/tarextract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
 )
 

@@ -27,8 +27,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	extract "github.com/iii-sandbox/iii/internal/tarextract"
 	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/extract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/ocilayout"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images/registrytest"
 )

@@ -1,4 +1,4 @@
-// Package extract unpacks OCI image layers (tar streams) into a directory
+// Package tarextract unpacks OCI image layers (tar streams) into a directory
 // without ever touching anything outside it.
 //
 // Every file operation goes through an *os.Root, so even a bug in the path
@@ -10,7 +10,11 @@
 // image spec, device nodes and fifos are skipped, setuid/setgid bits and
 // extended attributes (file capabilities included) are dropped, and the
 // total size, per-file size and entry count are capped.
-package extract
+//
+// Both the sandbox adapter's image store and Compose's package installer
+// unpack untrusted archives with it, so it lives in internal/ rather than
+// under one of them (docs/architecture.md, "Layers").
+package tarextract
 
 import (
 	"archive/tar"

@@ -1,4 +1,4 @@
-package extract
+package tarextract
 
 import (
 	"archive/tar"
