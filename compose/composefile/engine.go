@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/internal/envexpand"
 	"github.com/iii-sandbox/iii/internal/yamlnode"
 	"github.com/iii-sandbox/iii/protocol"
@@ -294,7 +295,9 @@ func (p *parser) sandbox(n *yaml.Node) (*SandboxBinding, error) {
 			if err != nil {
 				return nil, err
 			}
-			if !adapterNameRE.MatchString(s) {
+			// The generated engine config carries this name, so the rule is
+			// config.yaml's: contract.ValidAdapterName.
+			if !contract.ValidAdapterName(s) {
 				return nil, p.fail(compose.CodeInvalidComposeFile, v,
 					"engine.sandbox.adapter %q is not a valid adapter worker name: use 1 to 64 characters from a-z, 0-9, _ and -, starting with a letter or digit (the default is sandbox-libkrun)", clip(s, 80))
 			}

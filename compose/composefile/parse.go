@@ -24,9 +24,6 @@ var (
 	// directory (logs/<key>.log, config/<key>.yaml), so they are kept
 	// path-safe: no separators, no leading dot.
 	containerKeyRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	// adapterNameRE matches what config.yaml accepts for sandbox.adapter:
-	// the generated engine config carries this name.
-	adapterNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 	// configNameRE is the configuration worker's id alphabet.
 	configNameRE = lazyre.New(`^[a-z0-9_-]{1,64}$`)
 	envNameRE    = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -198,9 +198,8 @@ type ParseOptions struct {
 }
 
 var (
-	namespaceRE  = lazyre.New(`^[a-z0-9_-]+$`)
-	workerNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	hostRE       = lazyre.New(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$`)
+	namespaceRE = lazyre.New(`^[a-z0-9_-]+$`)
+	hostRE      = lazyre.New(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$`)
 )
 
 type parser struct {
@@ -531,7 +530,7 @@ func (p *parser) sandbox(n *yaml.Node) (*Sandbox, error) {
 			if err != nil {
 				return nil, err
 			}
-			if !workerNameRE.MatchString(name) {
+			if !contract.ValidAdapterName(name) {
 				return nil, p.fail(CodeInvalidConfig, v, "sandbox.adapter %q is not a valid adapter worker name: use 1 to 64 characters from a-z, 0-9, _ and -, starting with a letter or digit (the default is sandbox-libkrun)", name)
 			}
 			s.Adapter = name

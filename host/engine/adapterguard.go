@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/iii-sandbox/iii/internal/adaptername"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -63,7 +64,7 @@ func (e *Engine) KnownAdapters() []string {
 // what callers send the adapter nor keeps the adapter from registering.
 // A name that is not an adapter name is ignored.
 func (e *Engine) ProtectAdapter(name string) {
-	if !adapterNameRE.MatchString(name) || reservedID(name+"::") {
+	if !adaptername.Valid(name) || reservedID(name+"::") {
 		return
 	}
 	// The name is marked before the registry is swept; a registration that

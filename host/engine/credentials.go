@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/iii-sandbox/iii/host/rbac"
+	"github.com/iii-sandbox/iii/internal/adaptername"
 	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -81,14 +82,12 @@ type CredentialSpec = protocol.CredentialSpec
 type SandboxHostSpec = protocol.SandboxHostSpec
 
 var (
-	// adapterNameRE is the sandbox router's rule for adapter names.
-	adapterNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	hostNameRE    = lazyre.New(`^[a-z0-9-]{1,63}$`)
+	hostNameRE = lazyre.New(`^[a-z0-9-]{1,63}$`)
 )
 
 // validSandboxHost checks a sandbox_host block.
 func validSandboxHost(h *SandboxHostSpec) *protocol.ErrorBody {
-	if !adapterNameRE.MatchString(h.Adapter) {
+	if !adaptername.Valid(h.Adapter) {
 		return &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "sandbox_host.adapter " + quote(h.Adapter) +
 			" is not an adapter name: 1 to 64 of a-z 0-9 _ -, starting with a letter or digit"}
 	}

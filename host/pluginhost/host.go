@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/internal/taskgroup"
@@ -204,8 +205,7 @@ const (
 )
 
 var (
-	adapterNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	namespaceRE   = lazyre.New(`^[a-z0-9_-]+$`)
+	namespaceRE = lazyre.New(`^[a-z0-9_-]+$`)
 )
 
 func errBody(code, format string, args ...any) *protocol.ErrorBody {
@@ -213,7 +213,7 @@ func errBody(code, format string, args ...any) *protocol.ErrorBody {
 }
 
 func checkNames(adapter, ns string) (key, error) {
-	if !adapterNameRE.MatchString(adapter) {
+	if !contract.ValidAdapterName(adapter) {
 		return key{}, errBody(CodeInvalidRequest, "adapter %q is not a worker name: 1 to 64 of a-z 0-9 _ -, starting with a letter or digit", clip(adapter, 80))
 	}
 	if ns == "" {

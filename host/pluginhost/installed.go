@@ -1,15 +1,12 @@
 package pluginhost
 
 import (
-	"github.com/iii-sandbox/iii/internal/lazyre"
+	"github.com/iii-sandbox/iii/contract"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 )
-
-// installedNameRE is an adapter name as the sandbox router binds it.
-var installedNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // Installed lists, sorted and without repeats, the adapters installed where
 // Find looks: executables in ~/.iii/plugins (every one there is an
@@ -21,7 +18,7 @@ var installedNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 func (f Finder) Installed() []string {
 	var out []string
 	add := func(name string, any bool) {
-		if installedNameRE.MatchString(name) && (any || strings.HasPrefix(name, "sandbox-")) {
+		if contract.ValidAdapterName(name) && (any || strings.HasPrefix(name, "sandbox-")) {
 			out = append(out, name)
 		}
 	}

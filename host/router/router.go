@@ -98,8 +98,7 @@ type ownerCheck struct {
 }
 
 var (
-	adapterNameRE = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	namespaceRE   = lazyre.New(`^[a-z0-9_-]+$`)
+	namespaceRE = lazyre.New(`^[a-z0-9_-]+$`)
 )
 
 // New attaches the router to eng and registers sandbox::<op> for every
@@ -152,7 +151,7 @@ func (r *Router) Bind(adapter, namespace string) error {
 	if namespace == "" {
 		namespace = engine.DefaultNamespace
 	}
-	if !adapterNameRE.MatchString(adapter) {
+	if !contract.ValidAdapterName(adapter) {
 		return &protocol.ErrorBody{Code: CodeInvalidBinding, Message: fmt.Sprintf(
 			"sandbox adapter %q is not a worker name: 1 to 64 of a-z 0-9 _ -, starting with a letter or digit", adapter)}
 	}
