@@ -311,6 +311,11 @@ func (r *ChannelReader) next(ctx context.Context) (chanItem, error) {
 			return chanItem{}, r.fail(io.EOF)
 		}
 		r.c.room.Release(it.cost)
+		// A socket writer's item holds its share of the engine-wide
+		// ChannelBytesTotal until it is taken, as channelReader releases
+		// it for a socket reader; kept, every fs::write fed from a socket
+		// would shrink the budget for good until all channels stall.
+		r.c.budget.Release(it.charge)
 		return it, nil
 	case <-r.c.ctx.Done():
 		return chanItem{}, r.fail(ErrChannelClosed)

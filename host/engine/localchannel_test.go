@@ -167,6 +167,16 @@ func TestSocketWriterToLocalReader(t *testing.T) {
 			}
 			assert.NilError(t, r.Close())
 			lcGone(t, le, wref.ChannelID)
+			// What the socket writer's items were charged to the
+			// engine-wide channel budget comes back once they are read:
+			// kept, each fs::write would shrink it until all channels stall.
+			poll.WaitOn(t, func(poll.LogT) poll.Result {
+				if le.inbound.chanBytes.TryAcquire(ChannelBytesTotal) {
+					le.inbound.chanBytes.Release(ChannelBytesTotal)
+					return poll.Success()
+				}
+				return poll.Continue("the channel budget is still charged")
+			}, poll.WithTimeout(lcWait), poll.WithDelay(5*time.Millisecond))
 		})
 	}
 }
