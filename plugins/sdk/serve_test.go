@@ -152,6 +152,20 @@ func TestServe(t *testing.T) {
 		assert.Check(t, is.Contains(stderr, "tiny adapter shutdown called"))
 	})
 
+	t.Run("a refused reload leaves the adapter running", func(t *testing.T) {
+		p := newPlug(t, bin, nil)
+		a := p.adapter(t)
+		assert.NilError(t, a.Configure(ctx, []byte(`{"image_allowlist":["python"]}`)))
+		err := a.Configure(ctx, []byte(`{"reject":"max_widgets must be a number"}`))
+		var rej *contract.ConfigRejectedError
+		assert.Assert(t, errors.As(err, &rej), "got %v", err)
+		_, err = a.List(ctx, &contract.ListRequest{})
+		assert.NilError(t, err, "the adapter still serves after a refused reload")
+		p.waitStderr(t, "configuration reload refused")
+		p.client.Kill()
+		assert.Equal(t, p.exitCode(t), sdk.ExitOK)
+	})
+
 	t.Run("lifeline EOF exits the adapter", func(t *testing.T) {
 		r, w, err := os.Pipe()
 		assert.NilError(t, err)

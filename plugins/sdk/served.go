@@ -35,6 +35,11 @@ type servedAdapter struct {
 	facts map[string]any
 	// instance is this process's InstanceFactKey.
 	instance string
+	// configured is set once a Configure succeeded: a later Configure is
+	// a reload (contract.CapabilityReconfigure), whose refusal leaves the
+	// adapter running with the configuration it has.
+	configMu   sync.Mutex
+	configured bool
 }
 
 // InstanceFactKey is the adapter::info fact that names the adapter process:
@@ -93,15 +98,29 @@ func (a *servedAdapter) Info(ctx context.Context) (out *contract.AdapterInfo, er
 
 func (a *servedAdapter) Configure(ctx context.Context, configJSON []byte) (err error) {
 	defer a.recovered("configure", &err)
+	a.configMu.Lock()
+	reload := a.configured
+	a.configMu.Unlock()
 	defer func() {
 		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if reload {
+			a.log.Warn("configuration reload refused; the adapter keeps its configuration", "reason", err.Error())
 			return
 		}
 		a.log.Error("configuration rejected; the adapter will exit", "reason", err.Error())
 		// The graceful stop waits for this reply to be written.
 		a.st.stop(stopRejected, ExitConfigRejected)
 	}()
-	return a.inner.Configure(ctx, configJSON)
+	// Not in a deferred function: a Configure that panicked did not
+	// configure anything.
+	if err = a.inner.Configure(ctx, configJSON); err == nil {
+		a.configMu.Lock()
+		a.configured = true
+		a.configMu.Unlock()
+	}
+	return err
 }
 
 func (a *servedAdapter) Create(ctx context.Context, req *contract.CreateRequest) (out *contract.CreateResponse, err error) {

@@ -2,6 +2,7 @@ package sandboxkit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -60,13 +61,20 @@ type Manager struct {
 	// now is the clock; tests of the reaper replace it.
 	now func() time.Time
 
-	mu         sync.Mutex
-	cfg        *Config
-	catalog    []contract.CatalogImage
-	sandboxes  map[string]*entry
-	booting    uint32
-	closed     bool
-	stopReaper chan struct{}
+	// confMu makes Configure calls take turns: a reload (reconfigure.go)
+	// compares against the configuration the previous call applied.
+	confMu sync.Mutex
+
+	mu      sync.Mutex
+	cfg     *Config
+	catalog []contract.CatalogImage
+	// providerKeys are the provider's keys as last applied, for telling
+	// which changed when the configuration is reloaded.
+	providerKeys map[string]json.RawMessage
+	sandboxes    map[string]*entry
+	booting      uint32
+	closed       bool
+	stopReaper   chan struct{}
 	// wg counts the goroutines the Manager started: the reaper, one
 	// watcher per sandbox, and stops it runs in the background.
 	wg sync.WaitGroup
@@ -143,8 +151,11 @@ func (m *Manager) Info(ctx context.Context) (*contract.AdapterInfo, error) {
 		Facts:          facts,
 	}
 	if m.canPause() {
-		info.Capabilities = []string{contract.CapabilityPause}
+		info.Capabilities = append(info.Capabilities, contract.CapabilityPause)
 	}
+	// Every kit adapter takes Configure again while it runs: the kit's
+	// keys reload live, a provider's only through Reconfigurer.
+	info.Capabilities = append(info.Capabilities, contract.CapabilityReconfigure)
 	return info, nil
 }
 
@@ -178,9 +189,13 @@ func (m *Manager) capacity() map[string]any {
 }
 
 // Configure parses and applies the adapter configuration (see
-// ParseConfig), hands the provider its keys, and starts the reaper. It
-// may be called once.
+// ParseConfig), hands the provider its keys, and starts the reaper. Called
+// again on a configured Manager it reloads the configuration: see
+// reconfigure.go for what changes live and what answers
+// contract.RestartRequired.
 func (m *Manager) Configure(ctx context.Context, configJSON []byte) error {
+	m.confMu.Lock()
+	defer m.confMu.Unlock()
 	presets := m.provider.Presets()
 	if err := checkPresets(presets); err != nil {
 		return err
@@ -190,15 +205,14 @@ func (m *Manager) Configure(ctx context.Context, configJSON []byte) error {
 		return err
 	}
 	m.mu.Lock()
-	switch {
-	case m.closed:
-		m.mu.Unlock()
-		return errors.New("the adapter is shutting down")
-	case m.cfg != nil:
-		m.mu.Unlock()
-		return errors.New("the adapter is already configured; restart it to change its configuration")
-	}
+	closed, configured := m.closed, m.cfg != nil
 	m.mu.Unlock()
+	switch {
+	case closed:
+		return errors.New("the adapter is shutting down")
+	case configured:
+		return m.reconfigure(ctx, cfg, providerKeys, presets)
+	}
 
 	if kc, ok := m.provider.(KitConfigurer); ok {
 		kc.ConfigureKit(cfg, buildCatalog(presets, cfg.CustomImages))
@@ -218,6 +232,7 @@ func (m *Manager) Configure(ctx context.Context, configJSON []byte) error {
 	}
 	m.cfg = cfg
 	m.catalog = buildCatalog(presets, cfg.CustomImages)
+	m.providerKeys = providerKeys
 	m.stopReaper = make(chan struct{})
 	m.wg.Add(1)
 	go m.reaper(cfg.ReaperTick, m.stopReaper)

@@ -67,7 +67,8 @@ func TestInfo(t *testing.T) {
 	m := New(newFakeProvider(), Options{Name: "fake", Version: "1.0.0"})
 	info, err := m.Info(ctx)
 	assert.NilError(t, err)
-	assert.DeepEqual(t, info, &contract.AdapterInfo{Adapter: "fake", AdapterVersion: "1.0.0", Contract: contract.Current(), Facts: map[string]any{"backend": "fake"}})
+	assert.DeepEqual(t, info, &contract.AdapterInfo{Adapter: "fake", AdapterVersion: "1.0.0", Contract: contract.Current(),
+		Capabilities: []string{contract.CapabilityReconfigure}, Facts: map[string]any{"backend": "fake"}})
 }
 
 func TestNotConfigured(t *testing.T) {
@@ -87,7 +88,9 @@ func TestConfigure(t *testing.T) {
 	t.Run("provider keys reach the provider", func(t *testing.T) {
 		m, p := newManager(t, map[string]any{"fake_key": map[string]any{"a": 1}})
 		assert.DeepEqual(t, p.configured, map[string]json.RawMessage{"fake_key": json.RawMessage(`{"a":1}`)})
-		assert.ErrorContains(t, m.Configure(ctx, []byte(`{}`)), "already configured")
+		// Configure again is a reload (reconfigure_test.go): the fake
+		// provider has no Reconfigurer, so its key cannot change live.
+		assert.Check(t, contract.IsRestartRequired(m.Configure(ctx, []byte(`{"image_allowlist":["python"]}`))))
 	})
 	t.Run("a provider rejection rejects the configuration", func(t *testing.T) {
 		p := newFakeProvider()
