@@ -22,10 +22,20 @@ const MaxMessageBytes = 64 << 20
 
 // GRPCServerOptions are the options an adapter's gRPC server needs (pass them
 // to go-plugin's ServeConfig.GRPCServer): a receive limit that fits the
-// largest request, e.g. an exec with a big stdin.
+// largest request, e.g. an exec with a big stdin, and fixed flow-control
+// windows of StreamWindow.
 func GRPCServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.InitialWindowSize(StreamWindow), grpc.InitialConnWindowSize(StreamWindow)}
 }
+
+// StreamWindow is the gRPC flow-control window an adapter's server grants
+// per stream and per connection, the same as the plugin host grants its
+// way. gRPC's default (64 KiB, grown by bandwidth-delay probing) holds one
+// fs::write chunk: on a busy machine every chunk then waits for the
+// adapter to be scheduled and acknowledge it before the next one leaves
+// the engine. A fixed window also turns the probing, and its pings, off.
+const StreamWindow = 4 << 20
 
 // GRPCServer serves an Adapter over gRPC: it converts proto requests to the
 // contract types, calls the adapter, and converts replies and errors back.

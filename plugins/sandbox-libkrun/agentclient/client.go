@@ -327,6 +327,22 @@ func (c *Client) writeLocked(frames ...agentproto.Frame) error {
 	return nil
 }
 
+// writeData writes one data frame without copying p behind the header:
+// one writev on the socket, whole, under the write lock.
+func (c *Client) writeData(kind agentproto.Kind, id uint32, p []byte) error {
+	if len(p) > agentproto.MaxPayload {
+		return agentproto.ErrFrameTooLarge
+	}
+	var h [agentproto.HeaderSize]byte
+	bufs := net.Buffers{agentproto.AppendHeader(h[:0], kind, id, len(p)), p}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if _, err := bufs.WriteTo(c.conn); err != nil {
+		return &agentproto.Error{Code: agentproto.CodeDisconnected, Message: fmt.Sprintf("write to the guest agent: %v", err)}
+	}
+	return nil
+}
+
 func (c *Client) writeControl(id uint32, m agentproto.Message) error {
 	frames, err := agentproto.EncodeControl(id, m)
 	if err != nil {
@@ -473,19 +489,27 @@ func (st *stream) abort(err error) {
 }
 
 // sendData streams r as data frames of kind, then the empty frame that
-// ends them. It stops early when the stream ends.
+// ends them. It stops early when the stream ends. A file's bytes go in
+// frames of FileChunkSize, each filled before it leaves (the source, a
+// gRPC stream, yields 64 KiB at a time); a process's input goes as soon as
+// it is read.
 func (st *stream) sendData(ctx context.Context, kind agentproto.Kind, r io.Reader) (int64, error) {
 	var total int64
+	read := r.Read
 	buf := make([]byte, agentproto.ChunkSize)
+	if kind == agentproto.KindFile {
+		buf = make([]byte, agentproto.FileChunkSize)
+		read = func(p []byte) (int, error) { return fill(r, p) }
+	}
 	for {
-		n, rerr := r.Read(buf)
+		n, rerr := read(buf)
 		p := buf[:n]
 		for len(p) > 0 {
 			k, err := st.send.Acquire(ctx, len(p))
 			if err != nil {
 				return total, err
 			}
-			if err := st.c.write(agentproto.Frame{Kind: kind, Stream: st.id, Payload: p[:k]}); err != nil {
+			if err := st.c.writeData(kind, st.id, p[:k]); err != nil {
 				return total, err
 			}
 			p = p[k:]
@@ -498,4 +522,19 @@ func (st *stream) sendData(ctx context.Context, kind agentproto.Kind, r io.Reade
 			return total, rerr
 		}
 	}
+}
+
+// fill reads into p until it is full or r fails, and returns r's error as
+// it is (io.EOF included), unlike io.ReadFull, which would turn a source's
+// own io.ErrUnexpectedEOF into a short but complete-looking file.
+func fill(r io.Reader, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		k, err := r.Read(p[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }

@@ -324,7 +324,17 @@ type fileReader struct {
 	closed bool
 	sig    chan struct{}
 	cur    []byte
+	// owed is credit for consumed bytes not yet returned: grants go back
+	// in batches of grantBatch, or when nothing is left buffered (so the
+	// agent is never left waiting on credit the reader holds back).
+	owed int
 }
+
+// grantBatch is how many consumed bytes a streamed read collects before it
+// returns them as credit. A grant is a frame the guest must read and act
+// on, costly under an emulated CPU; a quarter of the window keeps the
+// agent's sends flowing.
+const grantBatch = agentproto.InitialWindow / 4
 
 func (r *fileReader) push(p []byte) {
 	r.mu.Lock()
@@ -380,8 +390,19 @@ func (r *fileReader) Read(p []byte) (int, error) {
 	}
 	n := copy(p, r.cur)
 	r.cur = r.cur[n:]
-	r.st.grant(n)
+	r.owed += n
+	if r.owed >= grantBatch || len(r.cur) == 0 && r.drained() {
+		r.st.grant(r.owed)
+		r.owed = 0
+	}
 	return n, nil
+}
+
+// drained reports whether no chunk waits to be read.
+func (r *fileReader) drained() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.chunks) == 0
 }
 
 func (r *fileReader) Close() error {

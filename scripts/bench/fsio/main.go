@@ -40,6 +40,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -64,8 +65,9 @@ import (
 func main() {
 	sizeMiB := flag.Int("size-mib", 100, "file size in MiB")
 	runs := flag.Int("runs", 3, "transfers per direction and path; the median is printed")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the engine and the caller) during the transfers here")
 	flag.Parse()
-	if err := run(*sizeMiB, *runs); err != nil {
+	if err := run(*sizeMiB, *runs, *cpuprofile); err != nil {
 		fmt.Fprintln(os.Stderr, "fsio bench:", err)
 		os.Exit(1)
 	}
@@ -75,7 +77,7 @@ func main() {
 // chooses the back end.
 const callTimeout = 5 * time.Minute
 
-func run(sizeMiB, runs int) error {
+func run(sizeMiB, runs int, cpuprofile string) error {
 	if sizeMiB < 1 || runs < 1 {
 		return errors.New("-size-mib and -runs must be at least 1")
 	}
@@ -166,17 +168,33 @@ func run(sizeMiB, runs int) error {
 	// Interleaved, so a change in the machine's load hits a figure and its
 	// floor alike.
 	var w, r, fw, fr, gw, gr []time.Duration
+	cpuW, cpuR, cpuGW, cpuGR := cpuSample{}, cpuSample{}, cpuSample{}, cpuSample{}
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	for i := range runs {
+		before := cpuTimes()
 		d, err := fsWrite(ctx, c, created.SandboxID, data)
 		if err != nil {
 			return fmt.Errorf("fs::write run %d: %w", i+1, err)
 		}
 		w = append(w, d)
+		mid := cpuTimes()
+		cpuW.add(mid.sub(before))
 		d, err = fsRead(ctx, c, created.SandboxID, int64(len(data)), want)
 		if err != nil {
 			return fmt.Errorf("fs::read run %d: %w", i+1, err)
 		}
 		r = append(r, d)
+		cpuR.add(cpuTimes().sub(mid))
 		if d, err = floorWrite(ctx, floor.URL, data, want); err != nil {
 			return fmt.Errorf("floor write: %w", err)
 		}
@@ -185,12 +203,13 @@ func run(sizeMiB, runs int) error {
 			return fmt.Errorf("floor read: %w", err)
 		}
 		fr = append(fr, d)
-		dw, dr, err := direct(ctx, agent, data, want)
+		dw, dr, err := direct(ctx, agent, data, want, cpuGW, cpuGR)
 		if err != nil {
 			return fmt.Errorf("guest agent direct: %w", err)
 		}
 		gw, gr = append(gw, dw), append(gr, dr)
 	}
+	pprof.StopCPUProfile()
 
 	fmt.Printf("host: %s/%s, %d CPUs, load average %s; VM: %s with %s, 512 MiB; %d MiB file, median of %d runs\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), benchstat.LoadAvg(), info.Hypervisor, info.Accel, sizeMiB, runs)
@@ -200,6 +219,19 @@ func run(sizeMiB, runs int) error {
 	fmt.Println("  the VM's own ceiling (guest agent over its port, no engine or plugin):")
 	row("  fs::write through a channel", n, benchstat.Median(w), "agent write, direct", benchstat.Median(gw))
 	row("  fs::read through a channel", n, benchstat.Median(r), "agent read, direct", benchstat.Median(gr))
+	// Both VMs idle along during the other's transfers, so each line
+	// includes the other QEMU's idle ticks.
+	fmt.Printf("  CPU per transfer (all %d runs / %d), by process:\n", runs, runs)
+	for _, l := range []struct {
+		what string
+		s    cpuSample
+	}{{"fs::write", cpuW}, {"fs::read", cpuR}, {"agent write, direct", cpuGW}, {"agent read, direct", cpuGR}} {
+		per := cpuSample{}
+		for k, v := range l.s {
+			per[k] = v / time.Duration(runs)
+		}
+		fmt.Printf("    %-20s %s\n", l.what, per)
+	}
 	return nil
 }
 
@@ -440,13 +472,16 @@ func bootDirect(ctx context.Context, work, kernel, initrd, img, accel string) (*
 }
 
 // direct writes data into the VM and reads it back through the agent.
-func direct(ctx context.Context, c *agentclient.Client, data []byte, want [32]byte) (w, r time.Duration, err error) {
+func direct(ctx context.Context, c *agentclient.Client, data []byte, want [32]byte, cpuW, cpuR cpuSample) (w, r time.Duration, err error) {
+	before := cpuTimes()
 	start := time.Now()
 	res, err := c.WriteFile(ctx, &agentproto.FSRequest{Path: fsPath}, bytes.NewReader(data))
 	if err != nil {
 		return 0, 0, err
 	}
 	w = time.Since(start)
+	mid := cpuTimes()
+	cpuW.add(mid.sub(before))
 	if res.BytesWritten != int64(len(data)) {
 		return 0, 0, fmt.Errorf("wrote %d bytes, want %d", res.BytesWritten, len(data))
 	}
@@ -457,6 +492,7 @@ func direct(ctx context.Context, c *agentclient.Client, data []byte, want [32]by
 		return 0, 0, err
 	}
 	r = time.Since(start)
+	cpuR.add(cpuTimes().sub(mid))
 	if n != int64(len(data)) || !bytes.Equal(h.Sum(nil), want[:]) {
 		return 0, 0, fmt.Errorf("read %d bytes with another digest, want %d", n, len(data))
 	}
