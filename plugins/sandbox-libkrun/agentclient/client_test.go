@@ -781,3 +781,92 @@ func TestDialRetriesUntilTheSocketExists(t *testing.T) {
 	assert.Assert(t, errors.As(err, &ae))
 	assert.Equal(t, ae.Code, agentproto.CodeDisconnected)
 }
+
+// frameSpy is the host's end of the connection, parsing what the client
+// writes into frames on the side.
+type frameSpy struct {
+	net.Conn
+	pw *io.PipeWriter
+}
+
+func (s *frameSpy) Write(b []byte) (int, error) {
+	_, _ = s.pw.Write(b)
+	return s.Conn.Write(b)
+}
+
+// TestFileFrameSizes: a file write leaves in FileChunkSize frames, and a
+// streamed read returns its credit in batches, not a grant per Read (each
+// frame is work for an emulated guest); the bytes still round-trip
+// through the real agent, read through a small buffer.
+func TestFileFrameSizes(t *testing.T) {
+	env := startAgent(t)
+	a, b := socketPair(t)
+	env.port.attach(a)
+	pr, pw := io.Pipe()
+	type seen struct{ fileFrames, bigFileFrames, windows int }
+	got := make(chan seen, 1)
+	go func() {
+		var s seen
+		br := bufio.NewReader(pr)
+		_ = agentproto.SkipToMagic(br)
+		for {
+			f, err := agentproto.ReadFrame(br)
+			if err != nil {
+				got <- s
+				return
+			}
+			switch {
+			case f.Kind == agentproto.KindFile && len(f.Payload) > 0:
+				s.fileFrames++
+				if len(f.Payload) == agentproto.FileChunkSize {
+					s.bigFileFrames++
+				}
+			case f.Kind == agentproto.KindWindow:
+				s.windows++
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := New(ctx, &frameSpy{Conn: b, pw: pw}, Options{})
+	assert.NilError(t, err)
+
+	const size = 4<<20 + 100
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i * 11 / 7)
+	}
+	// iotest.OneByteReader would be slow; 64 KiB reads are what the
+	// contract's gRPC stream yields.
+	_, err = c.WriteFile(ctx, &agentproto.FSRequest{Path: "/f.bin"}, &chunkedReader{r: bytes.NewReader(data), n: 64 << 10})
+	assert.NilError(t, err)
+	meta, r, err := c.ReadFile(ctx, "/f.bin")
+	assert.NilError(t, err)
+	assert.Equal(t, meta.Size, int64(size))
+	var back bytes.Buffer
+	buf := make([]byte, 5000)
+	for {
+		n, err := r.Read(buf)
+		back.Write(buf[:n])
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		assert.NilError(t, err)
+	}
+	assert.NilError(t, r.Close())
+	assert.Assert(t, bytes.Equal(back.Bytes(), data))
+	assert.NilError(t, c.Close())
+	_ = pw.Close()
+	s := waitfor.Recv(t, got, waitfor.Default, "the frame parser")
+	assert.Equal(t, s.fileFrames, size/agentproto.FileChunkSize+1, "%+v", s)
+	assert.Equal(t, s.bigFileFrames, size/agentproto.FileChunkSize, "%+v", s)
+	// One grant per Read would be about size/5000 = 840 frames.
+	assert.Assert(t, s.windows <= size/grantBatch+2, "%+v", s)
+}
+
+type chunkedReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *chunkedReader) Read(p []byte) (int, error) { return c.r.Read(p[:min(len(p), c.n)]) }

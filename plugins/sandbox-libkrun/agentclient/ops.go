@@ -325,8 +325,10 @@ type fileReader struct {
 	sig    chan struct{}
 	cur    []byte
 	// owed is credit for consumed bytes not yet returned: grants go back
-	// in batches of grantBatch, or when nothing is left buffered (so the
-	// agent is never left waiting on credit the reader holds back).
+	// in batches of grantBatch. The agent never stalls on what is held
+	// back: with its credit spent, at least InitialWindow-grantBatch bytes
+	// are buffered or on their way here, so the reader goes on consuming
+	// and grants again.
 	owed int
 }
 
@@ -391,18 +393,11 @@ func (r *fileReader) Read(p []byte) (int, error) {
 	n := copy(p, r.cur)
 	r.cur = r.cur[n:]
 	r.owed += n
-	if r.owed >= grantBatch || len(r.cur) == 0 && r.drained() {
+	if r.owed >= grantBatch {
 		r.st.grant(r.owed)
 		r.owed = 0
 	}
 	return n, nil
-}
-
-// drained reports whether no chunk waits to be read.
-func (r *fileReader) drained() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.chunks) == 0
 }
 
 func (r *fileReader) Close() error {
