@@ -124,7 +124,7 @@ func (h *Host) functions() []hostFunction {
 				}
 				return statusReply(h.Stop(ctx, in.Adapter, in.Namespace))
 			}},
-		{engine.FunctionDef{ID: FnRestart, Privileged: true, Description: "Restart a sandbox adapter, with a new config or (config absent) its last one.",
+		{engine.FunctionDef{ID: FnRestart, Privileged: true, Description: "Restart a sandbox adapter, with a new config or (config absent) its last one. A changed config that the running adapter can take live (it announces the reconfigure capability) is applied in place, keeping its process.",
 			RequestSchema: json.RawMessage(schemaRestartIn), ResponseSchema: json.RawMessage(schemaStatus)},
 			func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
 				in, err := decodeAdaptersRequest(call.Data, false, true)

@@ -400,7 +400,9 @@ func (h *Host) RemoveIfStartedBy(ctx context.Context, adapter, namespace, origin
 
 // Restart stops an adapter (when it runs) and starts it again, with
 // config when it is non-nil, else with its last configuration. The binary
-// is looked up again, so an upgraded package is picked up.
+// is looked up again, so an upgraded package is picked up. A running
+// adapter that announces the reconfigure capability is first offered a
+// changed config in place, and keeps its process when it takes it.
 func (h *Host) Restart(ctx context.Context, adapter, namespace string, config json.RawMessage) (Status, error) {
 	k, err := checkNames(adapter, namespace)
 	if err != nil {
@@ -424,6 +426,11 @@ func (h *Host) Restart(ctx context.Context, adapter, namespace string, config js
 	}
 	if m == nil {
 		return Status{}, errBody(CodeNotStarted, "sandbox adapter %q was never started in namespace %q; use %s", k.adapter, k.ns, FnStart)
+	}
+	// A changed configuration the running adapter can take live needs no
+	// new process (reconfigure.go).
+	if st, ok := h.tryReconfigure(ctx, m, cfg); ok {
+		return st, nil
 	}
 	if err := m.halt(ctx); err != nil {
 		return m.snapshot(), err

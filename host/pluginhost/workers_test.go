@@ -53,7 +53,7 @@ func TestWorkerFunctionsPublished(t *testing.T) {
 		assert.Assert(t, fi["request_schema"] != nil && fi["response_schema"] != nil, op)
 	}
 	info := te.MustCall(t, "sandbox-libkrun::adapter::info", map[string]any{})
-	assert.DeepEqual(t, info["capabilities"], []any{contract.CapabilityPause, contract.CapabilityWorker})
+	assert.DeepEqual(t, info["capabilities"], []any{contract.CapabilityPause, contract.CapabilityReconfigure, contract.CapabilityWorker})
 	assert.DeepEqual(t, info["host_roots"], []any{root})
 
 	list := te.MustCall(t, "sandbox-libkrun::worker::list", nil)

@@ -24,6 +24,9 @@ import (
 func (s *Server) syncAdapter(ctx context.Context, next *config.Sandbox) {
 	s.adapterMu.Lock()
 	defer s.adapterMu.Unlock()
+	if s.reloadInPlace(ctx, next) {
+		return
+	}
 	if prev := s.loaded; prev != nil && (next == nil || adapterOf(*prev) != adapterOf(*next)) {
 		removed, err := s.ph.RemoveIfStartedBy(ctx, prev.Adapter, prev.Namespace, pluginhost.OriginConfig)
 		switch {
@@ -72,6 +75,45 @@ func (s *Server) syncAdapter(ctx context.Context, next *config.Sandbox) {
 		s.loaded = copySandbox(next)
 		s.log.Error("the sandbox adapter config.yaml binds did not start", "adapter", next.Adapter, "namespace", next.Namespace, "error", err)
 	}
+}
+
+// reloadInPlace applies a binding whose only change is sandbox.config to
+// the adapter the engine runs for it, keeping its process (and so every
+// sandbox), when the adapter can take the new configuration live
+// (pluginhost.Host.Reconfigure). It reports whether it did; when not,
+// syncAdapter restarts the adapter as before. The caller holds adapterMu.
+func (s *Server) reloadInPlace(ctx context.Context, next *config.Sandbox) bool {
+	prev := s.loaded
+	if prev == nil || next == nil || next.Hosts != "" || s.opts.AdapterByCompose || !onlyConfigDiffers(*prev, *next) {
+		return false
+	}
+	var cfg json.RawMessage
+	if next.Config != "" {
+		cfg = json.RawMessage(next.Config)
+	}
+	st, ok, why, err := s.ph.Reconfigure(ctx, next.Adapter, next.Namespace, cfg, pluginhost.OriginConfig)
+	switch {
+	case err != nil:
+		s.log.Warn("reload the sandbox adapter's configuration in place; restarting it instead", "adapter", next.Adapter, "namespace", next.Namespace, "error", err)
+		return false
+	case !ok:
+		s.log.Info("sandbox.config changed; restarting the sandbox adapter to apply it", "adapter", next.Adapter, "namespace", next.Namespace, "why", why)
+		return false
+	}
+	s.loaded = copySandbox(next)
+	s.log.Info("sandbox.config changed; applied to the running sandbox adapter without a restart", "adapter", next.Adapter, "namespace", next.Namespace, "pid", st.PID)
+	return true
+}
+
+// onlyConfigDiffers reports whether two bindings of the same adapter
+// differ in sandbox.config alone (the heartbeat aside, see adapterOf).
+func onlyConfigDiffers(a, b config.Sandbox) bool {
+	a, b = adapterOf(a), adapterOf(b)
+	if a.Config == b.Config {
+		return false
+	}
+	a.Config, b.Config = "", ""
+	return a == b
 }
 
 // adapterOf is what of a binding the adapter process depends on: the

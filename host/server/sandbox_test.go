@@ -128,7 +128,8 @@ func TestSandboxRouterFollowsConfig(t *testing.T) {
 
 // A bare engine starts the adapter its sandbox: section binds, found by
 // name where the plugin host looks, with sandbox.config: sandbox::run works
-// with no other call. A reload that changes the binding restarts it; an
+// with no other call. A reload that changes only what the running adapter
+// can change live applies it in place; one that changes more restarts it; an
 // explicit engine::adapters::start (Compose's) takes it over, and the
 // engine then leaves it alone; an adapter that is not installed is no
 // error, its calls answer S301 with how to install and start it. The
@@ -225,15 +226,51 @@ func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
 	assert.Assert(t, errors.As(err, &eb))
 	assert.Equal(t, eb.Code, "NOT_REGISTERED")
 
-	// A changed config restarts it with the new one; still one adapter.
-	write(file(bound("sandbox-hostdir", "python, node")))
-	applied(fmt.Sprintf(`{"image_allowlist":["python","node"],"state_dir":%q}`, state))
+	// A changed config the adapter can take live (a limit, the
+	// allowlist) is applied to the running adapter: the same process, a
+	// sandbox created before is still there, and the new limit applies.
+	appliedWith := func(sub string) {
+		t.Helper()
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if c := s.Sandbox(); c != nil && strings.Contains(c.Config, sub) {
+				return poll.Success()
+			}
+			return poll.Continue("config.yaml not applied yet")
+		}, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
+	}
+	write(file(bound("sandbox-hostdir", "python") + "    max_concurrent_sandboxes: 1\n"))
+	appliedWith(`"max_concurrent_sandboxes":1`)
+	out, err = invoke("sandbox::create", `{"image":"python"}`)
+	assert.NilError(t, err)
+	var created struct {
+		SandboxID string `json:"sandbox_id"`
+	}
+	assert.NilError(t, json.Unmarshal(out, &created))
+	_, err = invoke("sandbox::create", `{"image":"python"}`)
+	assert.Assert(t, errors.As(err, &eb))
+	assert.Equal(t, eb.Code, "S400")
+	write(file(bound("sandbox-hostdir", "python, node") + "    max_concurrent_sandboxes: 2\n"))
+	appliedWith(`"max_concurrent_sandboxes":2`)
 	second := list()
 	assert.Assert(t, is.Len(second, 1))
-	assert.Check(t, second[0].State == "running" && second[0].PID != first[0].PID, "%+v", second[0])
+	assert.Check(t, second[0].State == "running" && second[0].PID == first[0].PID, "reloaded in place: %+v", second[0])
+	out, err = invoke("sandbox::exec", fmt.Sprintf(`{"sandbox_id":%q,"cmd":"echo","args":["kept"]}`, created.SandboxID))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(out), "kept"))
+	_, err = invoke("sandbox::create", `{"image":"node"}`)
+	assert.NilError(t, err, "the raised limit and the new allowlist apply")
 	out, err = invoke("configuration::get", `{"id":"default-sandbox-hostdir","raw":true}`)
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(string(out), `"image_allowlist":["python","node"]`))
+
+	// A changed key the adapter cannot take live (hostdir's state_dir)
+	// restarts it with the new configuration; still one adapter.
+	state = t.TempDir()
+	write(file(bound("sandbox-hostdir", "python, node")))
+	applied(fmt.Sprintf(`{"image_allowlist":["python","node"],"state_dir":%q}`, state))
+	second = list()
+	assert.Assert(t, is.Len(second, 1))
+	assert.Check(t, second[0].State == "running" && second[0].PID != first[0].PID, "%+v", second[0])
 
 	// A changed heartbeat is the engine's business: the adapter runs on.
 	write(file(bound("sandbox-hostdir", "python, node") + "  host_heartbeat_ms: 1000\n"))
