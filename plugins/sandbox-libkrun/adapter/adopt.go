@@ -149,7 +149,7 @@ var (
 func (p *Provider) KeepsSandboxes() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cfg != nil && p.cfg.AdoptGrace > 0
+	return p.cfg != nil && p.current().AdoptGrace > 0
 }
 
 // AdoptSandboxes implements sandboxkit.Adopter: it hands the kit the

@@ -164,7 +164,7 @@ func (s *sandbox) unpause(ctx context.Context, proc *runner.Process, cause error
 		if err := q.Execute(ctx, "cont", nil, nil); err != nil {
 			return err
 		}
-		dctx, cancel := context.WithTimeout(ctx, s.p.cfg.BootTimeout)
+		dctx, cancel := context.WithTimeout(ctx, s.p.current().BootTimeout)
 		defer cancel()
 		c, err := dialAgent(dctx, proc, s.vm.SocketPath(), s.p.log.With("sandbox_id", s.id))
 		if err != nil {
@@ -243,7 +243,7 @@ func (s *sandbox) Resume(ctx context.Context) error {
 	proc, err := runner.Spawn(ctx, runner.SpawnOptions{
 		Executable: s.p.exe,
 		Dir:        s.dir,
-		Config:     runner.Config{Version: runner.ConfigVersion, Backend: s.backend, Spec: spec, AdoptGraceMS: uint64(s.p.cfg.AdoptGrace.Milliseconds())},
+		Config:     runner.Config{Version: runner.ConfigVersion, Backend: s.backend, Spec: spec, AdoptGraceMS: uint64(s.p.current().AdoptGrace.Milliseconds())},
 	})
 	if err != nil {
 		return fmt.Errorf("start the VM's runner: %w", err)
@@ -254,7 +254,7 @@ func (s *sandbox) Resume(ctx context.Context) error {
 		_ = proc.Kill(kctx)
 		return err
 	}
-	dctx, cancel := context.WithTimeout(ctx, s.p.cfg.BootTimeout)
+	dctx, cancel := context.WithTimeout(ctx, s.p.current().BootTimeout)
 	agent, err := dialAgent(dctx, proc, spec.SocketPath(), log)
 	cancel()
 	if err != nil {

@@ -93,7 +93,7 @@ func (b *Boot) adoptGraceMS() uint64 {
 	if b.DataDisk != "" || b.recordTemplate != nil {
 		return 0
 	}
-	return uint64(b.Provider.cfg.AdoptGrace.Milliseconds())
+	return uint64(b.Provider.current().AdoptGrace.Milliseconds())
 }
 
 // StepTiming is how long one boot step took.
@@ -361,12 +361,12 @@ func stepSpawnRunner(ctx context.Context, b *Boot) error {
 		QEMUBinary:   sel.QEMUBinary,
 		LibkrunPath:  sel.LibkrunPath,
 
-		ConsoleLogMaxBytes: b.Provider.cfg.ConsoleLogMaxBytes,
+		ConsoleLogMaxBytes: b.Provider.current().ConsoleLogMaxBytes,
 	}
 	if b.Spec.Network {
 		b.VM.NetAllowCIDRs = b.Provider.cfg.NetworkAllowCIDRs
 		b.VM.NetForwards = b.NetForwards
-		b.VM.NetDNSServers = b.Provider.cfg.NetworkDNSServers
+		b.VM.NetDNSServers = b.Provider.current().NetworkDNSServers
 	}
 	if b.recordTemplate != nil {
 		b.VM.Template = b.recordTemplate
@@ -393,7 +393,7 @@ func stepSpawnRunner(ctx context.Context, b *Boot) error {
 }
 
 func stepConnectAgent(ctx context.Context, b *Boot) error {
-	cctx, cancel := context.WithTimeout(ctx, b.Provider.cfg.BootTimeout)
+	cctx, cancel := context.WithTimeout(ctx, b.Provider.current().BootTimeout)
 	defer cancel()
 	c, err := dialAgent(cctx, b.Runner, b.VM.SocketPath(), b.Provider.log.With("sandbox_id", b.Spec.ID))
 	if err != nil {
@@ -407,7 +407,7 @@ func stepConnectAgent(ctx context.Context, b *Boot) error {
 			b.helloLost = true
 		}
 		return contract.NewError(contract.S300, "the sandbox VM did not start (%s with %s, boot_timeout_ms %d): %v%s",
-			b.Selection.Backend, b.Selection.Accel, b.Provider.cfg.BootTimeout.Milliseconds(), err, vmTails(b.Dir.Path, 20))
+			b.Selection.Backend, b.Selection.Accel, b.Provider.current().BootTimeout.Milliseconds(), err, vmTails(b.Dir.Path, 20))
 	}
 	b.Agent = c
 	b.OnFailure(func() { _ = c.Close() })

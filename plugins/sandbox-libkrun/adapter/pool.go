@@ -22,15 +22,21 @@ const poolRetryDelay = 5 * time.Second
 // boots at a time, in the background.
 type warmPool struct {
 	p *Provider
-	// targets and images are fixed at start: the count and the catalog
-	// entry per pooled image name.
+	// discard stops a ready VM the pool no longer wants (a reload shrank
+	// or reshaped it); tests replace it.
+	discard func(*Boot)
+	// discards counts the discards under way, for shutdown.
+	discards sync.WaitGroup
+
+	mu sync.Mutex
+	// targets and images are the count and the catalog entry per pooled
+	// image name, names their sorted keys, spec the shape (without ID and
+	// Image); a reload changes them (resize).
 	targets map[string]int
 	images  map[string]contract.CatalogImage
 	names   []string
-	spec    sandboxkit.BootSpec // the shape, without ID and Image
-
-	mu    sync.Mutex
-	ready map[string][]*Boot
+	spec    sandboxkit.BootSpec
+	ready   map[string][]*Boot
 	// kick wakes the filler after a claim.
 	kick chan struct{}
 	done chan struct{}
@@ -38,30 +44,85 @@ type warmPool struct {
 
 func newWarmPool(p *Provider, targets map[string]int, kit *sandboxkit.Config, catalog []contract.CatalogImage) *warmPool {
 	w := &warmPool{
-		p: p, targets: targets, images: map[string]contract.CatalogImage{},
-		spec: sandboxkit.BootSpec{
-			AutoInstall: kit.AutoInstall, CPUs: kit.DefaultCPUs, MemoryMB: kit.DefaultMemoryMB, ReaperTick: kit.ReaperTick,
-		},
+		p:     p,
 		ready: map[string][]*Boot{},
 		kick:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
+	w.discard = func(b *Boot) { _ = newSandbox(w.p, b).Stop(context.Background(), true) }
+	w.targets, w.images, w.names, w.spec = poolPlan(targets, kit, catalog)
+	return w
+}
+
+// poolPlan is what the pool keeps: the targets, each pooled image's
+// catalog entry, the sorted names, and the default shape.
+func poolPlan(targets map[string]int, kit *sandboxkit.Config, catalog []contract.CatalogImage) (map[string]int, map[string]contract.CatalogImage, []string, sandboxkit.BootSpec) {
+	images := map[string]contract.CatalogImage{}
+	var names []string
 	for name := range targets {
-		w.names = append(w.names, name)
+		names = append(names, name)
 		for _, c := range catalog {
 			if c.Name == name {
-				w.images[name] = c
+				images[name] = c
 			}
 		}
 	}
-	sort.Strings(w.names)
-	return w
+	sort.Strings(names)
+	spec := sandboxkit.BootSpec{AutoInstall: kit.AutoInstall, CPUs: kit.DefaultCPUs, MemoryMB: kit.DefaultMemoryMB, ReaperTick: kit.ReaperTick}
+	return targets, images, names, spec
+}
+
+// sameShape reports whether VMs booted for a are what b would boot.
+func sameShape(a, b sandboxkit.BootSpec) bool {
+	return a.AutoInstall == b.AutoInstall && a.CPUs == b.CPUs && a.MemoryMB == b.MemoryMB && a.ReaperTick == b.ReaperTick
+}
+
+// resize applies a reloaded warm_pool (and the kit's defaults and
+// catalog): ready VMs beyond an image's new target, and every ready VM
+// whose shape or image reference no longer matches, are stopped; the
+// filler boots what is now missing. A boot under way is checked against
+// the new plan when it ends (run).
+func (w *warmPool) resize(targets map[string]int, kit *sandboxkit.Config, catalog []contract.CatalogImage) {
+	nt, ni, nn, ns := poolPlan(targets, kit, catalog)
+	var drop []*Boot
+	w.mu.Lock()
+	reshaped := !sameShape(w.spec, ns)
+	for name, list := range w.ready {
+		keep := min(nt[name], len(list))
+		if reshaped || ni[name].OCIRef != w.images[name].OCIRef {
+			keep = 0
+		}
+		drop = append(drop, list[keep:]...)
+		if keep == 0 {
+			delete(w.ready, name)
+		} else {
+			w.ready[name] = list[:keep:keep]
+		}
+	}
+	w.targets, w.images, w.names, w.spec = nt, ni, nn, ns
+	w.discards.Add(len(drop))
+	w.mu.Unlock()
+	for _, b := range drop {
+		go func() {
+			defer w.discards.Done()
+			w.discard(b)
+		}()
+	}
+	w.wake()
+}
+
+// wanted reports whether a VM just booted from spec still fits the plan
+// (a reload may have changed it meanwhile); the caller holds w.mu.
+func (w *warmPool) wantedLocked(name string, spec sandboxkit.BootSpec) bool {
+	return len(w.ready[name]) < w.targets[name] && sameShape(spec, w.spec) && spec.Image.OCIRef == w.images[name].OCIRef
 }
 
 // matches reports whether a create of spec may be served from the pool:
 // the same image in the default shape. Env, the name and the idle timeout
 // are applied at claim (they live on the host side).
 func (w *warmPool) matches(spec sandboxkit.BootSpec) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	_, ok := w.targets[spec.Image.Name]
 	return ok && !spec.Network && spec.CPUs == w.spec.CPUs && spec.MemoryMB == w.spec.MemoryMB &&
 		spec.Image.OCIRef == w.images[spec.Image.Name].OCIRef
@@ -168,9 +229,11 @@ func (w *warmPool) run(ctx context.Context) {
 			}
 			continue
 		}
+		w.mu.Lock()
 		spec := w.spec
-		spec.ID = uuid.New().String()
 		spec.Image = w.images[name]
+		w.mu.Unlock()
+		spec.ID = uuid.New().String()
 		b := &Boot{Provider: w.p, Spec: spec}
 		t0 := time.Now()
 		if err := w.p.steps.Run(ctx, b); err != nil {
@@ -192,6 +255,15 @@ func (w *warmPool) run(ctx context.Context) {
 		w.p.afterBoot(b, time.Since(t0))
 		w.p.log.Info("warm pool VM ready", "image", name, "pool_id", spec.ID, "ms", time.Since(t0).Milliseconds(), "restored", b.restore != nil)
 		w.mu.Lock()
+		if !w.wantedLocked(name, spec) {
+			// A reload shrank or reshaped the pool during the boot.
+			w.discards.Add(1)
+			w.mu.Unlock()
+			w.p.log.Info("warm pool VM no longer wanted after a reload; stopping it", "image", name, "pool_id", spec.ID)
+			w.discard(b)
+			w.discards.Done()
+			continue
+		}
 		w.ready[name] = append(w.ready[name], b)
 		w.mu.Unlock()
 	}
@@ -207,11 +279,12 @@ func (w *warmPool) shutdown(ctx context.Context) error {
 	}
 	w.mu.Lock()
 	var left []*Boot
-	for _, n := range w.names {
-		left = append(left, w.ready[n]...)
-		w.ready[n] = nil
+	for n, list := range w.ready {
+		left = append(left, list...)
+		delete(w.ready, n)
 	}
 	w.mu.Unlock()
+	w.discards.Wait()
 	errs := make(chan error, len(left))
 	for _, b := range left {
 		go func() { errs <- newSandbox(w.p, b).Stop(ctx, true) }()

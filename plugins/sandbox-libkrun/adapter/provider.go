@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -55,9 +56,12 @@ type Provider struct {
 	steps BootSteps
 	now   func() time.Time
 
-	// Set once by Configure.
+	// Set once by Configure. cfg's keys that need a restart to change
+	// are the current ones; read those a reload changes from current().
 	cfg   *Config
 	store *images.Store
+	// live is the configuration as last reloaded (reconfigure.go).
+	live atomic.Pointer[Config]
 
 	// bg ends with Shutdown; selection attempts run under it.
 	bg       context.Context
@@ -91,7 +95,18 @@ type Provider struct {
 var (
 	_ sandboxkit.Provider      = (*Provider)(nil)
 	_ sandboxkit.KitConfigurer = (*Provider)(nil)
+	_ sandboxkit.Reconfigurer  = (*Provider)(nil)
 )
+
+// current is the configuration as last reloaded: where the keys a reload
+// changes are read (reconfigure.go). Before Configure, and for a Provider
+// a test built by hand, it is cfg.
+func (p *Provider) current() *Config {
+	if c := p.live.Load(); c != nil {
+		return c
+	}
+	return p.cfg
+}
 
 // ConfigureKit implements sandboxkit.KitConfigurer: the warm pool checks
 // its images against the catalog and the allowlist and boots them in the
@@ -192,6 +207,7 @@ func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessag
 		return errors.New("the provider is already configured or shut down")
 	}
 	p.cfg, p.store, p.leftovers, p.workers, p.pool = cfg, store, leftovers, workers, pool
+	p.live.Store(cfg)
 	p.adopted = adopted
 	p.templates = templates
 	p.startSelectionLocked()
@@ -272,16 +288,18 @@ func (p *Provider) Info(context.Context) map[string]any {
 		m["backend_state"] = "unconfigured"
 		return m
 	}
+	cur := p.current()
 	m["state_dir"] = p.cfg.StateDir
 	m["cache_dir"] = p.cfg.CacheDir
 	m["hypervisor_config"] = p.cfg.Hypervisor
 	m["accel_config"] = p.cfg.Accel
-	m["boot_timeout_ms"] = p.cfg.BootTimeout.Milliseconds()
+	m["boot_timeout_ms"] = cur.BootTimeout.Milliseconds()
+	m["adopt_grace_ms"] = cur.AdoptGrace.Milliseconds()
 	m["live_vms"] = len(p.sandboxes)
 	m["host_roots"] = append([]string{}, p.workers.roots...)
 	m["network_allow_cidrs"] = append([]string{}, p.cfg.NetworkAllowCIDRs...)
-	m["network_dns_servers"] = append([]string{}, p.cfg.NetworkDNSServers...)
-	m["console_log_max_kb"] = cmp.Or(p.cfg.ConsoleLogMaxBytes, consolelog.DefaultMaxBytes) >> 10
+	m["network_dns_servers"] = append([]string{}, cur.NetworkDNSServers...)
+	m["console_log_max_kb"] = cmp.Or(cur.ConsoleLogMaxBytes, consolelog.DefaultMaxBytes) >> 10
 	if p.pool != nil {
 		m["warm_pool"] = p.pool.info()
 	} else {

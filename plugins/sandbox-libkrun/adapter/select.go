@@ -266,7 +266,7 @@ func (p *Provider) probeViaRunner(ctx context.Context, s *selection, timeout tim
 		ID: filepath.Base(dir.Path), CPUs: 1, MemoryMiB: 256,
 		Kernel: s.Kernel.BootImage(), KernelConfig: s.Kernel.Config, Initrd: s.Initrd, StateDir: dir.Path,
 		Accel: s.Accel, QEMUBinary: s.QEMUBinary, LibkrunPath: s.LibkrunPath,
-		ConsoleLogMaxBytes: p.cfg.ConsoleLogMaxBytes,
+		ConsoleLogMaxBytes: p.current().ConsoleLogMaxBytes,
 	}
 	proc, err := runner.Spawn(ctx, runner.SpawnOptions{
 		Executable: p.exe, Dir: dir,

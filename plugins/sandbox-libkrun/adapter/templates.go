@@ -129,11 +129,15 @@ type templateMeta struct {
 
 // templateStore finds, records and evicts the adapter's templates.
 type templateStore struct {
-	p        *Provider
-	root     string
-	maxBytes int64
+	p    *Provider
+	root string
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// enabled is snapshot_templates and maxBytes snapshot_templates_max_mb,
+	// as last reloaded (reconfigure.go). Disabled, the store is
+	// neither looked in nor recorded to; what it holds stays on disk.
+	enabled   bool
+	maxBytes  int64
 	recording map[string]bool      // slot → a recording is under way
 	failed    map[string]time.Time // id → when it last failed
 	// recorded and restored count, for adapter::info.
@@ -141,14 +145,43 @@ type templateStore struct {
 	wg                               sync.WaitGroup
 }
 
+// newTemplateStore returns the store even with snapshot_templates off, so
+// that a reload can turn it on.
 func newTemplateStore(p *Provider, cfg *Config) *templateStore {
-	if !cfg.SnapshotTemplates {
-		return nil
-	}
 	return &templateStore{
 		p: p, root: filepath.Join(cfg.StateDir, templatesDirName),
+		enabled:   cfg.SnapshotTemplates,
 		maxBytes:  int64(cfg.SnapshotTemplatesMaxMB) << 20,
 		recording: map[string]bool{}, failed: map[string]time.Time{},
+	}
+}
+
+// on reports whether templates are used; a nil store is off.
+func (s *templateStore) on() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.enabled
+}
+
+// apply takes a reloaded snapshot_templates and snapshot_templates_max_mb:
+// turned on, what a crashed recording left is swept first (as at start);
+// a lower ceiling evicts at once.
+func (s *templateStore) apply(ctx context.Context, enabled bool, maxMB uint64) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	was := s.enabled
+	s.enabled, s.maxBytes = enabled, int64(maxMB)<<20
+	s.mu.Unlock()
+	if enabled && !was {
+		s.cleanLeftovers(ctx)
+	}
+	if enabled {
+		s.evict()
 	}
 }
 
@@ -157,7 +190,7 @@ func newTemplateStore(p *Provider, cfg *Config) *templateStore {
 // VM's data disk is its own; its boot sets noTemplate, since the disk is
 // attached after find-template).
 func (s *templateStore) keyFor(b *Boot) (templateKey, bool) {
-	if s == nil || b.Selection == nil || b.Selection.Backend != backend.QEMU || b.DataDisk != "" || b.Image == nil || b.Initrd == "" {
+	if !s.on() || b.Selection == nil || b.Selection.Backend != backend.QEMU || b.DataDisk != "" || b.Image == nil || b.Initrd == "" {
 		return templateKey{}, false
 	}
 	k := templateKey{
@@ -183,7 +216,7 @@ func (s *templateStore) vmsDir() string { return filepath.Join(s.root, ".vms") }
 // (runner.CleanLeftovers kills them and removes their directories, unless
 // a live adapter holds them) and half-written templates.
 func (s *templateStore) cleanLeftovers(ctx context.Context) {
-	if s == nil {
+	if !s.on() {
 		return
 	}
 	runner.CleanLeftovers(ctx, s.vmsDir(), s.p.log)
@@ -482,10 +515,13 @@ func (s *templateStore) list() []templateDir {
 func (s *templateStore) evict() {
 	all := s.list()
 	sort.Slice(all, func(i, j int) bool { return all[i].used.After(all[j].used) })
+	s.mu.Lock()
+	maxBytes := s.maxBytes
+	s.mu.Unlock()
 	var total int64
 	for _, t := range all {
 		total += t.bytes
-		if total > s.maxBytes {
+		if total > maxBytes {
 			s.p.log.Info("deleting a snapshot template over snapshot_templates_max_mb", "template", t.path, "disk_bytes", t.bytes)
 			_ = os.RemoveAll(t.path)
 			total -= t.bytes
@@ -517,7 +553,7 @@ func diskUsage(dir string) int64 {
 
 // info is adapter::info's snapshot_templates.
 func (s *templateStore) info() map[string]any {
-	if s == nil {
+	if !s.on() {
 		return map[string]any{"enabled": false}
 	}
 	var bytes int64

@@ -32,7 +32,7 @@ func TestWorkerBootSkipsTemplates(t *testing.T) {
 		return p
 	}
 	p := &Provider{log: hclog.NewNullLogger()}
-	p.templates = &templateStore{p: p, root: filepath.Join(dir, "templates"), maxBytes: 1 << 30, recording: map[string]bool{}, failed: map[string]time.Time{}}
+	p.templates = &templateStore{p: p, root: filepath.Join(dir, "templates"), enabled: true, maxBytes: 1 << 30, recording: map[string]bool{}, failed: map[string]time.Time{}}
 	sel := &selection{Backend: backend.QEMU, Accel: backend.AccelTCG, QEMUBinary: file("qemu"), Kernel: qemu.Kernel{Path: file("vmlinux")}}
 	img := &images.Image{Digest: "sha256:aa", RootfsPath: file("rootfs.erofs")}
 	initrd := file("initrd")

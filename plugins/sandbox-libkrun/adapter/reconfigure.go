@@ -1,0 +1,160 @@
+package adapter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+
+	"github.com/iii-sandbox/iii/contract"
+)
+
+// Reloading sandbox-libkrun's keys in a running adapter (sandboxkit's
+// Reconfigurer; docs/sandbox-libkrun.md, "Reloading the configuration").
+//
+// Live: boot_timeout_ms, adopt_grace_ms, network_dns_servers and
+// console_log_max_kb apply to VMs started from then on (a running VM keeps
+// the runner, console cap, DNS servers and grace it started with);
+// warm_pool resizes the pool (surplus ready VMs stop, missing ones boot);
+// snapshot_templates turns templates on or off for the next boots, and a
+// lower snapshot_templates_max_mb evicts at once.
+//
+// Restart: everything the back end, the image cache, the state directory
+// or the worker VMs were set up from at start (hypervisor, accel, kernel,
+// qemu_binary, libkrun_path, agent_path, state_dir, cache_dir,
+// registry_mirrors, host_roots, worker_disk_mb), and network_allow_cidrs:
+// the guests' network filter lives in each running VM's runner, so a
+// reload could not narrow it for VMs already running, and a filter that
+// differs between VMs of one adapter is not what anyone would expect.
+
+// liveKeys are the keys Reconfigure applies without a restart.
+var liveKeys = map[string]bool{
+	KeyBootTimeoutMS:          true,
+	KeyAdoptGraceMS:           true,
+	KeyWarmPool:               true,
+	KeySnapshotTemplates:      true,
+	KeySnapshotTemplatesMaxMB: true,
+	KeyNetworkDNSServers:      true,
+	KeyConsoleLogMaxKB:        true,
+}
+
+// LiveKeys lists, in ConfigKeys order, the keys a reload applies without
+// restarting the adapter.
+func LiveKeys() []string {
+	var out []string
+	for _, k := range ConfigKeys() {
+		if liveKeys[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// changedConfigKeys lists, in ConfigKeys order, the keys whose parsed
+// values differ between a and b.
+func changedConfigKeys(a, b *Config) []string {
+	fields := map[string]func(c *Config) any{
+		KeyHypervisor:             func(c *Config) any { return c.Hypervisor },
+		KeyAccel:                  func(c *Config) any { return c.Accel },
+		KeyKernel:                 func(c *Config) any { return c.Kernel },
+		KeyQEMUBinary:             func(c *Config) any { return c.QEMUBinary },
+		KeyLibkrunPath:            func(c *Config) any { return c.LibkrunPath },
+		KeyAgentPath:              func(c *Config) any { return c.AgentPath },
+		KeyStateDir:               func(c *Config) any { return c.StateDir },
+		KeyCacheDir:               func(c *Config) any { return c.CacheDir },
+		KeyRegistryMirrors:        func(c *Config) any { return c.RegistryMirrors },
+		KeyBootTimeoutMS:          func(c *Config) any { return c.BootTimeout },
+		KeyHostRoots:              func(c *Config) any { return c.HostRoots },
+		KeyWorkerDiskMB:           func(c *Config) any { return c.WorkerDiskMB },
+		KeyNetworkAllowCIDRs:      func(c *Config) any { return c.NetworkAllowCIDRs },
+		KeyWarmPool:               func(c *Config) any { return c.WarmPool },
+		KeySnapshotTemplates:      func(c *Config) any { return c.SnapshotTemplates },
+		KeySnapshotTemplatesMaxMB: func(c *Config) any { return c.SnapshotTemplatesMaxMB },
+		KeyNetworkDNSServers:      func(c *Config) any { return c.NetworkDNSServers },
+		KeyConsoleLogMaxKB:        func(c *Config) any { return c.ConsoleLogMaxBytes },
+		KeyAdoptGraceMS:           func(c *Config) any { return c.AdoptGrace },
+	}
+	var out []string
+	for _, k := range ConfigKeys() {
+		get := fields[k]
+		// A key added to ConfigKeys without a line here counts as
+		// changed, and so restarts the adapter rather than being ignored.
+		if get == nil || !sameValue(get(a), get(b)) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// sameValue compares parsed values; an empty list or map is the same as
+// none.
+func sameValue(a, b any) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	if va.Kind() == vb.Kind() && (va.Kind() == reflect.Slice || va.Kind() == reflect.Map) && va.Len() == 0 && vb.Len() == 0 {
+		return true
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+// restartKeys are the changed keys a reload cannot apply.
+func restartKeys(changed []string) []string {
+	var out []string
+	for _, k := range changed {
+		if !liveKeys[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Reconfigure implements sandboxkit.Reconfigurer. The keys are parsed and
+// checked as at Configure; a change of a key that needs a restart answers
+// contract.RestartRequired and changes nothing. The kit has handed the new
+// kit configuration (ConfigureKit) just before, so the warm pool is
+// checked against the new catalog and allowlist and booted in the new
+// default shape.
+func (p *Provider) Reconfigure(ctx context.Context, keys map[string]json.RawMessage) error {
+	next, err := ParseConfig(keys, p.home, hostGOOS())
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	started, closed, kit, catalog := p.cfg, p.closed, p.kit, p.catalog
+	p.mu.Unlock()
+	if started == nil || closed {
+		return errors.New("the provider is not configured or is shutting down")
+	}
+	cur := p.current()
+	changed := changedConfigKeys(cur, next)
+	if restart := restartKeys(changed); len(restart) > 0 {
+		return contract.RestartRequired(restart)
+	}
+	if len(next.WarmPool) > 0 {
+		err := cfgErr(KeyWarmPool, "needs the kit's configuration (the catalog and the allowlist)")
+		if kit != nil {
+			err = checkWarmPool(next.WarmPool, catalog, kit.Allowed)
+		}
+		if err != nil {
+			return err
+		}
+	}
+
+	// Nothing below fails: the reload is applied whole.
+	p.live.Store(next)
+	p.templates.apply(ctx, next.SnapshotTemplates, next.SnapshotTemplatesMaxMB)
+	p.mu.Lock()
+	pool := p.pool
+	switch {
+	case pool != nil && kit != nil:
+		pool.resize(next.WarmPool, kit, catalog)
+	case pool == nil && len(next.WarmPool) > 0 && !p.closed:
+		pool = newWarmPool(p, next.WarmPool, kit, catalog)
+		p.pool = pool
+		go pool.run(p.bg)
+	}
+	p.mu.Unlock()
+	if len(changed) > 0 {
+		p.log.Info("sandbox-libkrun configuration reloaded", "changed", changed)
+	}
+	return nil
+}
