@@ -256,10 +256,26 @@ sandbox:
 	pid = waitAdapter(pid)
 	check("after kill -9 of the adapter", 4)
 
-	// 2. config.yaml raises max_concurrent_sandboxes: the engine restarts
-	// the adapter with the new configuration.
+	// 2. config.yaml raises max_concurrent_sandboxes: the engine applies
+	// it to the running adapter (a reloadable key; a key that is not
+	// restarts the adapter, through the same adoption as step 1).
 	write(5)
-	pid = waitAdapter(pid)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		res := call("sandbox::create", "--json", `{"image":"python","cpus":1,"memory_mb":384}`)
+		if res.ExitCode != 0 {
+			return poll.Continue("the new limit is not applied yet: %s", res.Combined())
+		}
+		var out struct {
+			SandboxID string `json:"sandbox_id"`
+		}
+		assert.NilError(t, json.Unmarshal([]byte(res.Stdout()), &out))
+		callJSON("sandbox::stop", map[string]any{"sandbox_id": out.SandboxID, "wait": true}, nil)
+		return poll.Success()
+	}, poll.WithTimeout(4*time.Minute), poll.WithDelay(time.Second))
+	now := waitAdapter(0)
+	t.Logf("after the config.yaml edit the adapter is pid %d (was %d: %s)", now, pid,
+		map[bool]string{true: "reconfigured in place", false: "restarted"}[now == pid])
+	pid = now
 	check("after the config.yaml edit", 5)
 
 	// 3. The engine stops and starts again.
