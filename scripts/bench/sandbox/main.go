@@ -213,7 +213,8 @@ func run() error {
 		return err
 	}
 	fmt.Println("P6 exec `true` round trip on a live sandbox (", o.execs, "execs)")
-	row("exec p50 (plugin gRPC, kit, agent)", benchstat.Percentile(rtt, 50), "guest fork+exec+wait p50", benchstat.Percentile(guest, 50), 2)
+	// Issue 24's goal; it was 2x.
+	row("exec p50 (plugin gRPC, kit, agent)", benchstat.Percentile(rtt, 50), "guest fork+exec+wait p50", benchstat.Percentile(guest, 50), 1.2)
 	row("exec p99", benchstat.Percentile(rtt, 99), "guest fork+exec+wait p99", benchstat.Percentile(guest, 99), 0)
 
 	var runs []time.Duration
