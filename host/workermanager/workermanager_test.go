@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -108,10 +110,15 @@ func TestApply(t *testing.T) {
 	now := m.Addrs()
 	assert.Equal(t, len(now), 2)
 	assert.Equal(t, now["b"], net.JoinHostPort("127.0.0.1", strconv.Itoa(free)))
-	_, err := get(t, first["a"])
-	assert.Assert(t, err != nil, "a is closed")
-	_, err = get(t, first["b"])
-	assert.Assert(t, err != nil, "b's old port is closed")
+	// A closed listener's ephemeral port may be handed to c at once
+	// (seen in CI): an old address only counts when no listener has it.
+	for _, old := range []string{first["a"], first["b"]} {
+		if slices.Contains(slices.Collect(maps.Values(now)), old) {
+			continue
+		}
+		_, err := get(t, old)
+		assert.Assert(t, err != nil, "the old listener at %s is closed", old)
+	}
 	for _, addr := range now {
 		body, err := get(t, addr)
 		assert.NilError(t, err)
