@@ -62,9 +62,10 @@ func TestSandboxesOutliveTheAdapter(t *testing.T) {
 	secret, n0, pid := askKeeper(t, a, longRun)
 	a.call(t, contract.OpFsWrite, map[string]any{"sandbox_id": files, "path": "/root/notes.txt", "content": "kept across adapters"}, nil)
 	a.sh(t, pooled, "echo pooled > /root/mark")
-	// (A pooled VM's state directory is named after its pool id.)
+	// (A VM claimed from the warm pool, which refills at once, has its
+	// state directory named after its pool id: vmPID finds it.)
 	vms := map[string]int{}
-	for _, id := range []string{longRun, files, network} {
+	for _, id := range all {
 		vms[id] = vmPID(t, a, id)
 	}
 

@@ -45,13 +45,34 @@ func askKeeper(t *testing.T, p *proc, id string) (secret string, n int, pid stri
 // live process of the sandbox's state directory.
 func vmPID(t *testing.T, p *proc, id string) int {
 	t.Helper()
-	dir := filepath.Join(p.stateDir, id)
+	dir := sandboxDirOf(t, p.stateDir, id)
 	b, err := os.ReadFile(filepath.Join(dir, "vm.pid"))
 	assert.NilError(t, err)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	assert.NilError(t, err)
 	assert.Check(t, isProcOf(pid, dir), "vm.pid %d is not a live process of %s", pid, dir)
 	return pid
+}
+
+// sandboxDirOf is the state directory of sandbox id: <state>/<id>, or,
+// for a VM claimed from the warm pool, the directory named after its pool
+// id whose sandbox.json names the sandbox.
+func sandboxDirOf(t *testing.T, stateDir, id string) string {
+	t.Helper()
+	dir := filepath.Join(stateDir, id)
+	if _, err := os.Stat(dir); err == nil {
+		return dir
+	}
+	des, err := os.ReadDir(stateDir)
+	assert.NilError(t, err)
+	for _, de := range des {
+		b, err := os.ReadFile(filepath.Join(stateDir, de.Name(), "sandbox.json"))
+		if err == nil && strings.Contains(string(b), `"sandbox_id": "`+id+`"`) {
+			return filepath.Join(stateDir, de.Name())
+		}
+	}
+	t.Fatalf("no state directory of sandbox %s under %s", id, stateDir)
+	return ""
 }
 
 // isProcOf reports whether pid is a live process whose arguments mention
