@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"reflect"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
 )
 
 // Reloading sandbox-libkrun's keys in a running adapter (sandboxkit's
@@ -79,21 +79,11 @@ func changedConfigKeys(a, b *Config) []string {
 		get := fields[k]
 		// A key added to ConfigKeys without a line here counts as
 		// changed, and so restarts the adapter rather than being ignored.
-		if get == nil || !sameValue(get(a), get(b)) {
+		if get == nil || !sandboxkit.SameConfigValue(get(a), get(b)) {
 			out = append(out, k)
 		}
 	}
 	return out
-}
-
-// sameValue compares parsed values; an empty list or map is the same as
-// none.
-func sameValue(a, b any) bool {
-	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
-	if va.Kind() == vb.Kind() && (va.Kind() == reflect.Slice || va.Kind() == reflect.Map) && va.Len() == 0 && vb.Len() == 0 {
-		return true
-	}
-	return reflect.DeepEqual(a, b)
 }
 
 // restartKeys are the changed keys a reload cannot apply.

@@ -138,16 +138,17 @@ func ChangedKitKeys(a, b *Config) []string {
 			out = append(out, k)
 			continue
 		}
-		if !sameValue(get(a), get(b)) {
+		if !SameConfigValue(get(a), get(b)) {
 			out = append(out, k)
 		}
 	}
 	return out
 }
 
-// sameValue compares two configuration values; empty and nil lists or
-// maps are the same (the parser leaves an absent allowlist nil).
-func sameValue(a, b any) bool {
+// SameConfigValue compares two parsed configuration values; empty and
+// nil lists or maps are the same (a parser leaves an absent list nil).
+// Providers classifying their own changed keys use it too.
+func SameConfigValue(a, b any) bool {
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
 	if va.Kind() == vb.Kind() && (va.Kind() == reflect.Slice || va.Kind() == reflect.Map) && va.Len() == 0 && vb.Len() == 0 {
 		return true
