@@ -18,25 +18,10 @@ import (
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/keeper"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
-
-// keeperScript is a long-running Python process started by exec: it keeps
-// a random secret and a counter in memory and, whenever /tmp/ask appears,
-// writes "<secret> <counter> <pid>" to /tmp/answer.
-const keeperScript = `import os, time
-secret = os.urandom(8).hex()
-n = 0
-while True:
-    n += 1
-    if os.path.exists("/tmp/ask"):
-        os.remove("/tmp/ask")
-        with open("/tmp/answer.tmp", "w") as f:
-            f.write("%s %d %d" % (secret, n, os.getpid()))
-        os.rename("/tmp/answer.tmp", "/tmp/answer")
-    time.sleep(0.02)
-`
 
 // TestSandboxesSurviveRestarts is issue 23's acceptance on a bare engine
 // (`iii -c config.yaml`, sandbox-libkrun bound with its default
@@ -184,7 +169,7 @@ sandbox:
 	}
 	askKeeper := func(id string) (secret string, n int, pid string) {
 		t.Helper()
-		f := strings.Fields(sh(id, `rm -f /tmp/answer; touch /tmp/ask; i=0; while [ ! -f /tmp/answer ] && [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1)); done; cat /tmp/answer`))
+		f := strings.Fields(sh(id, keeper.Ask))
 		assert.Assert(t, is.Len(f, 3), "the keeper did not answer: %q", f)
 		n, err := strconv.Atoi(f[1])
 		assert.NilError(t, err)
@@ -209,7 +194,7 @@ sandbox:
 	network := create(map[string]any{"network": true})
 	all := []string{pooled, longRun, files, network}
 
-	callJSON("sandbox::fs::write", map[string]any{"sandbox_id": longRun, "path": "/tmp/keeper.py", "content": keeperScript}, nil)
+	callJSON("sandbox::fs::write", map[string]any{"sandbox_id": longRun, "path": "/tmp/keeper.py", "content": keeper.Script}, nil)
 	sh(longRun, "nohup python3 /tmp/keeper.py >/dev/null 2>&1 &")
 	secret, n0, kpid := askKeeper(longRun)
 	callJSON("sandbox::fs::write", map[string]any{"sandbox_id": files, "path": "/root/notes.txt", "content": "kept across restarts"}, nil)

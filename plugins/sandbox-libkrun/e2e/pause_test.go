@@ -12,28 +12,17 @@ import (
 
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
+	"github.com/iii-sandbox/iii/internal/testkit/keeper"
 )
 
-// keeperPy is a long-running Python process started by exec: it keeps a
-// random secret and a counter in its memory and, whenever /tmp/ask
-// appears, writes "<secret> <counter> <pid>" to /tmp/answer.
-const keeperPy = `import os, time
-secret = os.urandom(8).hex()
-n = 0
-while True:
-    n += 1
-    if os.path.exists("/tmp/ask"):
-        os.remove("/tmp/ask")
-        with open("/tmp/answer.tmp", "w") as f:
-            f.write("%s %d %d" % (secret, n, os.getpid()))
-        os.rename("/tmp/answer.tmp", "/tmp/answer")
-    time.sleep(0.02)
-`
+// keeperPy is the long-running Python process the pause and adoption
+// tests start by exec (internal/testkit/keeper).
+const keeperPy = keeper.Script
 
 // askKeeper asks the keeper for its secret, counter and pid.
 func askKeeper(t *testing.T, p *proc, id string) (secret string, n int, pid string) {
 	t.Helper()
-	out := p.sh(t, id, `rm -f /tmp/answer; touch /tmp/ask; i=0; while [ ! -f /tmp/answer ] && [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1)); done; cat /tmp/answer`)
+	out := p.sh(t, id, keeper.Ask)
 	f := strings.Fields(out)
 	assert.Assert(t, is.Len(f, 3), "the keeper did not answer: %q", out)
 	n, err := strconv.Atoi(f[1])
