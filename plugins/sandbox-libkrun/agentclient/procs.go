@@ -19,6 +19,9 @@ type Sink func(kind agentproto.Kind, p []byte)
 type Proc struct {
 	// PID is the process's pid in the guest.
 	PID int
+	// Dropped (Attach) is how many bytes of output the agent dropped
+	// while no host was attached.
+	Dropped int64
 
 	st   *stream
 	sink Sink
@@ -39,18 +42,45 @@ type chunk struct {
 // Spawn starts a supervised process and returns once it runs (or failed to
 // start). Its output goes to sink until it exits; Wait reports how.
 // Canceling ctx before the process started cancels the start; after that,
-// ctx no longer matters: Cancel or StopProc end the process.
+// ctx no longer matters: Cancel or StopProc end the process. With
+// req.Keep (the agent must have CapProcAttach) the process outlives this
+// connection: closing it detaches, and Attach on a later connection picks
+// the process up again.
 func (c *Client) Spawn(ctx context.Context, req agentproto.SpawnRequest, sink Sink) (*Proc, error) {
 	if err := c.need(agentproto.CapSpawn, false); err != nil {
 		return nil, err
 	}
+	if req.Keep {
+		if err := c.need(agentproto.CapProcAttach, false); err != nil {
+			return nil, err
+		}
+	}
+	return c.openProc(ctx, &req, "spawn "+req.Name, sink)
+}
+
+// Attach streams the kept process name (spawned with Keep on an earlier
+// connection) on this one: the output held while no host was attached
+// first (Proc.Dropped says how much older output was lost), then its
+// output as it comes; Wait reports its exit, at once if it exited while
+// detached. It fails with agentproto.CodeNoProcess when no kept process of
+// that name is in the VM.
+func (c *Client) Attach(ctx context.Context, name string, sink Sink) (*Proc, error) {
+	if err := c.need(agentproto.CapProcAttach, false); err != nil {
+		return nil, err
+	}
+	return c.openProc(ctx, &agentproto.ProcAttachRequest{Name: name}, "attach "+name, sink)
+}
+
+// openProc opens a stream that reports Started, then a process's output,
+// then its ExitStatus: spawn and proc_attach.
+func (c *Client) openProc(ctx context.Context, req agentproto.Message, what string, sink Sink) (*Proc, error) {
 	p := &Proc{sink: sink, sig: make(chan struct{}, 1), drained: make(chan struct{})}
-	started := make(chan int, 1)
-	st, err := c.open(&req,
+	started := make(chan *agentproto.Started, 1)
+	st, err := c.open(req,
 		func(m agentproto.Message) {
 			if s, ok := m.(*agentproto.Started); ok {
 				select {
-				case started <- s.PID:
+				case started <- s:
 				default:
 				}
 			}
@@ -73,14 +103,14 @@ func (c *Client) Spawn(ctx context.Context, req agentproto.SpawnRequest, sink Si
 	p.st = st
 	go p.pump()
 	select {
-	case pid := <-started:
-		p.PID = pid
+	case s := <-started:
+		p.PID, p.Dropped = s.PID, s.DroppedBytes
 		return p, nil
 	case <-st.done:
 		select {
-		case pid := <-started:
+		case s := <-started:
 			// Started and a quick exit arrived together.
-			p.PID = pid
+			p.PID, p.Dropped = s.PID, s.DroppedBytes
 			return p, nil
 		default:
 		}
@@ -93,7 +123,7 @@ func (c *Client) Spawn(ctx context.Context, req agentproto.SpawnRequest, sink Si
 			// an exit, which Wait reports.
 			return p, nil
 		}
-		return nil, agentproto.Errorf(agentproto.CodeProtocol, "spawn %s ended before it started", req.Name)
+		return nil, agentproto.Errorf(agentproto.CodeProtocol, "%s ended before it started", what)
 	case <-ctx.Done():
 		st.cancel()
 		<-p.drained
@@ -155,7 +185,7 @@ func (p *Proc) Wait(ctx context.Context) (*agentproto.ExitStatus, error) {
 	return es, nil
 }
 
-// Cancel kills the process's whole tree at once.
+// Cancel kills the process's whole tree at once (a kept one too).
 func (p *Proc) Cancel() { p.st.cancel() }
 
 func messageType(m agentproto.Message) string {

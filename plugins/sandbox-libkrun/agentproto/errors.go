@@ -27,6 +27,8 @@ const (
 	CodeInternal         = "AGENT_INTERNAL"          // the agent failed (pipes, fork, ...)
 	CodeNetFailed        = "AGENT_NET_FAILED"        // network configuration failed
 	CodeCanceled         = "AGENT_CANCELED"          // the host canceled the operation
+	CodeNoProcess        = "AGENT_NO_PROCESS"        // proc_attach: no kept process of that name
+	CodeDetached         = "AGENT_DETACHED"          // a kept process was attached on another stream
 )
 
 // Error is the terminal "error" message of a stream, and the error the

@@ -13,7 +13,7 @@ import (
 // tell which operations a guest serves.
 const (
 	ProtocolMajor = 1
-	ProtocolMinor = 3
+	ProtocolMinor = 4
 )
 
 // Sizes of the framing layer.

@@ -36,6 +36,8 @@ const (
 	CapNetStats = "net.stats" // net_stats
 	// Protocol 1.3.
 	CapReseed = "reseed" // reseed
+	// Protocol 1.4.
+	CapProcAttach = "proc.attach" // spawn keep and proc_attach
 )
 
 // AllCapabilities lists every capability this version of the protocol
@@ -44,7 +46,7 @@ func AllCapabilities() []string {
 	return []string{
 		CapExec, CapFSLs, CapFSStat, CapFSMkdir, CapFSWrite, CapFSRead, CapFSRm,
 		CapFSChmod, CapFSMv, CapFSGrep, CapFSSed, CapNet, CapShutdown,
-		CapSpawn, CapWorkspace, CapNetStats, CapReseed,
+		CapSpawn, CapWorkspace, CapNetStats, CapReseed, CapProcAttach,
 	}
 }
 

@@ -25,6 +25,8 @@ const (
 	TypeNetStats = "net_stats" // the guest's traffic counters
 	// Protocol 1.3: a warm-pool VM made fresh when a sandbox claims it.
 	TypeReseed = "reseed" // random bytes for the guest's RNG, the host's clock
+	// Protocol 1.4: a kept process outlives its host connection.
+	TypeProcAttach = "proc_attach" // stream a kept spawned process again
 	// Guest → host.
 	TypeStarted = "started" // exec: the process runs
 	TypeExit    = "exit"    // exec: terminal
@@ -66,6 +68,9 @@ const (
 // Started reports the pid of an exec'd process.
 type Started struct {
 	PID int `json:"pid"`
+	// DroppedBytes (proc_attach) is how much of the process's output was
+	// lost while no host was attached: the oldest, past KeptOutputBytes.
+	DroppedBytes int64 `json:"dropped_bytes,omitempty"`
 }
 
 // ExitStatus ends an exec stream. ExitCode follows the shell convention:
@@ -164,6 +169,12 @@ type SpawnRequest struct {
 	Argv    []string `json:"argv"`
 	Env     []string `json:"env,omitempty"`
 	Workdir string   `json:"workdir,omitempty"` // default "/"
+	// Keep (protocol 1.4, CapProcAttach) lets the process outlive this
+	// stream and the connection: when either ends the process goes on,
+	// its output kept (the last KeptOutputBytes) until a ProcAttach on a
+	// later connection streams it again. Only Cancel on this stream or
+	// ProcStop ends it.
+	Keep bool `json:"keep,omitempty"`
 }
 
 // ProcStopRequest stops the spawned process Name: SIGTERM to its process
@@ -385,6 +396,8 @@ func DecodeMessage(p []byte) (Message, error) {
 		m = &SpawnRequest{}
 	case TypeProcStop:
 		m = &ProcStopRequest{}
+	case TypeProcAttach:
+		m = &ProcAttachRequest{}
 	case TypeWorkspace:
 		m = &WorkspaceRequest{}
 	case TypeNetStats:
@@ -436,6 +449,10 @@ func validate(m Message) error {
 		}
 		if err := validArgvEnv(m.Argv, m.Env); err != nil {
 			return err
+		}
+	case *ProcAttachRequest:
+		if !ValidProcName(m.Name) {
+			return fmt.Errorf("process name %q: want 1 to 64 of a-z 0-9 . _ -", m.Name)
 		}
 	case *ProcStopRequest:
 		if !ValidProcName(m.Name) {

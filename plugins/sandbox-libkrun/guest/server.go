@@ -35,6 +35,9 @@ type ExecIO struct {
 	Stderr func(ctx context.Context, p []byte) error
 	// Started is told the pid once the process runs.
 	Started func(pid int)
+	// Attached, for proc_attach, is told the pid of the process taken
+	// over and how much of its output was dropped while detached.
+	Attached func(pid int, dropped int64)
 }
 
 // Runner runs exec requests (Executor in the guest).
@@ -51,6 +54,8 @@ type NetConfigurer interface {
 type ProcRunner interface {
 	Run(ctx context.Context, req *agentproto.SpawnRequest, eio ExecIO) (*agentproto.ExitStatus, error)
 	Stop(ctx context.Context, req *agentproto.ProcStopRequest) (*agentproto.ProcStopResult, error)
+	// Attach streams a kept process again (agentproto.ProcAttachRequest).
+	Attach(ctx context.Context, req *agentproto.ProcAttachRequest, eio ExecIO) (*agentproto.ExitStatus, error)
 }
 
 // WorkspaceUnpacker lays a tar stream into a directory (Workspace).
@@ -98,7 +103,17 @@ const (
 var (
 	errStale        = errors.New("guest: connection replaced")
 	errSessionEnded = errors.New("guest: host disconnected")
+	// errCanceledByHost is the cause of a stream's context when the host
+	// sent Cancel on it, as opposed to the connection ending: a kept
+	// process dies of the first and outlives the second.
+	errCanceledByHost = errors.New("guest: canceled by the host")
 )
+
+// canceledByHost reports whether ctx, a stream's, ended because the host
+// canceled the stream.
+func canceledByHost(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), errCanceledByHost)
+}
 
 func (s *Server) log() hclog.Logger {
 	if s.Log == nil {
@@ -111,7 +126,7 @@ func (s *Server) capabilities() []string {
 	var caps []string
 	for _, c := range agentproto.AllCapabilities() {
 		if (c == agentproto.CapNet && s.Net == nil) || (c == agentproto.CapShutdown && s.PowerOff == nil) ||
-			(c == agentproto.CapSpawn && s.Procs == nil) || (c == agentproto.CapWorkspace && s.Workspace == nil) ||
+			((c == agentproto.CapSpawn || c == agentproto.CapProcAttach) && s.Procs == nil) || (c == agentproto.CapWorkspace && s.Workspace == nil) ||
 			(c == agentproto.CapNetStats && s.NetStats == nil) || (c == agentproto.CapReseed && s.Reseed == nil) {
 			continue
 		}
@@ -401,10 +416,12 @@ type stream struct {
 	id     uint32
 	ctx    context.Context
 	cancel context.CancelFunc
-	send   *agentproto.SendWindow
-	recv   agentproto.RecvWindow
-	in     *chunkQueue // nil when the operation takes no data
-	inKind agentproto.Kind
+	// hostCancel ends the stream because the host sent Cancel.
+	hostCancel context.CancelFunc
+	send       *agentproto.SendWindow
+	recv       agentproto.RecvWindow
+	in         *chunkQueue // nil when the operation takes no data
+	inKind     agentproto.Kind
 }
 
 func newSession(ctx context.Context, srv *Server, w *portWriter, gen uint64) *session {
@@ -495,7 +512,7 @@ func (s *session) control(id uint32, msg []byte) {
 	m, err := agentproto.DecodeMessage(msg)
 	if st := s.lookup(id); st != nil {
 		if _, ok := m.(*agentproto.Cancel); ok {
-			st.cancel()
+			st.hostCancel()
 		}
 		return
 	}
@@ -548,6 +565,9 @@ func (s *session) control(id uint32, msg []byte) {
 	case *agentproto.ProcStopRequest:
 		st := s.open(id, false, 0)
 		s.spawn(st, func() { s.procStop(st, m) })
+	case *agentproto.ProcAttachRequest:
+		st := s.open(id, false, 0)
+		s.spawn(st, func() { s.procAttach(st, m) })
 	case *agentproto.WorkspaceRequest:
 		st := s.open(id, true, agentproto.KindFile)
 		s.spawn(st, func() { s.workspace(st, m) })
@@ -564,8 +584,9 @@ func (s *session) maxStreams() int {
 }
 
 func (s *session) open(id uint32, withInput bool, kind agentproto.Kind) *stream {
-	ctx, cancel := context.WithCancel(s.ctx)
-	st := &stream{id: id, ctx: ctx, cancel: cancel, send: agentproto.NewSendWindow()}
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	st := &stream{id: id, ctx: ctx, send: agentproto.NewSendWindow(),
+		cancel: func() { cancel(nil) }, hostCancel: func() { cancel(errCanceledByHost) }}
 	if withInput {
 		st.inKind = kind
 		st.in = newChunkQueue(func(n int) { s.grant(id, n) })
@@ -767,6 +788,24 @@ func (s *session) spawnProc(st *stream, req *agentproto.SpawnRequest) {
 	}
 	eio := s.streamIO(st)
 	status, err := s.srv.Procs.Run(st.ctx, req, eio)
+	if err != nil {
+		s.replyErr(st.id, err)
+		return
+	}
+	_ = s.send(st.id, status)
+}
+
+// procAttach streams a kept process again, like its spawn stream.
+func (s *session) procAttach(st *stream, req *agentproto.ProcAttachRequest) {
+	if s.srv.Procs == nil {
+		s.replyError(st.id, agentproto.CodeUnsupported, "proc_attach is not served by this agent")
+		return
+	}
+	eio := s.streamIO(st)
+	eio.Attached = func(pid int, dropped int64) {
+		_ = s.send(st.id, &agentproto.Started{PID: pid, DroppedBytes: dropped})
+	}
+	status, err := s.srv.Procs.Attach(st.ctx, req, eio)
 	if err != nil {
 		s.replyErr(st.id, err)
 		return
