@@ -87,10 +87,10 @@ type Boot struct {
 }
 
 // adoptGraceMS is how long the VM's runner outlives the adapter: a
-// sandbox's (or a warm pool VM's, which may become one) for adopt_grace_ms;
-// a worker VM's and a template recording's not at all.
+// sandbox's (or a warm pool VM's, which may become one) and a worker VM's
+// for adopt_grace_ms; a template recording's not at all.
 func (b *Boot) adoptGraceMS() uint64 {
-	if b.DataDisk != "" || b.recordTemplate != nil {
+	if b.recordTemplate != nil {
 		return 0
 	}
 	return uint64(b.Provider.current().AdoptGrace.Milliseconds())

@@ -87,8 +87,10 @@ func newWorkerSet(ctx context.Context, p *Provider, cfg *Config) *workerSet {
 		vms: map[string]*workerVM{}, autoInstall: true,
 	}
 	s.bg, s.bgCancel = context.WithCancel(context.Background())
-	// What a crashed adapter left running is killed; the directories and
+	// What an earlier adapter process left running is adopted
+	// (workers_adopt.go); the rest is killed, and the directories and
 	// their disks stay for the workers' next start.
+	s.adoptAll(ctx)
 	runner.CleanWorkerLeftovers(ctx, s.dir, p.log)
 	return s
 }
@@ -126,10 +128,14 @@ type workerRun struct {
 	readyOnce sync.Once
 	done      chan struct{}
 	stopping  atomic.Bool
+	// detaching: the adapter is going and leaves the VM running for the
+	// next adapter process (workers_adopt.go).
+	detaching atomic.Bool
 	// err is why the run failed, once ready is closed.
 	err error
 
 	mu    sync.Mutex
+	boot  *Boot
 	agent *agentclient.Client
 	proc  *agentclient.Proc
 	// flush writes the command's last line that had no newline.
@@ -168,7 +174,8 @@ func (s *workerSet) get(id string, create bool) (*workerVM, error) {
 			m = &workerMeta{Version: metaVersion, VMID: id, State: contract.WorkerStopped}
 		}
 		if m.State == contract.WorkerStarting || m.State == contract.WorkerRunning {
-			// It ran under an adapter that is gone, and its VM with it.
+			// It ran under an adapter that is gone, and its VM with it
+			// (one that outlived it was adopted before any get).
 			m.State, m.PID = contract.WorkerStopped, nil
 		}
 		w.meta = *m
@@ -370,6 +377,7 @@ func (w *workerVM) startLocked(ctx context.Context, pl *workerPlan) (*workerRun,
 		m.Version, m.VMID = metaVersion, w.id
 		m.Name, m.Namespace, m.Image = pl.req.Name, pl.req.Namespace, pl.req.Image
 		m.State, m.PID, m.ExitCode, m.LastError = contract.WorkerStarting, nil, nil, ""
+		m.PlanHash = pl.hash
 		m.Starts++
 		if m.Starts > 1 {
 			m.Restarts++
@@ -413,13 +421,20 @@ func (w *workerVM) lifecycle(run *workerRun, pl *workerPlan) {
 	_, proc := run.parts()
 	run.mu.Lock()
 	flush := run.flush
+	run.boot = b
 	run.mu.Unlock()
 	args := []any{"pid", proc.PID}
 	for _, st := range b.Timings {
 		args = append(args, st.Step+"_ms", st.Duration.Milliseconds())
 	}
 	log.Info("worker VM running", args...)
+	w.follow(run, b, proc, flush)
+}
 
+// follow watches a running worker's command until it ends, records how,
+// and powers the VM off — unless the adapter is going and leaves the VM
+// to the next adapter process.
+func (w *workerVM) follow(run *workerRun, b *Boot, proc *agentclient.Proc, flush func()) {
 	var vmGone bool
 	select {
 	case <-proc.Done():
@@ -429,6 +444,12 @@ func (w *workerVM) lifecycle(run *workerRun, pl *workerPlan) {
 		vmGone = true
 	case <-run.ctx.Done():
 		proc.Cancel()
+	}
+	if run.detaching.Load() {
+		// The VM and its command go on; the record still says running,
+		// for the next adapter process to adopt.
+		b.Dir.Release()
+		return
 	}
 	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	es, werr := proc.Wait(wctx)
@@ -764,6 +785,27 @@ func (w *workerVM) stepStartWorker(ctx context.Context, b *Boot, run *workerRun,
 // worker's log line by line. flush, called once the process has ended,
 // writes a last line that had no newline.
 func (w *workerVM) spawn(ctx context.Context, b *Boot, name, command string, pl *workerPlan) (*agentclient.Proc, func(), error) {
+	sink, flushSink := w.outputSink()
+	proc, err := b.Agent.Spawn(ctx, agentproto.SpawnRequest{
+		Name: name, Argv: []string{"/bin/sh", "-c", command}, Env: b.Env, Workdir: pl.workdir,
+		// The worker's command outlives this adapter process, for the
+		// next one to adopt (the install step does not: a new adapter
+		// starts the worker afresh).
+		Keep: name == procWorker && b.Agent.Has(agentproto.CapProcAttach),
+	}, sink)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, contract.NewError(contract.S300, "start the worker's %s command in the VM: %v", name, err)
+	}
+	return proc, func() { <-proc.Done(); flushSink() }, nil
+}
+
+// outputSink writes a process's output into the worker's log line by line;
+// flush, called once the output has ended, writes a last line that had no
+// newline.
+func (w *workerVM) outputSink() (agentclient.Sink, func()) {
 	out := &lineSplitter{emit: func(l string) { _ = w.log.add(contract.LogStdout, l) }}
 	errs := &lineSplitter{emit: func(l string) { _ = w.log.add(contract.LogStderr, l) }}
 	sink := func(kind agentproto.Kind, p []byte) {
@@ -773,22 +815,8 @@ func (w *workerVM) spawn(ctx context.Context, b *Boot, name, command string, pl 
 			out.write(p)
 		}
 	}
-	proc, err := b.Agent.Spawn(ctx, agentproto.SpawnRequest{
-		Name: name, Argv: []string{"/bin/sh", "-c", command}, Env: b.Env, Workdir: pl.workdir,
-	}, sink)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		return nil, nil, contract.NewError(contract.S300, "start the worker's %s command in the VM: %v", name, err)
-	}
 	var once sync.Once
-	flush := func() {
-		// Only once the sink is done: Done closes after its last call.
-		<-proc.Done()
-		once.Do(func() { out.flush(); errs.flush() })
-	}
-	return proc, flush, nil
+	return sink, func() { once.Do(func() { out.flush(); errs.flush() }) }
 }
 
 // stopRun ends run: its command gets SIGTERM and grace before SIGKILL, the
@@ -948,12 +976,16 @@ func (s *workerSet) shutdown(ctx context.Context) error {
 		all = append(all, w)
 	}
 	s.mu.Unlock()
+	keep := s.p.KeepsSandboxes()
 	var wg sync.WaitGroup
 	for _, w := range all {
 		w.mu.Lock()
 		run := w.run
 		w.mu.Unlock()
 		if run == nil {
+			continue
+		}
+		if keep && w.detach(run) {
 			continue
 		}
 		wg.Add(1)

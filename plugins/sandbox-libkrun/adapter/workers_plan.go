@@ -269,6 +269,9 @@ type workerMeta struct {
 	Starts      uint64 `json:"starts"`
 	Restarts    uint64 `json:"restarts"`
 	LastError   string `json:"last_error,omitempty"`
+	// PlanHash is the hash of the start request the VM runs, so a start
+	// of the same worker after an adoption takes the running VM over.
+	PlanHash string `json:"plan_hash,omitempty"`
 }
 
 const (

@@ -145,6 +145,37 @@ func (we *workerEnv) probe(t *testing.T, input map[string]any) map[string]any {
 	return out
 }
 
+// adapterPID waits until the plugin host runs sandbox-libkrun in a process
+// other than old, and returns its pid.
+func (we *workerEnv) adapterPID(t *testing.T, old int) int {
+	t.Helper()
+	var pid int
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		raw, err := we.call(t, pluginhost.FnList, nil)
+		if err != nil {
+			return poll.Error(err)
+		}
+		var l struct {
+			Adapters []struct {
+				Adapter string `json:"adapter"`
+				State   string `json:"state"`
+				PID     int    `json:"pid"`
+			} `json:"adapters"`
+		}
+		if err := json.Unmarshal(raw, &l); err != nil {
+			return poll.Error(err)
+		}
+		for _, a := range l.Adapters {
+			if a.Adapter == "sandbox-libkrun" && a.State == string(pluginhost.StateRunning) && a.PID > 0 && a.PID != old {
+				pid = a.PID
+				return poll.Success()
+			}
+		}
+		return poll.Continue("sandbox-libkrun is not running in a new process yet: %s", raw)
+	}, poll.WithTimeout(3*time.Minute), poll.WithDelay(200*time.Millisecond))
+	return pid
+}
+
 func (we *workerEnv) logText(t *testing.T, vmID string) string {
 	t.Helper()
 	var logs contract.WorkerLogsResponse
@@ -163,7 +194,8 @@ func (we *workerEnv) logText(t *testing.T, vmID string) string {
 // runs once and its result survives a restart on the persistent disk, the
 // worker reaches the engine on the host through the gateway and registers
 // a function that a host caller invokes through the engine; logs, stop,
-// an adapter restart (which stops it, state kept), S501 and remove.
+// an adapter restart and a kill -9 of the adapter (the next adapter
+// process adopts the running VM and its command), S501 and remove.
 func TestVMWorkerNodeSDK(t *testing.T) {
 	e := needVMs(t)
 	we := newWorkerEnv(t, e)
@@ -234,11 +266,43 @@ func TestVMWorkerNodeSDK(t *testing.T) {
 	we.worker(t, contract.OpWorkerStatus, map[string]any{"vm_id": vmID}, &st)
 	assert.Equal(t, st.Restarts, uint64(1))
 
-	// Restarting the adapter (compose::restart worker=sandbox-libkrun)
-	// stops its worker VMs and keeps their state.
+	// Restarting the adapter (compose::restart worker=sandbox-libkrun, an
+	// upgrade) leaves the worker VM running: the next adapter process
+	// adopts it with its command, whose connection to the engine (through
+	// the runner's gateway forward) never noticed.
 	_, err := we.call(t, pluginhost.FnRestart, map[string]any{"adapter": "sandbox-libkrun"})
 	assert.NilError(t, err)
-	we.worker(t, contract.OpWorkerStatus, map[string]any{"vm_id": vmID}, &st)
+	adopted := func(what string, n int) {
+		t.Helper()
+		we.worker(t, contract.OpWorkerStatus, map[string]any{"vm_id": vmID}, &st)
+		assert.Equal(t, st.State, contract.WorkerRunning, "%s: %s", what, we.logText(t, vmID))
+		assert.Equal(t, *st.PID, *started.PID, "%s: the same command", what)
+		assert.Equal(t, st.Restarts, uint64(1), "%s: not restarted", what)
+		got := we.probe(t, map[string]any{"n": n})
+		assert.Equal(t, got["echo"].(map[string]any)["n"], float64(n), what)
+		assert.Check(t, is.Contains(we.logText(t, vmID), "adopted by a new adapter process"), what)
+	}
+	adopted("after an adapter restart", 3)
+
+	// kill -9 of the adapter: the plugin host starts it again, and that
+	// process adopts the VM too.
+	apid := we.adapterPID(t, 0)
+	assert.NilError(t, unix.Kill(apid, unix.SIGKILL))
+	we.adapterPID(t, apid)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		raw, err := we.call(t, "sandbox-libkrun::"+contract.OpWorkerStatus, map[string]any{"vm_id": vmID})
+		if err != nil {
+			return poll.Continue("the new adapter does not answer yet: %v", err)
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return poll.Error(err)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(2*time.Minute), poll.WithDelay(200*time.Millisecond))
+	adopted("after kill -9 of the adapter", 4)
+
+	// Stopped now, it keeps its state.
+	we.worker(t, contract.OpWorkerStop, map[string]any{"vm_id": vmID, "timeout_ms": 20000}, &st)
 	assert.Equal(t, st.State, contract.WorkerStopped)
 	assert.Check(t, fileExists(disk), "the persistent disk stays")
 	var list contract.WorkerListResponse

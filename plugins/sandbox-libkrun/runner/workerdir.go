@@ -63,6 +63,29 @@ func OpenWorkerDir(workersDir, vmID string) (*Dir, error) {
 	return &Dir{Path: p, lock: lock}, nil
 }
 
+// AdoptWorkerDir try-locks the existing worker directory <workersDir>/<vmID>
+// of a VM an earlier adapter process left running, keeping its runtime
+// files (the runner's pid, sockets and adoption key) for Adopt. A directory
+// another live adapter holds is ErrDirLocked.
+func AdoptWorkerDir(workersDir, vmID string) (*Dir, error) {
+	if !contract.ValidVMID(vmID) {
+		return nil, fmt.Errorf("worker directory name %q is not a vm_id", vmID)
+	}
+	p := filepath.Join(workersDir, vmID)
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", p)
+	}
+	lock, err := lockFile(filepath.Join(p, LockName), true)
+	if err != nil {
+		return nil, err
+	}
+	return &Dir{Path: p, lock: lock}, nil
+}
+
 // Release drops the lock and keeps the directory.
 func (d *Dir) Release() {
 	if d.lock != nil {
