@@ -280,12 +280,14 @@ func (e *Engine) channelWriter(c *channel, ws *websocket.Conn) {
 		c.writerDone.Store(true)
 		e.finishChannel(c)
 	}()
+	prev := 0 // the size of the writer's previous message
 	for {
 		typ, r, err := ws.Reader(context.Background())
 		var data []byte
 		var charge int64
 		if err == nil {
-			data, charge, err = e.readChannelMessage(c, ws, r)
+			data, charge, err = e.readChannelMessage(c, ws, r, prev)
+			prev = len(data)
 		}
 		if err != nil {
 			if websocket.CloseStatus(err) == -1 {

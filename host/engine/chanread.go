@@ -9,19 +9,30 @@ import (
 )
 
 // channelPiece is the first piece in which a channel writer's message is
-// read and charged to ChannelBytesTotal; each next one is twice as large,
-// up to its first MiB; past it, pieces are largeChunk.
+// read and charged to ChannelBytesTotal when the writer's previous message
+// was no larger; each next one is twice as large, up to its first MiB;
+// past it, pieces are largeChunk.
 const channelPiece = 4 << 10
+
+// channelHintMax caps the first piece sized after the writer's previous
+// message: the SDKs' channel writers send pieces of this size
+// (MaxChannelPrefill), which then arrive in one read, one allocation and
+// no join.
+const channelHintMax = MaxChannelPrefill
 
 // readChannelMessage reads one message of a channel's writer. Every piece
 // is charged to the engine's ChannelBytesTotal before it is read (so what
 // all channels hold, partial messages included, stays under it); charge is
-// what the message holds, to release once it is written out. As on the
-// worker socket, past its first MiB a message waits for one of the
-// large-frame lanes, and once it has begun the whole message must arrive
-// within the slow-consumer time: a sender that starts a message and
+// what the message holds, to release once it is written out. The first
+// piece is as large as the writer's previous message (prev, at most
+// channelHintMax, at least channelPiece): a writer streaming 64 KiB pieces
+// has each read in one piece, while a writer that starts a message and
+// stops holds at most twice what it sent in this message or its previous
+// one. As on the worker socket, past its first MiB a message waits for one
+// of the large-frame lanes, and once it has begun the whole message must
+// arrive within the slow-consumer time: a sender that starts a message and
 // trickles it (or stops) is dropped rather than holding its charge.
-func (e *Engine) readChannelMessage(c *channel, ws *websocket.Conn, r io.Reader) (data []byte, charge int64, err error) {
+func (e *Engine) readChannelMessage(c *channel, ws *websocket.Conn, r io.Reader, prev int) (data []byte, charge int64, err error) {
 	ctx, cancel := context.WithTimeout(c.ctx, e.slowConsumer)
 	defer cancel()
 	cut := context.AfterFunc(ctx, func() {
@@ -41,7 +52,7 @@ func (e *Engine) readChannelMessage(c *channel, ws *websocket.Conn, r io.Reader)
 	}()
 	var pieces [][]byte
 	total := 0
-	next := int64(channelPiece)
+	next := int64(max(channelPiece, min(prev, channelHintMax)))
 	for {
 		piece := next
 		next = min(2*next, smallFrameBytes)
@@ -67,10 +78,18 @@ func (e *Engine) readChannelMessage(c *channel, ws *websocket.Conn, r io.Reader)
 			pieces = append(pieces, p[:n])
 			total += n
 		}
+		if rerr == nil {
+			// The piece is full; the message may end right here. An
+			// empty read tells without taking (or charging) a byte: the
+			// end of the message, or nothing yet, or a failure.
+			rerr = endOfMessage(r)
+			if rerr == nil {
+				continue
+			}
+		}
 		switch rerr {
-		case nil:
 		case io.EOF, io.ErrUnexpectedEOF:
-			if len(pieces) == 1 && n == int(piece) {
+			if len(pieces) == 1 && len(pieces[0]) == cap(pieces[0]) {
 				return pieces[0], charge, nil
 			}
 			// Joined at the exact size: the pieces' spare room is not
@@ -84,6 +103,14 @@ func (e *Engine) readChannelMessage(c *channel, ws *websocket.Conn, r io.Reader)
 			return nil, charge, rerr
 		}
 	}
+}
+
+// endOfMessage reads nothing from a message's reader: io.EOF at the end of
+// the message, nil while more may follow (the frame's payload goes on, or
+// the next frame of the message has begun), or why the read failed.
+func endOfMessage(r io.Reader) error {
+	_, err := r.Read(nil)
+	return err
 }
 
 // drain takes what is left in a removed channel's buffer and releases its
