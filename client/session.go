@@ -168,8 +168,11 @@ func (s *session) pinger() {
 
 // dispatch handles one frame from the engine, on the read loop. Anything
 // slow (handlers, callbacks) runs on its own goroutine.
+//
+// data is the read's own buffer (never reused), so the call-path frames are
+// decoded in one pass with their payloads left in place (DecodeFast).
 func (c *Client) dispatch(s *session, data []byte) {
-	msg, err := protocol.Decode(data)
+	msg, err := protocol.DecodeFast(data)
 	if err != nil {
 		c.badFrame(s, err)
 		return

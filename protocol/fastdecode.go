@@ -1,0 +1,390 @@
+package protocol
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// DecodeFast decodes one frame like Decode, with the same result and the
+// same errors, but reads the two call-path frames (invokefunction and
+// invocationresult) in one pass over the frame instead of encoding/json's
+// two (the "type" head, then the whole frame into its struct, each with
+// its own validation). Every other frame, and any call-path frame with
+// something unusual (escaped or non-lowercase keys, escaped ids, a field
+// of an unexpected JSON type, invalid JSON, deep nesting), goes through
+// Decode, so behaviour is defined in one place.
+//
+// Unlike Decode, the json.RawMessage fields of a frame decoded on the fast
+// path (Data, Metadata, Result) are sub-slices of data, not copies: the
+// caller must not modify data afterwards.
+func DecodeFast(data []byte) (Message, error) {
+	var f callFrame
+	if !scanCallFrame(data, &f) {
+		return Decode(data)
+	}
+	switch f.typ {
+	case TypeInvokeFunction:
+		m := &InvokeFunction{InvocationID: f.invocationID, FunctionID: f.functionID, Data: nonNull(f.data),
+			Metadata: nonNull(f.metadata), Traceparent: f.traceparent, Baggage: f.baggage, Namespace: f.namespace}
+		if a := nonNull(f.action); a != nil {
+			var act TriggerAction
+			if json.Unmarshal(a, &act) != nil {
+				return Decode(data)
+			}
+			m.Action = &act
+		}
+		return m, nil
+	case TypeInvocationResult:
+		m := &InvocationResult{InvocationID: f.invocationID, FunctionID: f.functionID, Result: f.result,
+			Traceparent: f.traceparent, Baggage: f.baggage}
+		if er := nonNull(f.errorRaw); er != nil {
+			m.Error = new(ErrorBody)
+			if json.Unmarshal(er, m.Error) != nil {
+				return Decode(data)
+			}
+		}
+		return m, nil
+	}
+	return Decode(data)
+}
+
+// callFrame holds the top-level members of a call-path frame.
+type callFrame struct {
+	typ          Type
+	invocationID string
+	functionID   string
+	traceparent  string
+	baggage      string
+	namespace    *string
+	data         []byte // raw values; nil if absent
+	result       []byte
+	metadata     []byte
+	action       []byte
+	errorRaw     []byte
+}
+
+// maxFastDepth is kept well under encoding/json's nesting limit (10000):
+// anything deeper is left to Decode, so the fast path never accepts what
+// Decode refuses.
+const maxFastDepth = 9000
+
+// scanCallFrame validates data as one JSON object and fills f from its top
+// level. It reports false when the frame is not a call-path frame the fast
+// path can take as is.
+func scanCallFrame(data []byte, f *callFrame) bool {
+	s := jsonScanner{b: data}
+	s.ws()
+	if !s.consume('{') {
+		return false
+	}
+	s.ws()
+	if s.consume('}') {
+		return false // no type
+	}
+	for {
+		s.ws()
+		ks, ke, plain := s.str()
+		if ks < 0 || !plain || !plainKey(data[ks:ke]) {
+			return false
+		}
+		key := data[ks:ke]
+		s.ws()
+		if !s.consume(':') {
+			return false
+		}
+		s.ws()
+		vs := s.i
+		if !s.value(1) {
+			return false
+		}
+		if !f.set(key, data[vs:s.i]) {
+			return false
+		}
+		s.ws()
+		if s.consume(',') {
+			continue
+		}
+		if s.consume('}') {
+			break
+		}
+		return false
+	}
+	s.ws()
+	return s.i == len(data) && (f.typ == TypeInvokeFunction || f.typ == TypeInvocationResult)
+}
+
+// plainKey accepts lowercase ASCII keys only: encoding/json matches keys
+// case-insensitively (with Unicode folding), so anything else is left to it.
+func plainKey(k []byte) bool {
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c == '_' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// set records one member as encoding/json would: later duplicates win, and
+// null leaves a string field as it was.
+func (f *callFrame) set(key, val []byte) bool {
+	switch string(key) {
+	case "type":
+		switch string(val) {
+		case `"invokefunction"`:
+			f.typ = TypeInvokeFunction
+		case `"invocationresult"`:
+			f.typ = TypeInvocationResult
+		default:
+			return false
+		}
+	case "invocation_id":
+		return plainString(val, &f.invocationID)
+	case "function_id":
+		return plainString(val, &f.functionID)
+	case "traceparent":
+		return plainString(val, &f.traceparent)
+	case "baggage":
+		return plainString(val, &f.baggage)
+	case "namespace":
+		if string(val) == "null" {
+			f.namespace = nil
+			return true
+		}
+		var s string
+		if !plainString(val, &s) {
+			return false
+		}
+		f.namespace = &s
+	case "data":
+		f.data = val
+	case "result":
+		f.result = val
+	case "metadata":
+		f.metadata = val
+	case "action":
+		f.action = val
+	case "error":
+		f.errorRaw = val
+	}
+	return true
+}
+
+// plainString stores the contents of a JSON string without escapes and with
+// valid UTF-8 in dst; null leaves dst as it is. Anything else is left to
+// the slow path.
+func plainString(val []byte, dst *string) bool {
+	if string(val) == "null" {
+		return true
+	}
+	if len(val) < 2 || val[0] != '"' {
+		return false
+	}
+	in := val[1 : len(val)-1]
+	for _, c := range in {
+		if c == '\\' {
+			return false
+		}
+	}
+	if !utf8.Valid(in) {
+		return false
+	}
+	*dst = string(in)
+	return true
+}
+
+// jsonScanner is a strict JSON validator over a byte slice.
+type jsonScanner struct {
+	b []byte
+	i int
+}
+
+func (s *jsonScanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *jsonScanner) consume(c byte) bool {
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// str scans a string at s.i and returns the span of its contents and whether
+// it is free of escapes; start < 0 means invalid.
+func (s *jsonScanner) str() (start, end int, plain bool) {
+	if !s.consume('"') {
+		return -1, -1, false
+	}
+	start = s.i
+	plain = true
+	b := s.b
+	for i := s.i; i < len(b); {
+		// Skip eight ordinary bytes at a time: payloads are mostly
+		// strings.
+		for i+8 <= len(b) && !specialInWord(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		if i >= len(b) {
+			break
+		}
+		c := b[i]
+		switch {
+		case c == '"':
+			s.i = i + 1
+			return start, i, plain
+		case c == '\\':
+			plain = false
+			if i+1 >= len(b) {
+				return -1, -1, false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
+					return -1, -1, false
+				}
+				i += 6
+			default:
+				return -1, -1, false
+			}
+		case c < 0x20:
+			return -1, -1, false
+		default:
+			i++
+		}
+	}
+	return -1, -1, false
+}
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// specialInWord reports whether any of the eight bytes in w is '"', '\\' or
+// a control character (< 0x20): the bytes a string scan must stop at.
+func specialInWord(w uint64) bool {
+	hasZero := func(v uint64) uint64 { return (v - lsb) & ^v & msb }
+	quote := hasZero(w ^ (lsb * '"'))
+	backslash := hasZero(w ^ (lsb * '\\'))
+	control := (w - lsb*0x20) & ^w & msb
+	return quote|backslash|control != 0
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// value validates one JSON value at s.i.
+func (s *jsonScanner) value(depth int) bool {
+	if s.i >= len(s.b) || depth > maxFastDepth {
+		return false
+	}
+	switch c := s.b[s.i]; {
+	case c == '"':
+		st, _, _ := s.str()
+		return st >= 0
+	case c == '{':
+		s.i++
+		s.ws()
+		if s.consume('}') {
+			return true
+		}
+		for {
+			s.ws()
+			if st, _, _ := s.str(); st < 0 {
+				return false
+			}
+			s.ws()
+			if !s.consume(':') {
+				return false
+			}
+			s.ws()
+			if !s.value(depth + 1) {
+				return false
+			}
+			s.ws()
+			if s.consume(',') {
+				continue
+			}
+			return s.consume('}')
+		}
+	case c == '[':
+		s.i++
+		s.ws()
+		if s.consume(']') {
+			return true
+		}
+		for {
+			s.ws()
+			if !s.value(depth + 1) {
+				return false
+			}
+			s.ws()
+			if s.consume(',') {
+				continue
+			}
+			return s.consume(']')
+		}
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == 'n':
+		return s.literal("null")
+	case c == '-' || c >= '0' && c <= '9':
+		return s.number()
+	}
+	return false
+}
+
+func (s *jsonScanner) literal(lit string) bool {
+	if len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
+		return false
+	}
+	s.i += len(lit)
+	return true
+}
+
+func (s *jsonScanner) digits() int {
+	n := 0
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+		n++
+	}
+	return n
+}
+
+func (s *jsonScanner) number() bool {
+	s.consume('-')
+	if s.consume('0') {
+		// no leading zeros
+	} else if s.i < len(s.b) && s.b[s.i] >= '1' && s.b[s.i] <= '9' {
+		s.digits()
+	} else {
+		return false
+	}
+	if s.consume('.') && s.digits() == 0 {
+		return false
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if !s.consume('+') {
+			s.consume('-')
+		}
+		if s.digits() == 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,141 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+)
+
+// sameDecode checks that DecodeFast gives what Decode gives for data.
+func sameDecode(t *testing.T, data []byte) {
+	t.Helper()
+	want, wantErr := Decode(data)
+	got, gotErr := DecodeFast(data)
+	if (wantErr == nil) != (gotErr == nil) {
+		t.Fatalf("Decode error %v, DecodeFast error %v\nframe: %q", wantErr, gotErr, data)
+	}
+	if wantErr != nil {
+		if wantErr.Error() != gotErr.Error() {
+			t.Fatalf("errors differ: %v / %v", wantErr, gotErr)
+		}
+		var a, b *DecodeError
+		if errors.As(wantErr, &a) != errors.As(gotErr, &b) || (a != nil && (a.Type != b.Type || a.InvocationID != b.InvocationID ||
+			a.FunctionID != b.FunctionID || a.Err.Error() != b.Err.Error())) {
+			t.Fatalf("decode errors differ: %#v / %#v", a, b)
+		}
+		return
+	}
+	if !reflect.DeepEqual(normRaw(want), normRaw(got)) {
+		t.Fatalf("results differ:\nDecode     %#v\nDecodeFast %#v\nframe: %q", want, got, data)
+	}
+}
+
+// normRaw makes the raw fields comparable: Decode's are copies, the fast
+// path's sub-slices; both are nil when absent.
+func normRaw(m Message) Message {
+	switch m := m.(type) {
+	case *InvokeFunction:
+		c := *m
+		return &c
+	case *InvocationResult:
+		c := *m
+		return &c
+	}
+	return m
+}
+
+func TestDecodeFastTakesCallFrames(t *testing.T) {
+	cases := []struct {
+		frame string
+		want  Message
+	}{
+		{`{"type":"invokefunction","invocation_id":"i-1","function_id":"math::add","data":{"a":1,"b":[true,null,"x\n"]},"metadata":{"m":1},"namespace":"orders","traceparent":"tp","baggage":"bg","action":{"type":"enqueue","queue":"q"}}`,
+			&InvokeFunction{InvocationID: "i-1", FunctionID: "math::add", Data: json.RawMessage(`{"a":1,"b":[true,null,"x\n"]}`),
+				Metadata: json.RawMessage(`{"m":1}`), Namespace: ptr("orders"), Traceparent: "tp", Baggage: "bg",
+				Action: &TriggerAction{Type: ActionEnqueue, Queue: "q"}}},
+		{` { "function_id" : "f" , "type" : "invokefunction" , "data" : null , "namespace" : null } `, &InvokeFunction{FunctionID: "f"}},
+		{`{"type":"invocationresult","invocation_id":"i","function_id":"f","result":null}`,
+			&InvocationResult{InvocationID: "i", FunctionID: "f", Result: json.RawMessage(`null`)}},
+		{`{"type":"invocationresult","invocation_id":"i","function_id":"f","error":{"code":"c","message":"m"},"extra":[1,{"x":-1.5e3}]}`,
+			&InvocationResult{InvocationID: "i", FunctionID: "f", Error: &ErrorBody{Code: "c", Message: "m"}}},
+		// null leaves a string as it was, as with encoding/json; later duplicates win.
+		{`{"type":"invokefunction","function_id":"f","function_id":null,"data":1,"data":2}`,
+			&InvokeFunction{FunctionID: "f", Data: json.RawMessage(`2`)}},
+	}
+	for _, tc := range cases {
+		var f callFrame
+		assert.Assert(t, scanCallFrame([]byte(tc.frame), &f), "not taken by the fast path: %s", tc.frame)
+		got, err := DecodeFast([]byte(tc.frame))
+		assert.NilError(t, err)
+		assert.DeepEqual(t, got, tc.want)
+		sameDecode(t, []byte(tc.frame))
+	}
+}
+
+func TestDecodeFastFallsBack(t *testing.T) {
+	for _, frame := range []string{
+		`{"type":"ping"}`,
+		`{"type":"invokefunction","Function_ID":"f"}`,      // case-folded key
+		`{"type":"invokefunction","function_id":"f\u0041"}`, // escaped id
+		`{"type":"invokefunction","function_id":5}`,
+		`{"type":"invokefunction","data":{"x":}`,
+		`{"type":"invokefunction","data":01}`,
+		`{"type":"invokefunction"} x`,
+		"{\"type\":\"invokefunction\",\"function_id\":\"\xff\"}",
+		`{"type":"invokefunction","data":` + strings.Repeat("[", maxFastDepth+5) + strings.Repeat("]", maxFastDepth+5) + `}`,
+		`{"type":"invokefunction","data":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
+	} {
+		var f callFrame
+		assert.Assert(t, !scanCallFrame([]byte(frame), &f), "taken by the fast path: %.80s", frame)
+		sameDecode(t, []byte(frame))
+	}
+	// Scanned, but a nested field of the wrong shape: Decode answers.
+	for _, frame := range []string{
+		`{"type":"invokefunction","invocation_id":"x","action":"void"}`,
+		`{"type":"invocationresult","invocation_id":"x","error":"boom"}`,
+	} {
+		_, err := DecodeFast([]byte(frame))
+		var de *DecodeError
+		assert.Assert(t, errors.As(err, &de), "%v", err)
+		assert.Equal(t, de.InvocationID, "x")
+		sameDecode(t, []byte(frame))
+	}
+}
+
+func TestGoldenFramesDecodeFast(t *testing.T) {
+	for _, tc := range goldenFrames() {
+		b, err := Encode(tc.msg)
+		assert.NilError(t, err)
+		sameDecode(t, b)
+	}
+}
+
+// FuzzDecodeFast: on any input DecodeFast and Decode agree, result and
+// error alike.
+func FuzzDecodeFast(f *testing.F) {
+	for _, tc := range goldenFrames() {
+		if b, err := Encode(tc.msg); err == nil {
+			f.Add(b)
+		}
+	}
+	entries, _ := os.ReadDir("testdata")
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".golden") {
+			if b, err := os.ReadFile(filepath.Join("testdata", e.Name())); err == nil {
+				f.Add(b)
+			}
+		}
+	}
+	for _, s := range []string{`{"type":"invokefunction","invocation_id":"x","function_id":5}`, `{"type":"invocationresult","result":null}`,
+		`{"type":"invokefunction","data":{ "a" : [1, 2e-3, "\u00e9"] },"namespace":null}`, `{"type":"invokefunction","action":{"type":"void"}}`,
+		`{"type":"invocationresult","invocation_id":"i","error":{"code":"c","message":"m","stacktrace":"s"}}`, "\xff"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { sameDecode(t, data) })
+}
