@@ -85,7 +85,7 @@ func (c *Client) Call(ctx context.Context, functionID string, payload any, opts 
 	} else {
 		msg.InvocationID = uuid.NewString()
 	}
-	frame, err := protocol.Encode(msg)
+	frame, err := protocol.EncodeFast(msg)
 	if err != nil {
 		return nil, &Error{Code: CodeSerialization, Message: fmt.Sprintf("call %s: %v", functionID, err), Err: err}
 	}

@@ -460,7 +460,7 @@ func errorBody(err error) *protocol.ErrorBody {
 // writeResult sends a result on the connection the invocation came on; if
 // that connection is gone the engine has already failed the call.
 func (c *Client) writeResult(s *session, out *protocol.InvocationResult) {
-	f, err := protocol.Encode(out)
+	f, err := protocol.EncodeFast(out)
 	if err != nil {
 		out.Result = nil
 		out.Error = &protocol.ErrorBody{Code: CodeSerialization, Message: fmt.Sprintf("the result of %s cannot be encoded: %v", out.FunctionID, err)}

@@ -81,7 +81,7 @@ func TestDecodeFastTakesCallFrames(t *testing.T) {
 func TestDecodeFastFallsBack(t *testing.T) {
 	for _, frame := range []string{
 		`{"type":"ping"}`,
-		`{"type":"invokefunction","Function_ID":"f"}`,      // case-folded key
+		`{"type":"invokefunction","Function_ID":"f"}`,       // case-folded key
 		`{"type":"invokefunction","function_id":"f\u0041"}`, // escaped id
 		`{"type":"invokefunction","function_id":5}`,
 		`{"type":"invokefunction","data":{"x":}`,
