@@ -117,6 +117,11 @@ var incompatibleRE = lazyre.New(`(?i)incompatible API version with plugin\. Plug
 // configures it and returns it running. The handshake, and separately
 // Info and Configure, are bounded by Options.StartTimeout; ctx can end
 // Info and Configure sooner.
+
+// The engine marshals fs::write chunks for its adapters and reads their
+// fs::read chunks: size gRPC's buffers for them.
+func init() { contract.UseChunkBufferPool() }
+
 func (h *Host) launch(ctx context.Context, m *managed, path string, config []byte) (*instance, *launchError) {
 	// The handshake has its own StartTimeout; this bounds the calls after
 	// it, so an adapter that hangs in Configure cannot hang a relaunch.

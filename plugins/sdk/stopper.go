@@ -50,11 +50,16 @@ func newStopper(log hclog.Logger, cancel context.CancelFunc) *stopper {
 	return &stopper{log: log, cancel: cancel, stdio: map[*stdioStream]struct{}{}}
 }
 
+// An adapter reads fs::write chunks and marshals fs::read chunks: size
+// gRPC's buffers for them.
+func init() { contract.UseChunkBufferPool() }
+
 // newServer is go-plugin's ServeConfig.GRPCServer: the contract's message
 // limits, plus the interceptor that lets a graceful stop end the stdio
 // relay.
 func (s *stopper) newServer(opts []grpc.ServerOption) *grpc.Server {
 	opts = append(opts, contract.GRPCServerOptions()...)
+	opts = append(opts, contract.ChunkBufferPoolOption())
 	opts = append(opts, grpc.ChainStreamInterceptor(s.interceptStream))
 	srv := grpc.NewServer(opts...)
 	s.mu.Lock()
