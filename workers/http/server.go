@@ -308,24 +308,6 @@ type Request struct {
 	Response    *protocol.StreamChannelRef `json:"response,omitempty"`
 }
 
-// marshalRequest encodes r with its body spliced in as is: parseBody
-// already made it valid JSON, and encoding/json would scan it again.
-func marshalRequest(r Request) ([]byte, error) {
-	body := r.Body
-	r.Body = nil
-	rest, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	// rest is {"method":…,"body":null,…}: put the body first instead.
-	rest = bytes.Replace(rest, []byte(`,"body":null`), nil, 1)
-	out := make([]byte, 0, len(rest)+len(body)+8)
-	out = append(out, `{"body":`...)
-	out = append(out, body...)
-	out = append(out, ',')
-	return append(out, rest[1:]...), nil
-}
-
 // RequestTrigger names the trigger the request came through.
 type RequestTrigger struct {
 	Type   string `json:"type"`
