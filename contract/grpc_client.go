@@ -260,11 +260,22 @@ func (c *GRPCClient) FsWrite(ctx context.Context, req *FsWriteRequest, content i
 	if content == nil {
 		content = eofReader{}
 	}
+	chunks, _ := content.(ChunkReader)
 	for sendErr == nil {
-		// A fresh buffer per chunk: gRPC may still hold the previous
-		// message after Send returns.
-		buf := make([]byte, ChunkSize)
-		n, rerr := io.ReadFull(content, buf)
+		var (
+			buf  []byte
+			n    int
+			rerr error
+		)
+		if chunks != nil {
+			buf, rerr = chunks.ReadChunk(ChunkSize)
+			n = len(buf)
+		} else {
+			// A fresh buffer per chunk: gRPC may still hold the previous
+			// message after Send returns.
+			buf = make([]byte, ChunkSize)
+			n, rerr = io.ReadFull(content, buf)
+		}
 		if n > 0 {
 			sendErr = stream.Send(&pb.FsWriteChunk{Payload: &pb.FsWriteChunk_Data{Data: buf[:n]}})
 		}
@@ -293,6 +304,18 @@ func (c *GRPCClient) FsWrite(ctx context.Context, req *FsWriteRequest, content i
 		return nil, statusError(ctx, OpFsWrite, err)
 	}
 	return fsWriteResponseFromProto(out), nil
+}
+
+// ChunkReader is an fs::write content source that hands its bytes over
+// without a copy (the plugin host's channel reader is one): FsWrite sends
+// each chunk as it comes instead of copying the stream into fresh buffers.
+type ChunkReader interface {
+	io.Reader
+	// ReadChunk returns the stream's next bytes, at least one and at
+	// most max, as a slice the caller keeps (gRPC may hold it after Send);
+	// at the end of the stream, or when it fails, no bytes and io.EOF or
+	// the failure.
+	ReadChunk(max int) ([]byte, error)
 }
 
 type eofReader struct{}

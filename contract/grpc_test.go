@@ -200,6 +200,29 @@ func TestWireEveryOperation(t *testing.T) {
 		sandboxErr(t, err, S211)
 	})
 
+	t.Run("a chunk source's chunks go as they are", func(t *testing.T) {
+		// Uneven chunks, none over ChunkSize: the bytes arrive in order;
+		// Read is never called.
+		src := &chunkSource{data: big, sizes: []int{ChunkSize, 1, ChunkSize / 2, ChunkSize - 3, 7}}
+		w, err := a.FsWrite(ctx, &FsWriteRequest{SandboxID: id, Path: "/work/a/chunks.bin", Mode: 0o600}, src)
+		assert.NilError(t, err)
+		assert.Equal(t, w.BytesWritten, uint64(len(big)))
+		assert.Assert(t, src.chunks > len(big)/ChunkSize, "%d chunks", src.chunks)
+		_, body, err := a.FsRead(ctx, &FsReadRequest{SandboxID: id, Path: "/work/a/chunks.bin"})
+		assert.NilError(t, err)
+		got, err := io.ReadAll(body)
+		assert.NilError(t, err)
+		assert.NilError(t, body.Close())
+		assert.Equal(t, sha256.Sum256(got), sha256.Sum256(big))
+
+		broken := &chunkSource{data: big[:2*ChunkSize+5], sizes: []int{ChunkSize}, err: errors.New("channel closed by peer")}
+		_, err = a.FsWrite(ctx, &FsWriteRequest{SandboxID: id, Path: "/work/partial", Mode: 0o644}, broken)
+		e := sandboxErr(t, err, S218)
+		assert.Assert(t, is.Contains(e.Message, "channel closed by peer"))
+		_, err = a.FsStat(ctx, &FsStatRequest{SandboxID: id, Path: "/work/partial"})
+		sandboxErr(t, err, S211)
+	})
+
 	t.Run("read errors", func(t *testing.T) {
 		_, _, err := a.FsRead(ctx, &FsReadRequest{SandboxID: id, Path: "/work"})
 		sandboxErr(t, err, S212)
@@ -379,4 +402,31 @@ func TestPluginGlue(t *testing.T) {
 	p, ok := vp[Major][PluginName].(*GRPCPlugin)
 	assert.Assert(t, ok)
 	assert.ErrorContains(t, p.GRPCServer(nil, nil), "no adapter")
+}
+
+// chunkSource is a ChunkReader handing out data in chunks of sizes, in
+// turn, then err (io.EOF when nil).
+type chunkSource struct {
+	data   []byte
+	sizes  []int
+	err    error
+	chunks int
+}
+
+func (c *chunkSource) Read([]byte) (int, error) {
+	return 0, errors.New("Read called on a ChunkReader")
+}
+
+func (c *chunkSource) ReadChunk(max int) ([]byte, error) {
+	if len(c.data) == 0 {
+		if c.err != nil {
+			return nil, c.err
+		}
+		return nil, io.EOF
+	}
+	n := min(c.sizes[c.chunks%len(c.sizes)], max, len(c.data))
+	c.chunks++
+	out := c.data[:n:n]
+	c.data = c.data[n:]
+	return out, nil
 }

@@ -279,6 +279,53 @@ func (r *ChannelReader) ReadContext(ctx context.Context, p []byte) (int, error) 
 	return n, nil
 }
 
+// ReadChunk returns the next binary bytes of the stream, at least one and
+// at most max, as a slice the caller keeps: an item of max/2 bytes or more
+// is handed over as it is (its first max bytes if larger), smaller ones are
+// gathered into one slice of up to max bytes, waiting for the next items as
+// Read would. Text items are skipped. At the end of the stream it returns no
+// bytes and what Read returns; bytes already gathered when the stream ends
+// or ctx ends are returned first, the end with the next call.
+func (r *ChannelReader) ReadChunk(ctx context.Context, max int) ([]byte, error) {
+	if max <= 0 {
+		return nil, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []byte
+	for len(out) < max {
+		if len(r.rest) == 0 {
+			it, err := r.next(ctx)
+			if err != nil {
+				if len(out) > 0 {
+					return out, nil
+				}
+				return nil, err
+			}
+			if it.typ != websocket.MessageBinary {
+				continue
+			}
+			r.rest = it.data
+			continue
+		}
+		if out == nil && len(r.rest) >= max/2 {
+			// The item is the reader's alone once taken off the
+			// channel: hand it over. The cap keeps the caller's appends
+			// off what is left of it.
+			n := min(len(r.rest), max)
+			out, r.rest = r.rest[:n:n], r.rest[n:]
+			return out, nil
+		}
+		if out == nil {
+			out = make([]byte, 0, max)
+		}
+		n := min(len(r.rest), max-len(out))
+		out = append(out, r.rest[:n]...)
+		r.rest = r.rest[n:]
+	}
+	return out, nil
+}
+
 // ReadItem returns the next item as sent, text or binary. What a previous
 // Read left of a binary item comes first, as a binary item.
 func (r *ChannelReader) ReadItem(ctx context.Context) (ChannelItem, error) {

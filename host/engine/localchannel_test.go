@@ -338,3 +338,52 @@ func TestLocalChannelEarlyEnds(t *testing.T) {
 		assert.ErrorIs(t, err, ErrClosed)
 	})
 }
+
+// TestLocalReadChunk: ReadChunk hands items of at least max/2 bytes over as
+// they are (split at max), gathers smaller ones up to max, skips text
+// items, and ends as Read does; the bytes come out in order.
+func TestLocalReadChunk(t *testing.T) {
+	le := lcStart(t, Options{})
+	ctx := lcCtx(t)
+	wref, rref := le.CreateChannel(0)
+	w, err := le.OpenChannelWriter(wref)
+	assert.NilError(t, err)
+	r, err := le.OpenChannelReader(rref)
+	assert.NilError(t, err)
+
+	const max = 1000
+	items := []int{1000, 2500, 499, 10, 200, 500, 1, 0, 999, 3}
+	var want []byte
+	go func() {
+		for i, n := range items {
+			p := bytes.Repeat([]byte{byte('a' + i)}, n)
+			want = append(want, p...)
+			if i == 3 {
+				_ = w.WriteText(ctx, "skipped")
+			}
+			if _, err := w.WriteContext(ctx, p); err != nil {
+				return
+			}
+		}
+		_ = w.Close()
+	}()
+	var got []byte
+	var sizes []int
+	for {
+		c, err := r.ReadChunk(ctx, max)
+		if err == io.EOF {
+			break
+		}
+		assert.NilError(t, err)
+		assert.Assert(t, len(c) > 0 && cap(c) <= max, "len %d cap %d", len(c), cap(c))
+		sizes = append(sizes, len(c))
+		got = append(got, c...)
+	}
+	assert.Assert(t, bytes.Equal(got, want), "%d bytes, want %d", len(got), len(want))
+	// 1000 as is; 2500 split 1000, 1000, 500 (500 >= max/2: handed over);
+	// 499 + 10 + 200 + 291 of 500 gathered; 209 + 1 + 790 of 999 gathered
+	// (the rest of 500 is small); 209 + 3 gathered until the end.
+	assert.DeepEqual(t, sizes, []int{1000, 1000, 1000, 500, 1000, 1000, 212})
+	_, err = r.ReadChunk(ctx, max)
+	assert.Equal(t, err, io.EOF, "the end stays")
+}

@@ -60,6 +60,11 @@ func (c contextReader) Read(p []byte) (int, error) { return c.r.ReadContext(c.ct
 
 func (c contextReader) Close() error { return c.r.Close() }
 
+// ReadChunk hands the channel's items to fs::write without a copy.
+func (c contextReader) ReadChunk(max int) ([]byte, error) { return c.r.ReadChunk(c.ctx, max) }
+
+var _ contract.ChunkReader = contextReader{}
+
 // newTarget is the instance as the mapping serves it: fs::read streams
 // end with the instance and count as the host's tasks.
 func (in *instance) newTarget() *adapterjson.Target {
