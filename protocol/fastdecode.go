@@ -388,3 +388,73 @@ func (s *jsonScanner) number() bool {
 	}
 	return true
 }
+
+// ObjectMembers reads data as one JSON object and calls fn with each
+// top-level member in order: the key's contents and the value's raw bytes
+// (sub-slices of data). It reports false, having called fn for some
+// members or none, when data is not one valid JSON object, when a key holds
+// escapes, or when the object nests deeper than encoding/json allows; fn
+// returning false stops it with false too. A caller uses it as the fast
+// path of a decode and falls back to encoding/json when it reports false.
+func ObjectMembers(data []byte, fn func(key, val []byte) bool) bool {
+	s := jsonScanner{b: data}
+	s.ws()
+	if !s.consume('{') {
+		return false
+	}
+	s.ws()
+	if s.consume('}') {
+		s.ws()
+		return s.i == len(data)
+	}
+	for {
+		s.ws()
+		ks, ke, plain := s.str()
+		if ks < 0 || !plain {
+			return false
+		}
+		s.ws()
+		if !s.consume(':') {
+			return false
+		}
+		s.ws()
+		vs := s.i
+		if !s.value(1) || !fn(data[ks:ke], data[vs:s.i]) {
+			return false
+		}
+		s.ws()
+		if s.consume(',') {
+			continue
+		}
+		if s.consume('}') {
+			break
+		}
+		return false
+	}
+	s.ws()
+	return s.i == len(data)
+}
+
+// PlainString returns the contents of a JSON string value that holds no
+// escapes and only valid UTF-8 (what encoding/json would decode to the same
+// bytes); ok is false for anything else, null included.
+func PlainString(val []byte) (s string, ok bool) {
+	if len(val) < 2 || val[0] != '"' || val[len(val)-1] != '"' {
+		return "", false
+	}
+	in := val[1 : len(val)-1]
+	for _, c := range in {
+		if c == '\\' || c == '"' || c < 0x20 {
+			return "", false
+		}
+	}
+	if !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
+}
+
+// PlainKey reports whether key is lowercase ASCII letters, digits and
+// underscores: such a key matches a struct field's lowercase JSON name in
+// encoding/json exactly, with no case folding to consider.
+func PlainKey(key []byte) bool { return plainKey(key) }

@@ -139,3 +139,32 @@ func FuzzDecodeFast(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { sameDecode(t, data) })
 }
+
+func TestObjectMembers(t *testing.T) {
+	var keys, vals []string
+	ok := ObjectMembers([]byte(` {"a":1, "b" : {"c":[true]},"a":"x y"} `), func(k, v []byte) bool {
+		keys, vals = append(keys, string(k)), append(vals, string(v))
+		return true
+	})
+	assert.Assert(t, ok)
+	assert.DeepEqual(t, keys, []string{"a", "b", "a"})
+	assert.DeepEqual(t, vals, []string{"1", `{"c":[true]}`, `"x y"`})
+	assert.Assert(t, ObjectMembers([]byte(`{}`), func(k, v []byte) bool { return false }))
+	for _, bad := range []string{`[]`, `{"a":}`, `{"a":1}x`, `{"\u0061":1}`, `{"a":1,}`, ``} {
+		assert.Assert(t, !ObjectMembers([]byte(bad), func(k, v []byte) bool { return true }), bad)
+	}
+	assert.Assert(t, !ObjectMembers([]byte(`{"a":1}`), func(k, v []byte) bool { return false }))
+}
+
+func TestPlainString(t *testing.T) {
+	for in, want := range map[string]string{`"abc"`: "abc", `""`: "", `"é x"`: "é x"} {
+		got, ok := PlainString([]byte(in))
+		assert.Assert(t, ok, in)
+		assert.Equal(t, got, want)
+	}
+	for _, bad := range []string{`null`, `"a\"b"`, `"a"b"`, "\"\xff\"", `"`, `1`, "\"\n\""} {
+		_, ok := PlainString([]byte(bad))
+		assert.Assert(t, !ok, bad)
+	}
+	assert.Assert(t, PlainKey([]byte("status_code2")) && !PlainKey([]byte("Status")))
+}

@@ -3,6 +3,7 @@ package httpworker
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/iii-sandbox/iii/protocol"
@@ -62,4 +63,42 @@ func FuzzMarshalRequest(f *testing.F) {
 		}
 		sameRequest(t, r)
 	})
+}
+
+// sameResponse checks that BuildResponse's fast path answers what
+// encoding/json's decoding of the envelope answers.
+func sameResponse(t *testing.T, out []byte) {
+	t.Helper()
+	s1, h1, b1, e1 := buildResponse(out, true)
+	s2, h2, b2, e2 := buildResponse(out, false)
+	if (e1 == nil) != (e2 == nil) || (e1 != nil && e1.Error() != e2.Error()) {
+		t.Fatalf("errors differ for %q: %v / %v", out, e1, e2)
+	}
+	if s1 != s2 || !bytes.Equal(b1, b2) || !reflect.DeepEqual(h1, h2) {
+		t.Fatalf("responses differ for %q:\nfast %d %v %q\nslow %d %v %q", out, s1, h1, b1, s2, h2, b2)
+	}
+}
+
+func TestBuildResponseFastPath(t *testing.T) {
+	for _, out := range []string{
+		`{"status_code":200,"body":{"name":"Alice"}}`,
+		`{"status_code":201,"headers":{"X-A":"1","content-type":"text/plain"},"body":"hi"}`,
+		`{"status_code":null}`, `{"headers":null}`, `{"body":null}`, `{"a":1}`, `{}`, `{"Status_Code":204}`,
+		`{"status_code":200.0}`, `{"status_code":2e2}`, `{"status_code":"200"}`, `{"status_code":99999999999999999999}`,
+		`{"status_code":-0}`, `{"status_code":1000}`, `{"status_code":200,"status_code":null}`, `{"body":1,"body":2}`,
+		`{"body":{"x":`, `{"st\u0061tus_code":404}`, `[1]`, `null`, `3`, ` {"status_code" : 202 } `,
+	} {
+		sameResponse(t, []byte(out))
+	}
+	_, present, ok := scanEnvelope([]byte(`{"status_code":200,"body":{"name":"Alice"}}`))
+	if !present || !ok {
+		t.Fatal("the common envelope does not take the fast path")
+	}
+}
+
+func FuzzBuildResponseFastPath(f *testing.F) {
+	for _, s := range []string{`{"status_code":200,"body":{"a":1}}`, `{"headers":["A: b"],"body":"x"}`, `{"Body":1}`, `{"status_code":1e3}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, out []byte) { sameResponse(t, out) })
 }

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/iii-sandbox/iii/protocol"
 )
 
 // envelope is the response a function returns (upstream's HttpResponse).
@@ -33,19 +35,34 @@ var hopHeaders = map[string]bool{"connection": true, "content-length": true, "tr
 //   - any other value (an object without those keys, an array, a
 //     number): 200 with it as the JSON body.
 func BuildResponse(out json.RawMessage) (int, http.Header, []byte, error) {
+	return buildResponse(out, true)
+}
+
+// buildResponse is BuildResponse; fast false always decodes the envelope
+// with encoding/json (the reference the fast path is tested against).
+func buildResponse(out json.RawMessage, fast bool) (int, http.Header, []byte, error) {
 	h := http.Header{}
 	t := bytes.TrimSpace(out)
 	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		return http.StatusOK, h, nil, nil
 	}
 	var env envelope
+	isEnvelope := false
 	if t[0] == '{' {
-		if err := json.Unmarshal(t, &env); err != nil {
-			// Only the envelope's keys can have a wrong type.
-			return 0, nil, nil, fmt.Errorf("the function's response is not {status_code, headers, body}: %v", err)
+		var ok bool
+		if fast {
+			env, isEnvelope, ok = scanEnvelope(t)
+		}
+		if !ok {
+			env = envelope{}
+			if err := json.Unmarshal(t, &env); err != nil {
+				// Only the envelope's keys can have a wrong type.
+				return 0, nil, nil, fmt.Errorf("the function's response is not {status_code, headers, body}: %v", err)
+			}
+			isEnvelope = env.StatusCode != nil || env.Headers != nil || env.Body != nil || hasEnvelopeKeys(t)
 		}
 	}
-	if t[0] != '{' || env.StatusCode == nil && env.Headers == nil && env.Body == nil && !hasEnvelopeKeys(t) {
+	if !isEnvelope {
 		h.Set("Content-Type", "application/json")
 		return http.StatusOK, h, t, nil
 	}
@@ -76,6 +93,40 @@ func BuildResponse(out json.RawMessage) (int, http.Header, []byte, error) {
 		h.Set("Content-Type", "application/json")
 	}
 	return status, h, body, nil
+}
+
+// scanEnvelope is BuildResponse's fast path: the envelope read in one pass
+// over the object, and whether it has any of the envelope's keys. ok is
+// false, and encoding/json decides, for anything it does not take as is: a
+// key that is not plain lowercase (encoding/json folds case), a
+// status_code that is not a plain integer.
+func scanEnvelope(obj []byte) (env envelope, present, ok bool) {
+	ok = protocol.ObjectMembers(obj, func(key, val []byte) bool {
+		if !protocol.PlainKey(key) {
+			return false
+		}
+		switch string(key) {
+		case "status_code":
+			present = true
+			if string(val) == "null" {
+				env.StatusCode = nil
+				return true
+			}
+			n, err := strconv.Atoi(string(val))
+			if err != nil || bytes.ContainsAny(val, ".eE+") {
+				return false
+			}
+			env.StatusCode = &n
+		case "headers":
+			present = true
+			env.Headers = val
+		case "body":
+			present = true
+			env.Body = val
+		}
+		return true
+	})
+	return env, present, ok
 }
 
 // hasEnvelopeKeys: an object whose envelope keys are all null still is
