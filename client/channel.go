@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 
 	"github.com/coder/websocket"
@@ -82,41 +83,154 @@ type ChannelPair struct {
 // CreateChannels asks the engine for several channels in one round trip,
 // one per spec, in order.
 func (c *Client) CreateChannels(ctx context.Context, specs ...ChannelSpec) ([]ChannelPair, error) {
-	type spec struct {
-		BufferSize int     `json:"buffer_size,omitempty"`
-		Content    *string `json:"content,omitempty"`
-	}
-	in := make([]spec, len(specs))
-	for i, sp := range specs {
-		in[i].BufferSize = sp.BufferSize
-		if sp.Filled {
-			if len(sp.Content) > MaxChannelContent {
-				return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("a channel's content is at most %d bytes, not %d", MaxChannelContent, len(sp.Content))}
-			}
-			b64 := base64.StdEncoding.EncodeToString(sp.Content)
-			in[i].Content = &b64
-		}
-	}
-	raw, err := c.Call(ctx, fnCreateChannel, map[string]any{"channels": in})
+	in, err := channelsPayload(specs)
 	if err != nil {
 		return nil, err
 	}
-	var out struct {
-		Channels []ChannelPair `json:"channels"`
+	raw, err := c.Call(ctx, fnCreateChannel, json.RawMessage(in))
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return nil, &Error{Code: CodeHandshakeFailed, Message: "the engine's channels reply is not {channels: [{writer, reader}]}: " + err.Error(), Err: err}
+	channels, ok := scanChannelPairs(raw)
+	if !ok {
+		var out struct {
+			Channels []ChannelPair `json:"channels"`
+		}
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return nil, &Error{Code: CodeHandshakeFailed, Message: "the engine's channels reply is not {channels: [{writer, reader}]}: " + err.Error(), Err: err}
+		}
+		channels = out.Channels
 	}
-	if len(out.Channels) != len(specs) {
+	if len(channels) != len(specs) {
 		// An engine before channels: [...] answers one channel, or none.
-		return nil, &Error{Code: CodeHandshakeFailed, Message: fmt.Sprintf("the engine answered %d channels for %d asked (an engine without batch channel creation?)", len(out.Channels), len(specs))}
+		return nil, &Error{Code: CodeHandshakeFailed, Message: fmt.Sprintf("the engine answered %d channels for %d asked (an engine without batch channel creation?)", len(channels), len(specs))}
 	}
-	for _, p := range out.Channels {
+	for _, p := range channels {
 		if p.Writer.ChannelID == "" || p.Reader.ChannelID == "" {
 			return nil, &Error{Code: CodeHandshakeFailed, Message: "the engine's channel reply lacks channel ids"}
 		}
 	}
-	return out.Channels, nil
+	return channels, nil
+}
+
+// channelsPayload is engine::channels::create's input, written by hand
+// (what encoding/json writes for {channels: [{buffer_size?, content?}]}):
+// the http worker makes this call for every request.
+func channelsPayload(specs []ChannelSpec) ([]byte, error) {
+	n := 16
+	for _, sp := range specs {
+		if sp.Filled {
+			if len(sp.Content) > MaxChannelContent {
+				return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("a channel's content is at most %d bytes, not %d", MaxChannelContent, len(sp.Content))}
+			}
+			n += base64.StdEncoding.EncodedLen(len(sp.Content))
+		}
+		n += 40
+	}
+	in := make([]byte, 0, n)
+	in = append(in, `{"channels":[`...)
+	for i, sp := range specs {
+		if i > 0 {
+			in = append(in, ',')
+		}
+		in = append(in, '{')
+		if sp.BufferSize != 0 {
+			in = append(in, `"buffer_size":`...)
+			in = strconv.AppendInt(in, int64(sp.BufferSize), 10)
+		}
+		if sp.Filled {
+			if sp.BufferSize != 0 {
+				in = append(in, ',')
+			}
+			in = append(in, `"content":"`...)
+			in = base64.StdEncoding.AppendEncode(in, sp.Content)
+			in = append(in, '"')
+		}
+		in = append(in, '}')
+	}
+	in = append(in, "]}"...)
+	return in, nil
+}
+
+// scanChannelPairs reads the engine's {channels: [{writer, reader}]} in one
+// pass, as encoding/json would; ok is false (and encoding/json decides) for
+// anything but that shape with plain lowercase keys, each once, and plain
+// string values.
+func scanChannelPairs(raw []byte) (pairs []ChannelPair, ok bool) {
+	seenChannels := false
+	ok = protocol.ObjectMembers(raw, func(key, val []byte) bool {
+		if !protocol.PlainKey(key) {
+			return false
+		}
+		if string(key) != "channels" {
+			return true
+		}
+		if seenChannels {
+			return false
+		}
+		seenChannels = true
+		pairs = make([]ChannelPair, 0, 2)
+		return protocol.ArrayElements(val, func(elem []byte) bool {
+			var p ChannelPair
+			var seen [2]bool
+			if !protocol.ObjectMembers(elem, func(k, v []byte) bool {
+				if !protocol.PlainKey(k) {
+					return false
+				}
+				var dst *protocol.StreamChannelRef
+				switch string(k) {
+				case "writer":
+					dst = &p.Writer
+				case "reader":
+					dst = &p.Reader
+				default:
+					return true
+				}
+				i := 0
+				if dst == &p.Reader {
+					i = 1
+				}
+				if seen[i] {
+					return false
+				}
+				seen[i] = true
+				return scanChannelRef(v, dst)
+			}) {
+				return false
+			}
+			pairs = append(pairs, p)
+			return true
+		})
+	})
+	return pairs, ok && seenChannels
+}
+
+func scanChannelRef(raw []byte, ref *protocol.StreamChannelRef) bool {
+	var seen [3]bool
+	return protocol.ObjectMembers(raw, func(k, v []byte) bool {
+		if !protocol.PlainKey(k) {
+			return false
+		}
+		var dst *string
+		i := 0
+		switch string(k) {
+		case "channel_id":
+			dst = &ref.ChannelID
+		case "access_key":
+			dst, i = &ref.AccessKey, 1
+		case "direction":
+			dst, i = &ref.Direction, 2
+		default:
+			return true
+		}
+		if seen[i] {
+			return false
+		}
+		seen[i] = true
+		s, ok := protocol.PlainString(v)
+		*dst = s
+		return ok
+	})
 }
 
 // DropChannels asks the engine to remove channels at once, given one ref of

@@ -458,3 +458,35 @@ func PlainString(val []byte) (s string, ok bool) {
 // underscores: such a key matches a struct field's lowercase JSON name in
 // encoding/json exactly, with no case folding to consider.
 func PlainKey(key []byte) bool { return plainKey(key) }
+
+// ArrayElements reads data as one JSON array and calls fn with each
+// element's raw bytes (sub-slices of data), in order. It reports false when
+// data is not one valid JSON array (or nests deeper than encoding/json
+// allows), or when fn returns false.
+func ArrayElements(data []byte, fn func(elem []byte) bool) bool {
+	s := jsonScanner{b: data}
+	s.ws()
+	if !s.consume('[') {
+		return false
+	}
+	s.ws()
+	if !s.consume(']') {
+		for {
+			s.ws()
+			vs := s.i
+			if !s.value(1) || !fn(data[vs:s.i]) {
+				return false
+			}
+			s.ws()
+			if s.consume(',') {
+				continue
+			}
+			if s.consume(']') {
+				break
+			}
+			return false
+		}
+	}
+	s.ws()
+	return s.i == len(data)
+}
