@@ -3,7 +3,9 @@ package httpworker
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/iii-sandbox/iii/protocol"
@@ -101,4 +103,21 @@ func FuzzBuildResponseFastPath(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, out []byte) { sameResponse(t, out) })
+}
+
+// The header-name table holds names as net/http canonicalises them (or it
+// would never be hit), and lowerHeaders lower-cases every name, in the
+// table or not.
+func TestLowerHeaders(t *testing.T) {
+	for k, v := range lowerNames {
+		if http.CanonicalHeaderKey(k) != k || strings.ToLower(k) != v {
+			t.Fatalf("table entry %q → %q", k, v)
+		}
+	}
+	h := http.Header{"Content-Type": {"a"}, "X-Custom-Thing": {"b", "c"}, "Accept": nil}
+	got := lowerHeaders(h)
+	want := map[string]string{"content-type": "a", "x-custom-thing": "b, c", "accept": ""}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("lowerHeaders = %v", got)
+	}
 }

@@ -329,16 +329,39 @@ type middlewareReq struct {
 	Method      string            `json:"method"`
 }
 
+// lowerNames holds the lower-case form of common header names (as
+// net/http canonicalises them), so most requests' headers cost no
+// strings.ToLower allocation. Read-only: a table that grew with what
+// clients send would be theirs to fill.
+var lowerNames = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control", "Connection",
+		"Content-Encoding", "Content-Length", "Content-Type", "Cookie", "Forwarded", "If-Modified-Since", "If-None-Match",
+		"Origin", "Pragma", "Referer", "Traceparent", "Tracestate", "Baggage", "Upgrade", "User-Agent", "X-Api-Key",
+		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip", "X-Request-Id", "X-Requested-With",
+		"Sec-Fetch-Dest", "Sec-Fetch-Mode", "Sec-Fetch-Site", "Sec-Ch-Ua", "Sec-Ch-Ua-Mobile", "Sec-Ch-Ua-Platform"} {
+		m[k] = strings.ToLower(k)
+	}
+	return m
+}()
+
 func lowerHeaders(h http.Header) map[string]string {
-	out := make(map[string]string, len(h))
+	out := make(map[string]string, len(h)+1) // +1: host
 	for k, v := range h {
-		out[strings.ToLower(k)] = strings.Join(v, ", ")
+		lk, ok := lowerNames[k]
+		if !ok {
+			lk = strings.ToLower(k)
+		}
+		out[lk] = strings.Join(v, ", ")
 	}
 	return out
 }
 
 func queryParams(r *http.Request) map[string]string {
 	out := map[string]string{}
+	if r.URL.RawQuery == "" {
+		return out
+	}
 	for k, v := range r.URL.Query() {
 		if len(v) > 0 {
 			out[k] = v[len(v)-1]
@@ -413,8 +436,11 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if r.Host != "" { // net/http keeps Host out of r.Header
 		headers["host"] = r.Host
 	}
-	mwIn := middlewareInput{Phase: PhasePreHandler, Context: map[string]any{},
-		Request: middlewareReq{PathParams: params, QueryParams: query, Headers: headers, Method: r.Method}}
+	var mwIn middlewareInput
+	if len(lv.middleware) > 0 || len(route.Middlewares) > 0 {
+		mwIn = middlewareInput{Phase: PhasePreHandler, Context: map[string]any{},
+			Request: middlewareReq{PathParams: params, QueryParams: query, Headers: headers, Method: r.Method}}
+	}
 	for _, m := range lv.middleware {
 		if w.middleware(ctx, rw, "", m.FunctionID, nil, mwIn) {
 			return
@@ -429,8 +455,9 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	req := Request{Method: r.Method, Path: route.Template.String(), PathParams: params, QueryParams: query,
-		Headers: headers, Body: parseBody(body), Trigger: RequestTrigger{Type: TriggerType, Path: route.Template.String(), Method: route.Method}}
+	tpl := route.Template.String()
+	req := Request{Method: r.Method, Path: tpl, PathParams: params, QueryParams: query,
+		Headers: headers, Body: parseBody(body), Trigger: RequestTrigger{Type: TriggerType, Path: tpl, Method: route.Method}}
 	var st RequestStreams
 	if w.streams != nil {
 		if st, err = w.streams.Open(ctx, body); err != nil {
