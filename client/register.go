@@ -162,7 +162,7 @@ func (r *registrations) handshakeFrames() [][]byte {
 
 // checkJSON reports a schema or config that is present but not JSON.
 func checkJSON(what string, raw json.RawMessage) error {
-	if len(raw) > 0 && !json.Valid(raw) {
+	if len(raw) > 0 && !protocol.Valid(raw) {
 		return &Error{Code: CodeInvalidArgument, Message: what + " is not valid JSON"}
 	}
 	return nil

@@ -385,7 +385,7 @@ func marshalValue(v any) (json.RawMessage, error) {
 		if len(x) == 0 {
 			return nil, nil
 		}
-		if !json.Valid(x) {
+		if !protocol.Valid(x) {
 			return nil, errors.New("json.RawMessage value is not valid JSON")
 		}
 		return x, nil

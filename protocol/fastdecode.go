@@ -195,8 +195,24 @@ func plainString(val []byte, dst *string) bool {
 
 // jsonScanner is a strict JSON validator over a byte slice.
 type jsonScanner struct {
-	b []byte
-	i int
+	b    []byte
+	i    int
+	deep bool // gave up on nesting deeper than maxFastDepth
+}
+
+// Valid reports whether data is one valid JSON value, as json.Valid does
+// (surrounding whitespace allowed, strings' UTF-8 not checked), in one
+// quicker pass; only a value nested deeper than the fast scanner goes is
+// left to json.Valid.
+func Valid(data []byte) bool {
+	s := jsonScanner{b: data}
+	s.ws()
+	ok := s.value(1)
+	if s.deep {
+		return json.Valid(data)
+	}
+	s.ws()
+	return ok && s.i == len(data)
 }
 
 func (s *jsonScanner) ws() {
@@ -287,7 +303,11 @@ func isHex(c byte) bool {
 
 // value validates one JSON value at s.i.
 func (s *jsonScanner) value(depth int) bool {
-	if s.i >= len(s.b) || depth > maxFastDepth {
+	if depth > maxFastDepth {
+		s.deep = true
+		return false
+	}
+	if s.i >= len(s.b) {
 		return false
 	}
 	switch c := s.b[s.i]; {

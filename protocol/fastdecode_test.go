@@ -168,3 +168,21 @@ func TestPlainString(t *testing.T) {
 	}
 	assert.Assert(t, PlainKey([]byte("status_code2")) && !PlainKey([]byte("Status")))
 }
+
+func TestValid(t *testing.T) {
+	for _, in := range []string{` {"a":[1,-2.5e3,true,false,null,"x\u00e9\n"]} `, `1`, `"\xff"`, `{}`, ``, ` `, `{"a":}`, `01`, `[1,]`, `"a`,
+		`1 2`, `{"a":1}}`, `-`, `1.`, `1e`, `"\x01"`, `"\q"`, strings.Repeat("[", 9500) + strings.Repeat("]", 9500),
+		strings.Repeat("[", 10001) + strings.Repeat("]", 10001), `nul`, `tru`, `[` + strings.Repeat(`"abcdefghij",`, 20) + `0]`} {
+		assert.Equal(t, Valid([]byte(in)), json.Valid([]byte(in)), "%.60q", in)
+	}
+}
+
+func FuzzValid(f *testing.F) {
+	f.Add([]byte(`{"a":[1,2,{"b":"c"}]}`))
+	f.Add([]byte(`  -0.1e+5 `))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if Valid(data) != json.Valid(data) {
+			t.Fatalf("Valid(%q) = %v, json.Valid says %v", data, Valid(data), json.Valid(data))
+		}
+	})
+}

@@ -586,7 +586,7 @@ func parseBody(b []byte) json.RawMessage {
 	if len(t) == 0 {
 		return json.RawMessage("null")
 	}
-	if json.Valid(t) {
+	if protocol.Valid(t) {
 		return t
 	}
 	s, err := json.Marshal(string(b))
