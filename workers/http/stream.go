@@ -31,7 +31,8 @@ import (
 // to cost as little as possible when unused:
 //   - both are created in one engine::channels::create call, the
 //     request_body one holding the body already (up to 64 KiB; a larger
-//     body is written through the writer socket, as before);
+//     body is written through the writer socket, as before), and under
+//     load one call creates several requests' channels (createbatch.go);
 //   - the worker opens its read end of response only when it needs it: when
 //     the function returned null, or once the function has run for
 //     openResponseAfter (so a long function writing much before it returns
@@ -84,9 +85,10 @@ const maxRequestsWithChannels = 128
 
 // ClientStreams opens channels through a connected client.
 type ClientStreams struct {
-	c     *client.Client
-	log   hclog.Logger
-	drops dropQueue
+	c       *client.Client
+	log     hclog.Logger
+	drops   dropQueue
+	creates createBatcher
 	// slots holds one token per request whose channels may still exist:
 	// taken before they are created, given back once the engine has
 	// answered their drop.
@@ -101,6 +103,7 @@ func NewClientStreams(c *client.Client, log hclog.Logger) *ClientStreams {
 	}
 	cs := &ClientStreams{c: c, log: log, slots: make(chan struct{}, maxRequestsWithChannels)}
 	cs.drops.c, cs.drops.log, cs.drops.release = c, log, cs.release
+	cs.creates.create, cs.creates.dropLater, cs.creates.release = c.CreateChannels, cs.drops.add, cs.release
 	return cs
 }
 
@@ -110,9 +113,10 @@ func (cs *ClientStreams) release(requests int) {
 	}
 }
 
-// Open creates the request's channels in one call; a body too large to
-// create the request_body channel with is written through its writer
-// socket, starting now.
+// Open creates the request's channels in one call, shared with other
+// requests' under load (createbatch.go); a body too large to create the
+// request_body channel with is written through its writer socket, starting
+// now.
 func (cs *ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams, error) {
 	select {
 	case cs.slots <- struct{}{}:
@@ -120,9 +124,11 @@ func (cs *ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams,
 		return nil, fmt.Errorf("waiting for earlier requests' channels to be dropped: %w", ctx.Err())
 	}
 	filled := len(body) <= client.MaxChannelContent
-	pairs, err := cs.c.CreateChannels(ctx, client.ChannelSpec{Filled: filled, Content: body}, client.ChannelSpec{})
+	pairs, owned, err := cs.creates.channels(ctx, client.ChannelSpec{Filled: filled, Content: body})
 	if err != nil {
-		cs.release(1)
+		if owned {
+			cs.release(1)
+		}
 		return nil, fmt.Errorf("create the request's channels: %w", err)
 	}
 	s := &clientStreams{cs: cs, reqR: pairs[0].Reader, resW: pairs[1].Writer, resR: pairs[1].Reader, opened: make(chan struct{})}
