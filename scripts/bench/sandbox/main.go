@@ -191,17 +191,23 @@ func run() error {
 			rtt = append(rtt, time.Since(t))
 		}
 	}
-	var guest []time.Duration
+	// guestRTT: the same execs sent to the agent directly (no adapter, no
+	// gRPC, no runner), wall clock on the host: what the host → guest
+	// round trip and the agent cost around the fork+exec+wait, for reading
+	// P6's figure (not its floor).
+	var guest, guestRTT []time.Duration
 	// M1's floor: the private memory of the bare QEMU of this raw boot (no
 	// adapter, no runner) after the same execs and the same idle pause.
 	var rawPrivKB int
 	if _, err := rawBoot(ctx, work, bin, accel, img, o.memoryMB, func(c *agentclient.Client, qemuPID int) error {
 		for i := range o.execs + 5 {
+			t := time.Now()
 			res, err := c.Exec(ctx, agentclient.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute})
 			if err != nil {
 				return err
 			}
 			if i >= 5 {
+				guestRTT = append(guestRTT, time.Since(t))
 				guest = append(guest, res.Duration)
 			}
 		}
@@ -216,6 +222,11 @@ func run() error {
 	// Issue 24's goal; it was 2x.
 	row("exec p50 (plugin gRPC, kit, agent)", benchstat.Percentile(rtt, 50), "guest fork+exec+wait p50", benchstat.Percentile(guest, 50), 1.2)
 	row("exec p99", benchstat.Percentile(rtt, 99), "guest fork+exec+wait p99", benchstat.Percentile(guest, 99), 0)
+	// Where the distance goes: the agent written to directly (the raw
+	// boot's VM, same image) beside the same floor, and the adapter's path
+	// beside that.
+	row("  exec p50, guest agent direct (no adapter)", benchstat.Percentile(guestRTT, 50), "guest fork+exec+wait p50", benchstat.Percentile(guest, 50), 0)
+	row("  exec p50, adapter path vs agent direct", benchstat.Percentile(rtt, 50), "guest agent direct p50", benchstat.Percentile(guestRTT, 50), 0)
 
 	var runs []time.Duration
 	for range o.runs {
