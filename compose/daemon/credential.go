@@ -22,13 +22,23 @@ type credentials struct {
 }
 
 // issueVMCredential asks the engine for a credential for one VM worker and
-// revokes the one it replaces.
+// revokes the one it replaces. It is kept across an engine restart
+// (persist) when the engine has a credentials file: the worker's VM
+// outlives the engine's adapter process, and the worker reconnects with
+// the credential its forward carries.
 func (p *project) issueVMCredential(ctx context.Context, key, vmID string) (string, error) {
-	raw, err := p.d.eng.Call(ctx, protocol.FnCredentialsIssue, protocol.CredentialSpec{
+	spec := protocol.CredentialSpec{
 		Label:     fmt.Sprintf("compose/%s/%s", p.ns, key),
 		Namespace: p.ns,
 		Allow:     map[string][]string{protocol.DefaultNamespace: {"*"}},
-	})
+		Persist:   true,
+	}
+	raw, err := p.d.eng.Call(ctx, protocol.FnCredentialsIssue, spec)
+	if err != nil {
+		p.d.log.Warn("the VM worker's credential cannot be kept across an engine restart", "container", key, "error", err)
+		spec.Persist = false
+		raw, err = p.d.eng.Call(ctx, protocol.FnCredentialsIssue, spec)
+	}
 	if err != nil {
 		return "", fmt.Errorf("issue the worker's engine credential (%s): %w", protocol.FnCredentialsIssue, err)
 	}
