@@ -12,6 +12,13 @@ for h in scripts/bench/*/; do
   echo "== $name"
   go run "./$h" || { echo "bench $name failed" >&2; failed+=("$name"); }
 done
+# The rows whose harness needs other flags than the loop's bare run: T4-T6
+# (sandbox::pause and resume) and D1 (the first make demo, with Go's caches
+# kept warm so it measures the demo, not a cold Go build).
+echo "== sandbox -pause (T4-T6)"
+go run ./scripts/bench/sandbox -pause || { echo "bench sandbox -pause failed" >&2; failed+=(sandbox-pause); }
+echo "== firstrun -warm-go (D1)"
+scripts/bench/firstrun.sh -warm-go || failed+=(firstrun)
 echo "== engine-rss"
 scripts/bench/engine-rss.sh "$root/bin/iii" || failed+=(engine-rss)
 echo "== go benchmarks (N1, BenchmarkAllowed)"
