@@ -73,20 +73,39 @@ type chanItem struct {
 
 // channel is a one-way stream between a writer socket and a reader socket
 // (spec/engine-internals.md §1.9). Each end can be taken once.
+//
+// A channel is created small: its refs, owner, size and (when created with
+// content) that content; its buffer, room and context are made when an end
+// is first opened (open). Most channels the http worker creates are never
+// opened (a function that answers with a value uses neither its request's
+// request_body nor its response channel), and those then cost the engine a
+// table entry until they are dropped, not a 64-item buffer, a semaphore and
+// a context registered with the engine's.
 type channel struct {
 	id, key string
 	owner   string // worker id whose disconnect removes it; "" = none
 	created time.Time
-
-	items     chan chanItem
-	closeOnce sync.Once // closes items: the writer is done
-	// room is the byte budget of items (ChannelBufferBytes): a writer
-	// ahead of its reader waits for it.
-	room *semaphore.Weighted
+	size    int // items the buffer holds once open
 	// budget is the engine's ChannelBytesTotal, which every message
 	// counts against from its first byte read until it is written out.
 	budget *semaphore.Weighted
 
+	mu      sync.Mutex // guards materialising against removal
+	opened  bool       // under mu: items, room, ctx and cancel are set
+	removed bool       // under mu
+	// Content a channel was created with, held (and charged to budget)
+	// until open puts it in the buffer; filled says there is one.
+	filled  bool
+	content []byte
+	charge  int64
+
+	// Set once by open (under mu) and never changed after: whoever opened
+	// an end reads them freely.
+	items     chan chanItem
+	closeOnce sync.Once // closes items: the writer is done
+	// room is the byte budget of items (ChannelBufferBytes): a writer
+	// ahead of its reader waits for it.
+	room   *semaphore.Weighted
 	ctx    context.Context // ends when the channel is removed
 	cancel context.CancelFunc
 
@@ -103,29 +122,78 @@ func (c *channel) refs() (writer, reader protocol.StreamChannelRef) {
 
 func (c *channel) endWriting() { c.closeOnce.Do(func() { close(c.items) }) }
 
+// open makes the channel's buffer, room and context, once, when an end is
+// first taken (after its key was checked): a channel created with content
+// gets it as its one item and its end. A channel removed before its first
+// open is opened already ended, so whoever took the end sees it removed.
+func (c *channel) open(parent context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.opened {
+		return
+	}
+	c.opened = true
+	c.ctx, c.cancel = context.WithCancel(parent)
+	c.items = make(chan chanItem, c.size)
+	c.room = semaphore.NewWeighted(ChannelBufferBytes)
+	if c.removed {
+		c.cancel()
+		return
+	}
+	if c.filled {
+		if len(c.content) > 0 {
+			cost := itemCost(c.content)
+			c.room.TryAcquire(cost) // a new channel has its whole room
+			c.items <- chanItem{typ: websocket.MessageBinary, data: c.content, cost: cost, charge: c.charge}
+		}
+		c.content, c.charge = nil, 0
+		c.endWriting()
+	}
+}
+
+// kill ends a channel being removed: an opened one's context (its ends
+// close as going away) and buffer, or the content an unopened one holds.
+func (c *channel) kill() {
+	c.mu.Lock()
+	c.removed = true
+	opened, charge := c.opened, c.charge
+	c.content, c.charge = nil, 0
+	c.mu.Unlock()
+	if !opened {
+		c.budget.Release(charge)
+		return
+	}
+	c.cancel()
+	c.drain()
+}
+
 // prefill makes data the whole stream of a channel just created, before
 // its refs leave the engine: its writer end is taken and done, as if a
 // writer had sent data as one binary item and closed. The item is charged
-// as a writer's would be (the channel's room, the engine's
-// ChannelBytesTotal, waiting for it within ctx) and released when read or
-// when the channel is removed.
+// as a writer's would be (the engine's ChannelBytesTotal, waiting for it
+// within ctx) and released when read or when the channel is removed; it
+// enters the buffer when an end is first opened.
 func (c *channel) prefill(ctx context.Context, data []byte) error {
 	c.writerTaken.Store(true)
+	var charge int64
 	if len(data) > 0 {
-		charge := int64(len(data))
+		charge = int64(len(data))
 		if !c.budget.TryAcquire(charge) {
 			if err := c.budget.Acquire(ctx, charge); err != nil {
 				return err
 			}
 		}
-		cost := itemCost(data)
-		if !c.room.TryAcquire(cost) { // a new channel has its whole room
-			c.budget.Release(charge)
-			return fmt.Errorf("channel %s: no room for %d bytes", c.id, len(data))
-		}
-		c.items <- chanItem{typ: websocket.MessageBinary, data: data, cost: cost, charge: charge}
 	}
-	c.endWriting()
+	c.mu.Lock()
+	if c.removed || c.opened {
+		// Not reachable through the create call (the refs have not left
+		// the engine yet); kept so that the charge can never leak.
+		c.mu.Unlock()
+		c.budget.Release(charge)
+		return fmt.Errorf("channel %s: filled after it was opened or removed", c.id)
+	}
+	c.filled, c.content, c.charge = true, data, charge
+	c.mu.Unlock()
 	c.writerDone.Store(true)
 	return nil
 }
@@ -133,9 +201,16 @@ func (c *channel) prefill(ctx context.Context, data []byte) error {
 type channelTable struct {
 	mu sync.Mutex
 	m  map[string]*channel
+	// byOwner counts each owner's channels in m: create calls check a
+	// connection's count against MaxChannelsPerConnection, and the http
+	// worker makes one for every few requests.
+	byOwner map[string]int
 }
 
-func (t *channelTable) init() { t.m = make(map[string]*channel) }
+func (t *channelTable) init() {
+	t.m = make(map[string]*channel)
+	t.byOwner = make(map[string]int)
+}
 
 func (t *channelTable) create(e *Engine, bufferSize int, owner string) *channel {
 	switch {
@@ -144,14 +219,15 @@ func (t *channelTable) create(e *Engine, bufferSize int, owner string) *channel 
 	case bufferSize > maxChannelBuffer:
 		bufferSize = maxChannelBuffer
 	}
-	ctx, cancel := context.WithCancel(e.ctx)
 	c := &channel{
 		id: newID(), key: newID(), owner: owner, created: time.Now(),
-		items: make(chan chanItem, bufferSize), ctx: ctx, cancel: cancel,
-		room: semaphore.NewWeighted(ChannelBufferBytes), budget: e.inbound.chanBytes,
+		size: bufferSize, budget: e.inbound.chanBytes,
 	}
 	t.mu.Lock()
 	t.m[c.id] = c
+	if owner != "" {
+		t.byOwner[owner]++
+	}
 	t.mu.Unlock()
 	return c
 }
@@ -162,29 +238,41 @@ func (t *channelTable) get(id string) *channel {
 	return t.m[id]
 }
 
+// forget deletes c from the table; t.mu is held.
+func (t *channelTable) forget(c *channel) {
+	delete(t.m, c.id)
+	if c.owner != "" {
+		if n := t.byOwner[c.owner] - 1; n > 0 {
+			t.byOwner[c.owner] = n
+		} else {
+			delete(t.byOwner, c.owner)
+		}
+	}
+}
+
 func (t *channelTable) remove(c *channel) {
 	t.mu.Lock()
 	if t.m[c.id] == c {
-		delete(t.m, c.id)
+		t.forget(c)
 	}
 	t.mu.Unlock()
-	c.cancel()
-	c.drain()
+	c.kill()
 }
 
 func (t *channelTable) removeWhere(match func(*channel) bool) int {
 	t.mu.Lock()
 	var gone []*channel
-	for id, c := range t.m {
+	for _, c := range t.m {
 		if match(c) {
-			delete(t.m, id)
 			gone = append(gone, c)
 		}
 	}
+	for _, c := range gone {
+		t.forget(c)
+	}
 	t.mu.Unlock()
 	for _, c := range gone {
-		c.cancel()
-		c.drain()
+		c.kill()
 	}
 	return len(gone)
 }
@@ -238,6 +326,7 @@ func (e *Engine) serveChannel(rw http.ResponseWriter, r *http.Request, ls *liste
 		return
 	}
 	defer e.tasks.Done()
+	c.open(e.ctx)
 
 	ws, err := websocket.Accept(rw, r, nil)
 	if err != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,7 +152,7 @@ func TestChannelSweepAndOwnerCleanup(t *testing.T) {
 		long := startEngine(t, Options{})
 		w := long.dial(t)
 		writer, reader := createChannel(t, w, `{"buffer_size":5000}`)
-		assert.Equal(t, cap(long.channels.get(writer.ChannelID).items), maxChannelBuffer, "buffer_size is capped")
+		assert.Equal(t, long.channels.get(writer.ChannelID).size, maxChannelBuffer, "buffer_size is capped")
 		rc := dialChannel(t, long, reader)
 		assert.NilError(t, w.c.CloseNow())
 		pollUntil(t, "owned channel removed", func() bool { return long.channels.get(writer.ChannelID) == nil })
@@ -171,7 +173,7 @@ func TestChannelCreateValidation(t *testing.T) {
 		assert.Equal(t, code, CodeInvalidArgument, "input %s", in)
 	}
 	writer, _ := createChannel(t, w, ``)
-	assert.Equal(t, cap(te.channels.get(writer.ChannelID).items), defaultChannelBuffer)
+	assert.Equal(t, te.channels.get(writer.ChannelID).size, defaultChannelBuffer)
 }
 
 // TestChannelDrop: engine::channels::drop removes a channel at once, given
@@ -239,7 +241,7 @@ func TestChannelCreateBatch(t *testing.T) {
 	assert.NilError(t, json.Unmarshal(mustJSON(t, res["result"]), &out), "%v", res)
 	assert.Equal(t, len(out.Channels), 3)
 	filled, plain, empty := out.Channels[0], out.Channels[1], out.Channels[2]
-	assert.Equal(t, cap(te.channels.get(plain.Writer.ChannelID).items), 3)
+	assert.Equal(t, te.channels.get(plain.Writer.ChannelID).size, 3)
 	ids := map[string]bool{filled.Reader.ChannelID: true, plain.Reader.ChannelID: true, empty.Reader.ChannelID: true}
 	assert.Equal(t, len(ids), 3, "distinct channels")
 	assert.Equal(t, te.inbound.chanBytes.TryAcquire(ChannelBytesTotal), false, "the content is charged")
@@ -337,3 +339,154 @@ func TestChannelDropBatch(t *testing.T) {
 		assert.Equal(t, code, CodeInvalidArgument, "%.60s", bad)
 	}
 }
+
+// createBatch makes channels with engine::channels::create {channels: [...]}.
+func createBatch(t *testing.T, w *rawClient, in string) []protocol.StreamChannelRef {
+	t.Helper()
+	res := w.call("batch", FnChannelsCreate, nil, in)
+	assert.Assert(t, res["error"] == nil, "%v", res)
+	var out struct {
+		Channels []struct {
+			Writer protocol.StreamChannelRef `json:"writer"`
+			Reader protocol.StreamChannelRef `json:"reader"`
+		} `json:"channels"`
+	}
+	assert.NilError(t, json.Unmarshal(mustJSON(t, res["result"]), &out), "%v", res)
+	readers := make([]protocol.StreamChannelRef, 0, len(out.Channels))
+	for _, p := range out.Channels {
+		readers = append(readers, p.Reader)
+	}
+	return readers
+}
+
+// chanBudgetFree reports whether nothing is charged to ChannelBytesTotal.
+func chanBudgetFree(te *testEngine) bool {
+	if te.inbound.chanBytes.TryAcquire(ChannelBytesTotal) {
+		te.inbound.chanBytes.Release(ChannelBytesTotal)
+		return true
+	}
+	return false
+}
+
+func opened(c *channel) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.opened
+}
+
+// TestChannelOpenedOnFirstUse: a created channel holds no buffer, room or
+// context until an end is opened with its key; one never opened is only
+// its table entry and content, and dropping it (or its creator leaving)
+// removes both, its charge released. A wrong key opens nothing.
+func TestChannelOpenedOnFirstUse(t *testing.T) {
+	te := startEngine(t, Options{})
+	w := te.dial(t)
+	refs := createBatch(t, w, `{"channels":[{"content":"aGVsbG8="},{}]}`)
+	body, resp := te.channels.get(refs[0].ChannelID), te.channels.get(refs[1].ChannelID)
+	assert.Assert(t, body != nil && resp != nil)
+	assert.Assert(t, !opened(body) && body.items == nil && body.ctx == nil, "not opened before first use")
+	assert.Assert(t, !opened(resp) && resp.items == nil)
+	assert.Equal(t, te.channels.owned(w.workerID), 2)
+	assert.Assert(t, !chanBudgetFree(te), "the unopened channel's content is charged")
+
+	// A hostile caller with a wrong key (socket or in-process) neither
+	// opens nor drops it.
+	bad := resp
+	badRef := refs[1]
+	badRef.AccessKey = "wrong"
+	assert.Equal(t, httpStatus(t, channelURL(te, badRef)), http.StatusNotFound)
+	_, err := te.OpenChannelReader(badRef)
+	assert.Equal(t, err, ErrChannelNotFound)
+	other := te.dial(t)
+	res := other.call("drop", FnChannelsDrop, nil, string(mustJSON(t, map[string]string{"channel_id": badRef.ChannelID, "access_key": "wrong"})))
+	assert.DeepEqual(t, res["result"], map[string]any{"dropped": false})
+	assert.Assert(t, !opened(bad), "a refused open does not open it")
+	assert.Assert(t, te.channels.get(badRef.ChannelID) == bad)
+
+	// Opening with the right key makes it, content first.
+	r, err := te.OpenChannelReader(refs[0])
+	assert.NilError(t, err)
+	assert.Assert(t, opened(body) && cap(body.items) == defaultChannelBuffer)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	got, err := io.ReadAll(readerCtx{ctx, r})
+	assert.NilError(t, err)
+	assert.Equal(t, string(got), "hello")
+	pollUntil(t, "the read channel is forgotten", func() bool { return te.channels.get(refs[0].ChannelID) == nil })
+	assert.Assert(t, chanBudgetFree(te), "its charge is released once read")
+
+	// Never opened and dropped: gone, its slot free, its charge released.
+	more := createBatch(t, w, `{"channels":[{"content":"aGk="},{}]}`)
+	res = w.call("drop", FnChannelsDrop, nil, string(mustJSON(t, map[string]any{"channels": []any{refs[1], more[0], more[1]}})))
+	assert.DeepEqual(t, res["result"], map[string]any{"dropped": true, "count": float64(3)})
+	assert.Equal(t, te.channels.len(), 0)
+	assert.Equal(t, te.channels.owned(w.workerID), 0)
+	assert.Assert(t, chanBudgetFree(te), "a dropped unopened channel's charge is released")
+	assert.Equal(t, httpStatus(t, channelURL(te, more[1])), http.StatusNotFound, "a dropped ref opens nothing")
+
+	// Never opened, its creator leaves: gone too.
+	createBatch(t, w, `{"channels":[{"content":"aGk="},{}]}`)
+	assert.NilError(t, w.c.CloseNow())
+	pollUntil(t, "the leaving creator's channels removed", func() bool { return te.channels.len() == 0 })
+	assert.Equal(t, te.channels.owned(w.workerID), 0)
+	assert.Assert(t, chanBudgetFree(te))
+}
+
+// TestChannelSweepUnopened: the TTL sweep removes channels never opened,
+// releasing the content they hold.
+func TestChannelSweepUnopened(t *testing.T) {
+	te := startEngine(t, Options{ChannelTTL: 10 * time.Millisecond, ChannelSweepInterval: 5 * time.Millisecond})
+	w := te.dial(t)
+	refs := createBatch(t, w, `{"channels":[{"content":"aGVsbG8="},{}]}`)
+	pollUntil(t, "unopened channels swept", func() bool { return te.channels.len() == 0 })
+	assert.Assert(t, chanBudgetFree(te))
+	assert.Equal(t, te.channels.owned(w.workerID), 0)
+	assert.Equal(t, httpStatus(t, channelURL(te, refs[0])), http.StatusNotFound)
+}
+
+// TestChannelOpenRemoveRace: a channel removed while its ends are being
+// opened ends for everyone who took an end (none waits forever), and holds
+// no charge afterwards; run with -race.
+func TestChannelOpenRemoveRace(t *testing.T) {
+	te := startEngine(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for i := range 200 {
+		c := te.channels.create(te.Engine, 0, "")
+		if i%2 == 0 {
+			assert.NilError(t, c.prefill(ctx, []byte("x")))
+		}
+		wref, rref := c.refs()
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			if r, err := te.OpenChannelReader(rref); err == nil {
+				_, _ = io.ReadAll(readerCtx{ctx, r})
+				_ = r.Close()
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			if w, err := te.OpenChannelWriter(wref); err == nil {
+				_, _ = w.WriteContext(ctx, []byte("y"))
+				_ = w.Close()
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			te.channels.remove(c)
+		}()
+		wg.Wait()
+	}
+	assert.Equal(t, te.channels.len(), 0)
+	pollUntil(t, "every charge released", func() bool { return chanBudgetFree(te) })
+}
+
+// readerCtx reads r within ctx.
+type readerCtx struct {
+	ctx context.Context
+	r   *ChannelReader
+}
+
+func (rc readerCtx) Read(p []byte) (int, error) { return rc.r.ReadContext(rc.ctx, p) }

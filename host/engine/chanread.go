@@ -138,11 +138,5 @@ const MaxChannelsPerConnection = 256
 func (t *channelTable) owned(owner string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := 0
-	for _, c := range t.m {
-		if c.owner == owner {
-			n++
-		}
-	}
-	return n
+	return t.byOwner[owner]
 }

@@ -58,6 +58,7 @@ func (e *Engine) openChannel(ref protocol.StreamChannelRef, dir string) (*channe
 	if !taken.CompareAndSwap(false, true) {
 		return nil, ErrChannelEndTaken
 	}
+	c.open(e.ctx)
 	return c, nil
 }
 
