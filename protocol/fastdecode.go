@@ -19,15 +19,15 @@ import (
 // path (Data, Metadata, Result) are sub-slices of data, not copies: the
 // caller must not modify data afterwards.
 func DecodeFast(data []byte) (Message, error) {
-	var f callFrame
-	if !scanCallFrame(data, &f) {
+	var f CallFrame
+	if !ScanCallFrame(data, &f) {
 		return Decode(data)
 	}
-	switch f.typ {
+	switch f.Type {
 	case TypeInvokeFunction:
-		m := &InvokeFunction{InvocationID: f.invocationID, FunctionID: f.functionID, Data: nonNull(f.data),
-			Metadata: nonNull(f.metadata), Traceparent: f.traceparent, Baggage: f.baggage, Namespace: f.namespace}
-		if a := nonNull(f.action); a != nil {
+		m := &InvokeFunction{InvocationID: f.InvocationID, FunctionID: f.FunctionID, Data: nonNull(f.Data),
+			Metadata: nonNull(f.Metadata), Traceparent: f.Traceparent, Baggage: f.Baggage, Namespace: f.Namespace}
+		if a := nonNull(f.Action); a != nil {
 			var act TriggerAction
 			if json.Unmarshal(a, &act) != nil {
 				return Decode(data)
@@ -36,9 +36,9 @@ func DecodeFast(data []byte) (Message, error) {
 		}
 		return m, nil
 	case TypeInvocationResult:
-		m := &InvocationResult{InvocationID: f.invocationID, FunctionID: f.functionID, Result: f.result,
-			Traceparent: f.traceparent, Baggage: f.baggage}
-		if er := nonNull(f.errorRaw); er != nil {
+		m := &InvocationResult{InvocationID: f.InvocationID, FunctionID: f.FunctionID, Result: f.Result,
+			Traceparent: f.Traceparent, Baggage: f.Baggage}
+		if er := nonNull(f.Error); er != nil {
 			m.Error = new(ErrorBody)
 			if json.Unmarshal(er, m.Error) != nil {
 				return Decode(data)
@@ -49,19 +49,24 @@ func DecodeFast(data []byte) (Message, error) {
 	return Decode(data)
 }
 
-// callFrame holds the top-level members of a call-path frame.
-type callFrame struct {
-	typ          Type
-	invocationID string
-	functionID   string
-	traceparent  string
-	baggage      string
-	namespace    *string
-	data         []byte // raw values; nil if absent
-	result       []byte
-	metadata     []byte
-	action       []byte
-	errorRaw     []byte
+// CallFrame holds the top-level members of a call-path frame
+// (invokefunction or invocationresult) as ScanCallFrame reads them. The
+// raw members are sub-slices of the frame, nil when absent and "null" as
+// written; the nested Action and Error are left for the caller to decode.
+// The engine reads its call path with it directly, so the frame is not
+// copied into a Message on the way.
+type CallFrame struct {
+	Type         Type
+	InvocationID string
+	FunctionID   string
+	Traceparent  string
+	Baggage      string
+	Namespace    *string
+	Data         []byte
+	Result       []byte
+	Metadata     []byte
+	Action       []byte
+	Error        []byte
 }
 
 // maxFastDepth is kept well under encoding/json's nesting limit (10000):
@@ -69,10 +74,12 @@ type callFrame struct {
 // Decode refuses.
 const maxFastDepth = 9000
 
-// scanCallFrame validates data as one JSON object and fills f from its top
-// level. It reports false when the frame is not a call-path frame the fast
-// path can take as is.
-func scanCallFrame(data []byte, f *callFrame) bool {
+// ScanCallFrame validates data as one JSON object and fills f from its top
+// level as encoding/json would fill InvokeFunction or InvocationResult. It
+// reports false when the frame is not a call-path frame it can take as is
+// (see DecodeFast): the caller then decodes data with Decode, which
+// defines every answer, errors included.
+func ScanCallFrame(data []byte, f *CallFrame) bool {
 	s := jsonScanner{b: data}
 	s.ws()
 	if !s.consume('{') {
@@ -111,7 +118,7 @@ func scanCallFrame(data []byte, f *callFrame) bool {
 		return false
 	}
 	s.ws()
-	return s.i == len(data) && (f.typ == TypeInvokeFunction || f.typ == TypeInvocationResult)
+	return s.i == len(data) && (f.Type == TypeInvokeFunction || f.Type == TypeInvocationResult)
 }
 
 // plainKey accepts lowercase ASCII keys only: encoding/json matches keys
@@ -127,45 +134,45 @@ func plainKey(k []byte) bool {
 
 // set records one member as encoding/json would: later duplicates win, and
 // null leaves a string field as it was.
-func (f *callFrame) set(key, val []byte) bool {
+func (f *CallFrame) set(key, val []byte) bool {
 	switch string(key) {
 	case "type":
 		switch string(val) {
 		case `"invokefunction"`:
-			f.typ = TypeInvokeFunction
+			f.Type = TypeInvokeFunction
 		case `"invocationresult"`:
-			f.typ = TypeInvocationResult
+			f.Type = TypeInvocationResult
 		default:
 			return false
 		}
 	case "invocation_id":
-		return plainString(val, &f.invocationID)
+		return plainString(val, &f.InvocationID)
 	case "function_id":
-		return plainString(val, &f.functionID)
+		return plainString(val, &f.FunctionID)
 	case "traceparent":
-		return plainString(val, &f.traceparent)
+		return plainString(val, &f.Traceparent)
 	case "baggage":
-		return plainString(val, &f.baggage)
+		return plainString(val, &f.Baggage)
 	case "namespace":
 		if string(val) == "null" {
-			f.namespace = nil
+			f.Namespace = nil
 			return true
 		}
 		var s string
 		if !plainString(val, &s) {
 			return false
 		}
-		f.namespace = &s
+		f.Namespace = &s
 	case "data":
-		f.data = val
+		f.Data = val
 	case "result":
-		f.result = val
+		f.Result = val
 	case "metadata":
-		f.metadata = val
+		f.Metadata = val
 	case "action":
-		f.action = val
+		f.Action = val
 	case "error":
-		f.errorRaw = val
+		f.Error = val
 	}
 	return true
 }

@@ -69,8 +69,8 @@ func TestDecodeFastTakesCallFrames(t *testing.T) {
 			&InvokeFunction{FunctionID: "f", Data: json.RawMessage(`2`)}},
 	}
 	for _, tc := range cases {
-		var f callFrame
-		assert.Assert(t, scanCallFrame([]byte(tc.frame), &f), "not taken by the fast path: %s", tc.frame)
+		var f CallFrame
+		assert.Assert(t, ScanCallFrame([]byte(tc.frame), &f), "not taken by the fast path: %s", tc.frame)
 		got, err := DecodeFast([]byte(tc.frame))
 		assert.NilError(t, err)
 		assert.DeepEqual(t, got, tc.want)
@@ -91,8 +91,8 @@ func TestDecodeFastFallsBack(t *testing.T) {
 		`{"type":"invokefunction","data":` + strings.Repeat("[", maxFastDepth+5) + strings.Repeat("]", maxFastDepth+5) + `}`,
 		`{"type":"invokefunction","data":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
 	} {
-		var f callFrame
-		assert.Assert(t, !scanCallFrame([]byte(frame), &f), "taken by the fast path: %.80s", frame)
+		var f CallFrame
+		assert.Assert(t, !ScanCallFrame([]byte(frame), &f), "taken by the fast path: %.80s", frame)
 		sameDecode(t, []byte(frame))
 	}
 	// Scanned, but a nested field of the wrong shape: Decode answers.
@@ -134,7 +134,12 @@ func FuzzDecodeFast(f *testing.F) {
 	}
 	for _, s := range []string{`{"type":"invokefunction","invocation_id":"x","function_id":5}`, `{"type":"invocationresult","result":null}`,
 		`{"type":"invokefunction","data":{ "a" : [1, 2e-3, "\u00e9"] },"namespace":null}`, `{"type":"invokefunction","action":{"type":"void"}}`,
-		`{"type":"invocationresult","invocation_id":"i","error":{"code":"c","message":"m","stacktrace":"s"}}`, "\xff"} {
+		`{"type":"invocationresult","invocation_id":"i","error":{"code":"c","message":"m","stacktrace":"s"}}`, "\xff",
+		// The engine's fast path reads frames with ScanCallFrame: seeds from
+		// its former fuzz target of its own copy.
+		`{"type":"invokefunction","type":"invocationresult","invocation_id":"d"}`, `{"Type":"invokefunction","function_id":"f"}`,
+		`{"type":"invokefunction","function_id":"f","function_id":null}`, `{"type":"invokefunction","function_id":"f"} x`,
+		` { "type" : "invokefunction" , "function_id" : "f" , "data" : [ ] } `, "{\"type\":\"invokefunction\",\"function_id\":\"\xff\"}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { sameDecode(t, data) })

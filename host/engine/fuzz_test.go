@@ -5,10 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-
-	"github.com/iii-sandbox/iii/protocol"
 )
 
+// fastSeeds are call-path frames, valid and not, for the dispatcher
+// (protocol's FuzzDecodeFast holds protocol.ScanCallFrame, the fast path's
+// reader, to protocol.Decode).
 var fastSeeds = []string{
 	`{"type":"invokefunction","invocation_id":"a","function_id":"f","data":{"x":[1,2,{"y":"z"}]},"namespace":"orders"}`,
 	`{"type":"invokefunction","function_id":"f","action":{"type":"void"},"data":null,"metadata":{"m":true}}`,
@@ -24,61 +25,6 @@ var fastSeeds = []string{
 	"{\"type\":\"invokefunction\",\"function_id\":\"\xff\"}",
 	`{"type":"ping"}`,
 	` { "type" : "invokefunction" , "function_id" : "f" , "data" : [ ] } `,
-}
-
-// FuzzScanHotFrame checks the fast path against the reference decoder: it
-// may only accept valid JSON, only frames protocol.Decode accepts, and must
-// read the same fields.
-func FuzzScanHotFrame(f *testing.F) {
-	for _, s := range fastSeeds {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var h hotFrame
-		if !scanHotFrame(data, &h) {
-			return
-		}
-		if !json.Valid(data) {
-			t.Fatalf("fast path accepted invalid JSON: %q", data)
-		}
-		m, err := protocol.Decode(data)
-		if err != nil {
-			// The fast path defers action and error shapes to
-			// encoding/json; anything else Decode refuses must have been
-			// refused by the scanner.
-			var act protocol.TriggerAction
-			var eb protocol.ErrorBody
-			if (nonNullRaw(h.action) != nil && json.Unmarshal(h.action, &act) != nil) ||
-				(nonNullRaw(h.errorRaw) != nil && json.Unmarshal(h.errorRaw, &eb) != nil) {
-				return
-			}
-			t.Fatalf("fast path accepted a frame Decode refuses (%v): %q", err, data)
-		}
-		same := func(name string, a, b []byte) {
-			if !bytes.Equal(a, b) {
-				t.Fatalf("%s differs: fast %q, decode %q (frame %q)", name, a, b, data)
-			}
-		}
-		switch m := m.(type) {
-		case *protocol.InvokeFunction:
-			if h.typ != string(protocol.TypeInvokeFunction) || h.invocationID != m.InvocationID || h.functionID != m.FunctionID ||
-				h.traceparent != m.Traceparent || h.baggage != m.Baggage {
-				t.Fatalf("fields differ: %+v vs %+v", h, m)
-			}
-			if (h.namespace == nil) != (m.Namespace == nil) || (h.namespace != nil && *h.namespace != *m.Namespace) {
-				t.Fatalf("namespace differs: %v vs %v", h.namespace, m.Namespace)
-			}
-			same("data", nonNullRaw(h.data), m.Data)
-			same("metadata", nonNullRaw(h.metadata), m.Metadata)
-		case *protocol.InvocationResult:
-			if h.typ != string(protocol.TypeInvocationResult) || h.invocationID != m.InvocationID || h.functionID != m.FunctionID {
-				t.Fatalf("fields differ: %+v vs %+v", h, m)
-			}
-			same("result", h.result, m.Result)
-		default:
-			t.Fatalf("fast path took a %s frame", m.MessageType())
-		}
-	})
 }
 
 // FuzzInjectCaller: the splice always yields valid JSON, and for objects
