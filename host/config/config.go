@@ -23,8 +23,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-sandbox/iii/contract"
-	"github.com/iii-sandbox/iii/host/rbac"
 	"github.com/iii-sandbox/iii/internal/lazyre"
+	"github.com/iii-sandbox/iii/internal/rbac"
 	"github.com/iii-sandbox/iii/internal/yamlnode"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -107,7 +107,7 @@ type Listener struct {
 	// MiddlewareFunctionID is middleware_function_id: the function that
 	// sees every non-engine invoke of the listener's connections.
 	MiddlewareFunctionID string
-	// RBAC is the rbac block as canonical JSON (host/rbac.Config), "" when
+	// RBAC is the rbac block as canonical JSON (internal/rbac.Config), "" when
 	// the listener has none. A string keeps Listener comparable, so a
 	// reload sees a changed block as a changed listener.
 	RBAC string

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iii-sandbox/iii/host/rbac"
 	"github.com/iii-sandbox/iii/internal/loopback"
+	"github.com/iii-sandbox/iii/internal/rbac"
 	"github.com/iii-sandbox/iii/protocol"
 )
 

@@ -6,8 +6,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/iii-sandbox/iii/host/rbac"
 	"github.com/iii-sandbox/iii/internal/loopback"
+	"github.com/iii-sandbox/iii/internal/rbac"
 )
 
 // FuzzHandshake drives the authentication of a new connection with

@@ -12,7 +12,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/iii-sandbox/iii/host/rbac"
+	"github.com/iii-sandbox/iii/internal/rbac"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/protocol"
 )

@@ -15,7 +15,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/iii-sandbox/iii/host/rbac"
+	"github.com/iii-sandbox/iii/internal/rbac"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/iii-sandbox/iii/host/rbac"
 	"github.com/iii-sandbox/iii/internal/adaptername"
 	"github.com/iii-sandbox/iii/internal/lazyre"
+	"github.com/iii-sandbox/iii/internal/rbac"
 	"github.com/iii-sandbox/iii/protocol"
 )
 

@@ -16,7 +16,7 @@ for w in "${which[@]}"; do
   case "$w" in
   allowed)
     echo "P1s: BenchmarkAllowed (load average $(load))"
-    go test -run '^$' -bench '^BenchmarkAllowed$' -benchtime 2s -count 3 ./host/rbac |
+    go test -run '^$' -bench '^BenchmarkAllowed$' -benchtime 2s -count 3 ./internal/rbac |
       awk '/^BenchmarkAllowed/ { print $3 }' | sort -n |
       awk '{ v[++n] = $1 } END {
         if (n == 0) { print "  no result" > "/dev/stderr"; exit 1 }

@@ -28,7 +28,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-sandbox/iii/host/engine"
-	"github.com/iii-sandbox/iii/host/rbac"
+	"github.com/iii-sandbox/iii/internal/rbac"
 	"github.com/iii-sandbox/iii/protocol"
 )
 

@@ -6,6 +6,10 @@
 //
 // It holds no I/O: the engine calls the auth function and the hooks, and
 // asks this package what they allow. docs/security.md records the shapes.
+// It knows nothing of the engine's insides (it imports only the standard
+// library), so it sits in internal/, under both the engine, which may
+// import only protocol and internal/ (docs/architecture.md, "Layers"),
+// and host/config, which parses the block with it.
 package rbac
 
 import (
