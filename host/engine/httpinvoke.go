@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/iii-sandbox/iii/host/httpfn"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -14,12 +13,42 @@ import (
 // engine; one more is answered LIMIT_EXCEEDED (docs/http-functions.md).
 const MaxHTTPCalls = 1024
 
+// HTTPInvoker is the iii-http-functions worker's invoker as the engine
+// calls it: what makes the requests (the URL rules, a dialer that checks
+// the address it connects to, auth, capped answers) is host/httpfn, and
+// the layer above the engine hands it in with SetHTTPFunctions
+// (httpfn.EngineHook). It is an interface because the engine may import
+// only protocol and internal/ (docs/architecture.md, "Layers"). The
+// engine compares invokers with ==, so an implementation must be
+// comparable (a pointer, or a struct of pointers).
+type HTTPInvoker interface {
+	// Prepare checks a registration's invocation reference: an error
+	// body refuses the registration; otherwise endpoint is what to call,
+	// which the engine keeps with the function without looking into it.
+	Prepare(ref *protocol.HTTPInvocationRef) (endpoint any, errb *protocol.ErrorBody)
+	// Invoke calls an endpoint Prepare returned, possibly a previous
+	// invoker's (a new security: block applies to functions registered
+	// before it), for function functionID with data as the body; the
+	// request ends when ctx does.
+	Invoke(ctx context.Context, endpoint any, functionID string, data json.RawMessage) (json.RawMessage, *protocol.ErrorBody)
+	// Close drops its idle connections: the engine no longer calls it.
+	Close()
+}
+
 // httpFunctions is the engine's side of the iii-http-functions worker:
 // the invoker in force (nil while config.yaml does not run the worker) and
 // the calls in flight.
 type httpFunctions struct {
-	inv      atomic.Pointer[httpfn.Invoker]
+	inv      atomic.Pointer[HTTPInvoker]
 	inflight atomic.Int64
+}
+
+// invoker is the invoker in force; nil while the worker is off.
+func (h *httpFunctions) invoker() HTTPInvoker {
+	if p := h.inv.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // SetHTTPFunctions runs the iii-http-functions worker with inv, or stops it
@@ -29,10 +58,13 @@ type httpFunctions struct {
 // Stopping it drops every HTTP-invocation function, as upstream never
 // registers one without the worker: callers then get function_not_found,
 // and new registrations are refused.
-func (e *Engine) SetHTTPFunctions(inv *httpfn.Invoker) {
-	old := e.httpFns.inv.Swap(inv)
-	if old != nil && old != inv {
-		old.Close()
+func (e *Engine) SetHTTPFunctions(inv HTTPInvoker) {
+	var next *HTTPInvoker
+	if inv != nil {
+		next = &inv
+	}
+	if old := e.httpFns.inv.Swap(next); old != nil && *old != inv {
+		(*old).Close()
 	}
 	if inv != nil {
 		return
@@ -45,7 +77,7 @@ func (e *Engine) SetHTTPFunctions(inv *httpfn.Invoker) {
 }
 
 // HTTPFunctions is the invoker in force; nil while the worker is off.
-func (e *Engine) HTTPFunctions() *httpfn.Invoker { return e.httpFns.inv.Load() }
+func (e *Engine) HTTPFunctions() HTTPInvoker { return e.httpFns.invoker() }
 
 // admitHTTPFunction decides a registration that carries an HTTP
 // invocation (docs/http-functions.md, "Who may register one"): the worker
@@ -54,7 +86,7 @@ func (e *Engine) HTTPFunctions() *httpfn.Invoker { return e.httpFns.inv.Load() }
 // reference must pass the invoker's checks. It keeps the checked endpoint
 // in f.
 func (e *Engine) admitHTTPFunction(w *worker, f *function) *protocol.ErrorBody {
-	inv := e.httpFns.inv.Load()
+	inv := e.httpFns.invoker()
 	if inv == nil {
 		return &protocol.ErrorBody{Code: protocol.CodeFunctionNotInvokable,
 			Message: "function " + f.id + " has an HTTP invocation, and this engine does not run iii-http-functions: add `- name: iii-http-functions` to the workers of config.yaml (docs/http-functions.md)"}
@@ -80,7 +112,7 @@ func (e *Engine) admitHTTPFunction(w *worker, f *function) *protocol.ErrorBody {
 // invokeHTTP calls f's endpoint with data. The call ends when ctx does or
 // f's owner detaches (invocation_stopped).
 func (e *Engine) invokeHTTP(ctx context.Context, f *function, data json.RawMessage) (json.RawMessage, error) {
-	inv := e.httpFns.inv.Load()
+	inv := e.httpFns.invoker()
 	if inv == nil || f.httpEP == nil {
 		return nil, httpNotInvokable(f)
 	}

@@ -49,7 +49,7 @@ func setHTTP(t *testing.T, te *testEngine, sec httpfn.Security, env map[string]s
 	t.Helper()
 	inv, err := httpfn.New(httpfn.Options{Security: sec, LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
 	assert.NilError(t, err)
-	te.SetHTTPFunctions(inv)
+	te.SetHTTPFunctions(httpfn.EngineHook{Invoker: inv})
 	t.Cleanup(func() { te.SetHTTPFunctions(nil) })
 }
 
@@ -250,7 +250,7 @@ func TestHTTPFunctionsStopRacesRegistrations(t *testing.T) {
 	// The engine applies the frames on the connection's goroutine while
 	// this one stops and restarts the worker.
 	for round := range 50 {
-		te.SetHTTPFunctions(inv)
+		te.SetHTTPFunctions(httpfn.EngineHook{Invoker: inv})
 		for i := range 20 {
 			w.send(&protocol.RegisterFunction{ID: fmt.Sprintf("race::r%d-%d", round, i), Invocation: &protocol.HTTPInvocationRef{URL: srv.URL + "/echo"}})
 		}

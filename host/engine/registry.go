@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/iii-sandbox/iii/host/httpfn"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -28,9 +27,10 @@ type function struct {
 	inline bool
 	// http marks a function registered with an HTTP invocation reference;
 	// httpEP is that reference as iii-http-functions admitted it
-	// (httpinvoke.go): the engine calls the endpoint itself.
+	// (HTTPInvoker.Prepare's endpoint, httpinvoke.go): the engine calls
+	// the endpoint itself.
 	http   *protocol.HTTPInvocationRef
-	httpEP *httpfn.Endpoint
+	httpEP any
 	// privileged functions answer UNAUTHORIZED to callers without the
 	// engine token.
 	privileged bool

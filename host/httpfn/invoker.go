@@ -159,6 +159,36 @@ func (inv *Invoker) Close() { inv.client.CloseIdleConnections() }
 // Security is the block the invoker applies.
 func (inv *Invoker) Security() Security { return inv.v.Security() }
 
+// EngineHook is an Invoker as the engine calls it (engine.HTTPInvoker),
+// wired in by host/server: host/engine may not import this package
+// (docs/architecture.md, "Layers"), so it keeps the *Endpoint Prepare
+// returns without knowing its type and hands it back to Invoke.
+type EngineHook struct{ Invoker *Invoker }
+
+// Prepare is Invoker.Prepare with the endpoint untyped; nil on an error
+// (never a nil *Endpoint in an interface).
+func (h EngineHook) Prepare(ref *protocol.HTTPInvocationRef) (any, *protocol.ErrorBody) {
+	ep, errb := h.Invoker.Prepare(ref)
+	if errb != nil {
+		return nil, errb
+	}
+	return ep, nil
+}
+
+// Invoke is Invoker.Invoke on an endpoint Prepare returned (any
+// Invoker's: an Endpoint does not depend on the one that prepared it).
+func (h EngineHook) Invoke(ctx context.Context, endpoint any, functionID string, data json.RawMessage) (json.RawMessage, *protocol.ErrorBody) {
+	ep, ok := endpoint.(*Endpoint)
+	if !ok || ep == nil {
+		return nil, &protocol.ErrorBody{Code: CodeHTTPRequestFailed,
+			Message: fmt.Sprintf("function %s: the endpoint to call is a %T, not one an iii-http-functions invoker prepared", functionID, endpoint)}
+	}
+	return h.Invoker.Invoke(ctx, ep, functionID, data)
+}
+
+// Close is Invoker.Close.
+func (h EngineHook) Close() { h.Invoker.Close() }
+
 // blockedDialError is a connection the dialer refused.
 type blockedDialError struct {
 	addr netip.Addr

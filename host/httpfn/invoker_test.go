@@ -372,3 +372,37 @@ func TestRedact(t *testing.T) {
 	assert.Equal(t, redact("https://u:p@h.example/x?token=1#f"), "https://h.example/x")
 	assert.Equal(t, redact("https://h.example/a@b"), "https://h.example/a@b")
 }
+
+// The engine calls an Invoker through EngineHook: a prepared endpoint goes
+// back to Invoke untyped, even to another Invoker (a reload's); a refused
+// registration is a nil endpoint, not a nil *Endpoint in an interface; and
+// what no invoker prepared is refused, not called.
+func TestEngineHook(t *testing.T) {
+	srv, s := endpoints(t, false)
+	first := EngineHook{Invoker: newInvoker(t, Options{Security: loopbackOK()})}
+	ep, errb := first.Prepare(&protocol.HTTPInvocationRef{URL: srv.URL + "/echo", Method: http.MethodPut})
+	assert.Assert(t, errb == nil, "%v", errb)
+
+	next := EngineHook{Invoker: newInvoker(t, Options{Security: loopbackOK()})}
+	out, errb := next.Invoke(t.Context(), ep, "svc::echo", json.RawMessage(`{"n":1}`))
+	assert.Assert(t, errb == nil, "%v", errb)
+	assert.Equal(t, strings.TrimSpace(string(out)), `{"body":{"n":1},"method":"PUT"}`)
+	assert.Equal(t, s.hits("/echo"), 1)
+
+	// The new invoker's rules apply to the old endpoint.
+	strict := EngineHook{Invoker: newInvoker(t, Options{Security: DefaultSecurity()})}
+	_, errb = strict.Invoke(t.Context(), ep, "svc::echo", nil)
+	assert.Assert(t, errb != nil)
+	assert.Equal(t, errb.Code, CodeURLValidationFailed)
+
+	refused, errb := first.Prepare(&protocol.HTTPInvocationRef{URL: "://bad-url"})
+	assert.Assert(t, errb != nil)
+	assert.Assert(t, refused == nil, "refused registration gave endpoint %#v", refused)
+
+	for _, bad := range []any{nil, (*Endpoint)(nil), "http://127.0.0.1/"} {
+		_, errb = first.Invoke(t.Context(), bad, "svc::echo", nil)
+		assert.Assert(t, errb != nil, "%#v", bad)
+		assert.Equal(t, errb.Code, CodeHTTPRequestFailed)
+	}
+	assert.Equal(t, s.hits("/echo"), 1)
+}

@@ -27,7 +27,7 @@ func (s *Server) syncHTTPFunctions(prev, next *config.HTTPFunctions) {
 		s.eng.SetHTTPFunctions(nil)
 		return
 	}
-	s.eng.SetHTTPFunctions(inv)
+	s.eng.SetHTTPFunctions(httpfn.EngineHook{Invoker: inv})
 	s.log.Info("iii-http-functions running", "worker", next.Name, "url_allowlist", sec.URLAllowlist,
 		"block_private_ips", sec.BlockPrivateIPs, "require_https", sec.RequireHTTPS)
 }

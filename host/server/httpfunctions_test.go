@@ -30,7 +30,9 @@ func TestHTTPFunctionsWorkerReload(t *testing.T) {
 	loopback := listenerConfig(port) + "  - name: iii-http-functions\n    config:\n      security: { url_allowlist: ['127.0.0.1'], block_private_ips: false, require_https: false }\n"
 	writeConfig(t, path, loopback)
 	r := serve(t, path)
-	assert.DeepEqual(t, r.s.Engine().HTTPFunctions().Security(), httpfn.Security{URLAllowlist: []string{"127.0.0.1"}})
+	sec, on := httpSecurity(t, r)
+	assert.Assert(t, on)
+	assert.DeepEqual(t, sec, httpfn.Security{URLAllowlist: []string{"127.0.0.1"}})
 
 	owner := dial(t, addr)
 	register := func() {
@@ -56,7 +58,7 @@ func TestHTTPFunctionsWorkerReload(t *testing.T) {
 	// loopback endpoint at the next call.
 	writeConfig(t, path, listenerConfig(port)+"  - name: iii-http-functions\n")
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if inv := r.s.Engine().HTTPFunctions(); inv == nil || !inv.Security().RequireHTTPS {
+		if sec, on := httpSecurity(t, r); !on || !sec.RequireHTTPS {
 			return poll.Continue("the new security block is not in force")
 		}
 		return poll.Success()
@@ -88,6 +90,19 @@ func TestHTTPFunctionsWorkerReload(t *testing.T) {
 	register()
 	_, errb = caller.call(t, "remote::echo", `{}`)
 	assert.Assert(t, errb == nil, "%+v", errb)
+}
+
+// httpSecurity is the security: block of the invoker the engine calls;
+// on is false while iii-http-functions is off.
+func httpSecurity(t *testing.T, r *running) (sec httpfn.Security, on bool) {
+	t.Helper()
+	h := r.s.Engine().HTTPFunctions()
+	if h == nil {
+		return httpfn.Security{}, false
+	}
+	hook, ok := h.(httpfn.EngineHook)
+	assert.Assert(t, ok, "the engine calls a %T, not host/httpfn's invoker", h)
+	return hook.Invoker.Security(), true
 }
 
 // An unknown key is INVALID_CONFIG at start, as upstream's
