@@ -3,8 +3,11 @@ package client
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
+
+	"github.com/iii-sandbox/iii/protocol"
 )
 
 // The fast read of the engine's channels reply agrees with encoding/json
@@ -73,5 +76,70 @@ func TestChannelsPayload(t *testing.T) {
 	}
 	if _, err := channelsPayload([]ChannelSpec{{Filled: true, Content: make([]byte, MaxChannelContent+1)}}); CodeOf(err) != CodeInvalidArgument {
 		t.Fatalf("oversized content: %v", err)
+	}
+}
+
+// The engine's reply, as json.Marshal writes it, is read by the exact
+// match; the general scan and encoding/json read the same.
+func TestMatchChannelPairs(t *testing.T) {
+	type pair = map[string]protocol.StreamChannelRef
+	ref := func(id, key, dir string) protocol.StreamChannelRef {
+		return protocol.StreamChannelRef{ChannelID: id, AccessKey: key, Direction: dir}
+	}
+	for _, n := range []int{0, 1, 2, 16} {
+		out := make([]pair, n)
+		for i := range out {
+			id, key := fmt.Sprintf("0f8fad5b-d9cb-469f-a165-70867728950%d", i%10), fmt.Sprintf("7c9e6679-7425-40de-944b-e07fc1f90ae%d", i%10)
+			out[i] = pair{"writer": ref(id, key, protocol.DirectionWrite), "reader": ref(id, key, protocol.DirectionRead)}
+		}
+		raw, err := json.Marshal(map[string]any{"channels": out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := matchChannelPairs(raw)
+		if !ok || len(got) != n {
+			t.Fatalf("the engine's reply %s does not take the exact match: %v %d", raw, ok, len(got))
+		}
+		sameChannelPairs(t, raw)
+	}
+	// Near misses go to the general scan (sameChannelPairs compares).
+	for _, raw := range []string{
+		`{"channels":[{"reader":{"channel_id":"a","access_key":"k","direction":"read"},"writer":{"channel_id":"a","access_key":"k","direction":"write"}}]}x`,
+		`{"channels":[{"reader":{"channel_id":"a\u0062","access_key":"k","direction":"read"},"writer":{"channel_id":"a","access_key":"k","direction":"write"}}]}`,
+		`{"channels":[{"reader":{"channel_id":"a","access_key":"k","direction":"write"},"writer":{"channel_id":"a","access_key":"k","direction":"read"}}]}`,
+		`{"channels":[{"reader":{"channel_id":"ÿ","access_key":"k","direction":"read"},"writer":{"channel_id":"a","access_key":"k","direction":"write"}}]}`,
+		`{"channels":[{"reader":{"channel_id":"a","access_key":"k","direction":"read"},"writer":{"channel_id":"a","access_key":"k","direction":"write"}},]}`,
+	} {
+		if _, ok := matchChannelPairs([]byte(raw)); ok {
+			t.Fatalf("exact match took %s", raw)
+		}
+		sameChannelPairs(t, []byte(raw))
+	}
+}
+
+// dropPayload writes what Call's encoder writes for the same refs.
+func TestDropPayload(t *testing.T) {
+	type ref struct {
+		ChannelID string `json:"channel_id"`
+		AccessKey string `json:"access_key"`
+	}
+	for _, refs := range [][]protocol.StreamChannelRef{
+		{{ChannelID: "0f8fad5b-d9cb-469f-a165-708677289501", AccessKey: "7c9e6679-7425-40de-944b-e07fc1f90ae7", Direction: "read"}},
+		{{ChannelID: "a", AccessKey: "b"}, {ChannelID: "c<&>", AccessKey: "d"}},
+		{{ChannelID: "a\"b", AccessKey: "\n\u2028é"}},
+		{},
+	} {
+		in := make([]ref, len(refs))
+		for i, r := range refs {
+			in[i] = ref{r.ChannelID, r.AccessKey}
+		}
+		want, err := marshalValue(map[string]any{"channels": in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := marshalValue(dropPayload(refs))
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("dropPayload(%v) = %s, %v; want %s", refs, got, err, want)
+		}
 	}
 }
