@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +193,16 @@ func TestDecodeMessage(t *testing.T) {
 		{"fs no op", `{"type":"fs"}`, nil, "op is empty"},
 		{"started zero pid", `{"type":"started","pid":0}`, nil, "pid"},
 		{"error no code", `{"type":"error"}`, nil, "without a code"},
+		// encoding/json takes the last of duplicate keys and matches keys
+		// in any case: the one-pass decode must not read the first tag.
+		{"a later type wins", `{"type":"exec","argv":["x"],"type":"shutdown"}`, &ShutdownRequest{}, ""},
+		{"a later TYPE wins", `{"type":"exec","argv":["x"],"TyPe":"shutdown"}`, &ShutdownRequest{}, ""},
+		{"an escaped type wins", `{"type":"exec","argv":["x"],"typ\u0065":"shutdown"}`, &ShutdownRequest{}, ""},
+		{"type inside a value", `{"type":"exec","argv":["type","TYPE"]}`, &ExecRequest{Argv: []string{"type", "TYPE"}}, ""},
+		{"non-ASCII", `{"type":"exec","argv":["é"]}`, &ExecRequest{Argv: []string{"é"}}, ""},
+		{"tag not first", `{"argv":["x"],"type":"exec"}`, &ExecRequest{Argv: []string{"x"}}, ""},
+		{"trailing garbage", `{"type":"exec","argv":["x"]}x`, nil, "decode message"},
+		{"tag not plain", `{"type":"ex\u0065c","argv":["x"]}`, &ExecRequest{Argv: []string{"x"}}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -203,6 +215,21 @@ func TestDecodeMessage(t *testing.T) {
 			assert.DeepEqual(t, got, tc.want)
 		})
 	}
+}
+
+// decodeTwoPass is DecodeMessage without its one-pass shortcut: the type
+// tag read by a decode of its own, then the message.
+func decodeTwoPass(p []byte) (Message, error) {
+	var env struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(p, &env); err != nil {
+		return nil, fmt.Errorf("agentproto: decode message: %w", err)
+	}
+	if env.Type == nil {
+		return nil, errors.New(`agentproto: decode message: no "type"`)
+	}
+	return decodeTyped(p, *env.Type)
 }
 
 func TestEncodeMessageRoundTrip(t *testing.T) {
@@ -422,8 +449,15 @@ func FuzzDecodeMessage(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	f.Add([]byte(`{"type":"exec","argv":["x"],"TYPE":"shutdown"}`))
+	f.Add([]byte(`{"type":"exec","argv":["x"],"typ\u0065":"fs","op":"ls"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeMessage(data)
+		// The one-pass shortcut decodes exactly what two passes do.
+		m2, err2 := decodeTwoPass(data)
+		if fmt.Sprint(err) != fmt.Sprint(err2) || !reflect.DeepEqual(m, m2) {
+			t.Fatalf("one pass: %#v, %v; two passes: %#v, %v", m, err, m2, err2)
+		}
 		if err == nil {
 			// Whatever decodes re-encodes and decodes to the same value.
 			p, err := EncodeMessage(m)
@@ -547,4 +581,63 @@ func TestNetStatsPayload(t *testing.T) {
 			assert.Equal(t, tc.n.Payload(), tc.want)
 		})
 	}
+}
+
+// stepReader hands out its bytes in the sizes listed, one per Read, and
+// counts the Reads.
+type stepReader struct {
+	data  []byte
+	steps []int
+	reads int
+}
+
+func (r *stepReader) Read(p []byte) (int, error) {
+	r.reads++
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := len(r.data)
+	if len(r.steps) > 0 {
+		n, r.steps = min(r.steps[0], n), r.steps[1:]
+	}
+	n = copy(p, r.data[:n])
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// TestFrameBuffered: it says yes exactly when reading the next frame makes
+// no Read on the source.
+func TestFrameBuffered(t *testing.T) {
+	var wire bytes.Buffer
+	assert.NilError(t, WriteFrame(&wire, Frame{Kind: KindControl, Stream: 1, Payload: []byte(`{"type":"cancel"}`)}))
+	first := wire.Len()
+	assert.NilError(t, WriteFrame(&wire, Frame{Kind: KindStdin, Stream: 1, Payload: bytes.Repeat([]byte("x"), 100)}))
+	assert.NilError(t, WriteFrame(&wire, Frame{Kind: KindWindow, Stream: 1, Payload: WindowPayload(5)}))
+	// The source yields the first frame and half the second, then the
+	// rest.
+	src := &stepReader{data: wire.Bytes(), steps: []int{first + HeaderSize + 50}}
+	br := bufio.NewReader(src)
+	assert.Assert(t, !FrameBuffered(br), "nothing is buffered yet")
+	_, err := br.Peek(1)
+	assert.NilError(t, err)
+	assert.Equal(t, src.reads, 1)
+	assert.Assert(t, FrameBuffered(br))
+	_, err = ReadFrameBuffered(br)
+	assert.NilError(t, err)
+	assert.Equal(t, src.reads, 1)
+	assert.Assert(t, !FrameBuffered(br), "only half of the second frame is buffered")
+	_, err = ReadFrameBuffered(br)
+	assert.NilError(t, err)
+	assert.Equal(t, src.reads, 2)
+	assert.Assert(t, FrameBuffered(br))
+	_, err = ReadFrameBuffered(br)
+	assert.NilError(t, err)
+	assert.Equal(t, src.reads, 2)
+	assert.Assert(t, !FrameBuffered(br))
+
+	// A header announcing more than the buffer holds (Magic read as a
+	// header looks like this) is not buffered.
+	br = bufio.NewReader(strings.NewReader(Magic + "0123456789"))
+	_, _ = br.Peek(1)
+	assert.Assert(t, !FrameBuffered(br))
 }

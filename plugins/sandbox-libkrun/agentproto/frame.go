@@ -236,6 +236,20 @@ func ParseWindow(p []byte) (uint32, error) {
 	return n, nil
 }
 
+// FrameBuffered reports whether br already holds the whole next frame, so
+// that reading it makes no read on br's source (which may block).
+func FrameBuffered(br *bufio.Reader) bool {
+	n := br.Buffered()
+	if n < HeaderSize {
+		return false
+	}
+	h, err := br.Peek(HeaderSize)
+	if err != nil {
+		return false
+	}
+	return int64(n) >= HeaderSize+int64(binary.BigEndian.Uint32(h[0:4]))
+}
+
 // ReadFrameBuffered is ReadFrame for a buffered reader. When the header
 // announces an oversized payload it consumes nothing, so the caller can
 // resynchronise with SkipToMagic from that very byte: a new connection's

@@ -1,6 +1,7 @@
 package agentproto
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -373,6 +374,14 @@ func EncodeMessage(m Message) ([]byte, error) {
 // DecodeMessage parses one control message. Unknown fields are ignored so a
 // newer minor can add them.
 func DecodeMessage(p []byte) (Message, error) {
+	if t, ok := leadingType(p); ok {
+		// One pass instead of two: the second decode below checks the
+		// whole message anyway. Whatever it refuses goes the long way,
+		// so errors read the same either way.
+		if m, err := decodeTyped(p, t); err == nil {
+			return m, nil
+		}
+	}
 	var env struct {
 		Type *string `json:"type"`
 	}
@@ -382,8 +391,47 @@ func DecodeMessage(p []byte) (Message, error) {
 	if env.Type == nil {
 		return nil, errors.New(`agentproto: decode message: no "type"`)
 	}
+	return decodeTyped(p, *env.Type)
+}
+
+// leadingType reads the type tag where EncodeMessage puts it, first and
+// plainly spelled ({"type":"exec",...}), when no other key can be read as
+// "type": encoding/json matches keys without regard to case and takes the
+// last of duplicates, so a message with anything like another "type" in
+// it, an escape or a non-ASCII byte (Unicode case folding) is left to the
+// full decode.
+func leadingType(p []byte) (string, bool) {
+	const prefix = `{"type":"`
+	if !bytes.HasPrefix(p, []byte(prefix)) {
+		return "", false
+	}
+	rest := p[len(prefix):]
+	end := bytes.IndexByte(rest, '"')
+	if end <= 0 {
+		return "", false
+	}
+	for _, c := range rest[:end] {
+		if (c < 'a' || c > 'z') && c != '_' {
+			return "", false
+		}
+	}
+	after := rest[end+1:]
+	for i, c := range after {
+		if c == '\\' || c >= 0x80 {
+			return "", false
+		}
+		// ASCII letters only differ in case by bit 0x20.
+		if c|0x20 == 't' && i+4 <= len(after) && after[i+1]|0x20 == 'y' && after[i+2]|0x20 == 'p' && after[i+3]|0x20 == 'e' {
+			return "", false
+		}
+	}
+	return string(rest[:end]), true
+}
+
+// decodeTyped decodes p as the message of type t.
+func decodeTyped(p []byte, t string) (Message, error) {
 	var m Message
-	switch *env.Type {
+	switch t {
 	case TypeExec:
 		m = &ExecRequest{}
 	case TypeFS:
@@ -417,13 +465,13 @@ func DecodeMessage(p []byte) (Message, error) {
 	case TypeError:
 		m = &Error{}
 	default:
-		return nil, fmt.Errorf("agentproto: %w %q", ErrUnknownMessage, *env.Type)
+		return nil, fmt.Errorf("agentproto: %w %q", ErrUnknownMessage, t)
 	}
 	if err := json.Unmarshal(p, m); err != nil {
-		return nil, fmt.Errorf("agentproto: decode %s: %w", *env.Type, err)
+		return nil, fmt.Errorf("agentproto: decode %s: %w", t, err)
 	}
 	if err := validate(m); err != nil {
-		return nil, fmt.Errorf("agentproto: decode %s: %w", *env.Type, err)
+		return nil, fmt.Errorf("agentproto: decode %s: %w", t, err)
 	}
 	return m, nil
 }
