@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"time"
 
@@ -446,7 +447,20 @@ func (s *session) close() {
 }
 
 func (s *session) serve(br *bufio.Reader) error {
+	// readied: a frame since the last yield handed work to another
+	// goroutine (a new operation, input, send credit).
+	readied := false
 	for {
+		if readied && !agentproto.FrameBuffered(br) {
+			// The next read blocks in a syscall on the port, and a
+			// goroutine blocked in a syscall keeps its P until sysmon
+			// takes it back: with one vCPU (GOMAXPROCS 1) the work just
+			// handed out would wait for that, a whole timer tick (4 ms)
+			// on a guest kernel without high-resolution timers. Let it
+			// run first; it parks again at its own next wait.
+			readied = false
+			runtime.Gosched()
+		}
 		// A new host connection reaches the port as more bytes of the same
 		// stream (QEMU's chardev gives the guest no end of file), so the
 		// next host's Magic and hello can follow this session's frames.
@@ -468,6 +482,7 @@ func (s *session) serve(br *bufio.Reader) error {
 			}
 			if done {
 				s.control(f.Stream, msg)
+				readied = true
 			}
 		case f.Kind == agentproto.KindWindow:
 			n, err := agentproto.ParseWindow(f.Payload)
@@ -476,9 +491,11 @@ func (s *session) serve(br *bufio.Reader) error {
 			}
 			if st := s.lookup(f.Stream); st != nil {
 				st.send.Grant(int(n))
+				readied = true
 			}
 		case f.Kind.IsData():
 			s.data(f)
+			readied = true
 		case f.Kind == agentproto.KindHello:
 			return errors.New("hello inside a session")
 		}
