@@ -39,39 +39,41 @@ func (e *Executor) Run(ctx context.Context, req *agentproto.ExecRequest, eio Exe
 	if dir == "" {
 		dir = "/"
 	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, agentproto.Errorf(agentproto.CodeInvalidRequest, "workdir %s does not exist or is not a directory", dir)
-	}
 	maxOut := req.MaxOutputBytes
 	if maxOut == 0 {
 		maxOut = agentproto.DefaultMaxOutput
 	}
 
+	// The workdir is not checked up front: the child's chdir checks it, and
+	// notRunnable tells a bad workdir from a bad program when something
+	// fails. A stat here would cost every exec a syscall for the rare
+	// failure.
 	prog, err := lookPath(req.Argv[0], envValue(env, "PATH"), dir)
 	if err != nil {
-		return e.notRunnable(ctx, req.Argv[0], err, eio)
+		return e.notRunnable(ctx, req.Argv[0], dir, err, eio)
 	}
 
-	stdoutR, stdoutW, err := os.Pipe()
+	stdoutR, stdoutW, err := childPipe(false)
 	if err != nil {
 		return nil, agentproto.Errorf(agentproto.CodeInternal, "stdout pipe: %v", err)
 	}
 	defer stdoutR.Close()
-	stderrR, stderrW, err := os.Pipe()
+	stderrR, stderrW, err := childPipe(false)
 	if err != nil {
-		_ = stdoutW.Close()
+		_ = syscall.Close(stdoutW)
 		return nil, agentproto.Errorf(agentproto.CodeInternal, "stderr pipe: %v", err)
 	}
 	defer stderrR.Close()
-	var stdinChild, stdinW *os.File
+	var stdinW *os.File
+	var stdinChild int
 	if eio.Stdin != nil {
-		stdinChild, stdinW, err = os.Pipe()
+		stdinW, stdinChild, err = childPipe(true)
 	} else {
-		stdinChild, err = os.Open(os.DevNull)
+		stdinChild, err = syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	}
 	if err != nil {
-		_ = stdoutW.Close()
-		_ = stderrW.Close()
+		_ = syscall.Close(stdoutW)
+		_ = syscall.Close(stderrW)
 		return nil, agentproto.Errorf(agentproto.CodeInternal, "stdin: %v", err)
 	}
 
@@ -80,7 +82,7 @@ func (e *Executor) Run(ctx context.Context, req *agentproto.ExecRequest, eio Exe
 		return syscall.ForkExec(prog, req.Argv, &syscall.ProcAttr{
 			Dir:   dir,
 			Env:   env,
-			Files: []uintptr{stdinChild.Fd(), stdoutW.Fd(), stderrW.Fd()},
+			Files: []uintptr{uintptr(stdinChild), uintptr(stdoutW), uintptr(stderrW)},
 			// A new session makes the exec a process group of its own
 			// (pgid = pid) and marks every descendant with session id =
 			// pid, so a timeout can find and kill even those that moved
@@ -88,16 +90,16 @@ func (e *Executor) Run(ctx context.Context, req *agentproto.ExecRequest, eio Exe
 			Sys: &syscall.SysProcAttr{Setsid: true},
 		})
 	})
-	_ = stdinChild.Close()
-	_ = stdoutW.Close()
-	_ = stderrW.Close()
+	_ = syscall.Close(stdinChild)
+	_ = syscall.Close(stdoutW)
+	_ = syscall.Close(stderrW)
 	if err != nil {
 		if stdinW != nil {
 			_ = stdinW.Close()
 		}
 		var errno syscall.Errno
 		if errors.As(err, &errno) {
-			return e.notRunnable(ctx, req.Argv[0], errno, eio)
+			return e.notRunnable(ctx, req.Argv[0], dir, errno, eio)
 		}
 		return nil, agentproto.Errorf(agentproto.CodeInternal, "start %s: %v", req.Argv[0], err)
 	}
@@ -108,11 +110,11 @@ func (e *Executor) Run(ctx context.Context, req *agentproto.ExecRequest, eio Exe
 	// Output pumps run until the pipes close or the drain grace ends.
 	outCtx, stopOut := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopOut()
-	var outWG sync.WaitGroup
+	// Each pump reports on pumped when its pipe has closed.
+	pumped := make(chan struct{}, 2)
 	var stdoutTrunc, stderrTrunc bool
-	outWG.Add(2)
-	go func() { defer outWG.Done(); stdoutTrunc = pump(outCtx, stdoutR, eio.Stdout, maxOut) }()
-	go func() { defer outWG.Done(); stderrTrunc = pump(outCtx, stderrR, eio.Stderr, maxOut) }()
+	go func() { stdoutTrunc = pump(outCtx, stdoutR, eio.Stdout, maxOut); pumped <- struct{}{} }()
+	go func() { stderrTrunc = pump(outCtx, stderrR, eio.Stderr, maxOut); pumped <- struct{}{} }()
 
 	stdinCtx, stopStdin := context.WithCancel(ctx)
 	defer stopStdin()
@@ -152,19 +154,24 @@ wait:
 	stopStdin()
 	stdinWG.Wait()
 
-	outDone := make(chan struct{})
-	go func() { outWG.Wait(); close(outDone) }()
 	grace := e.DrainGrace
 	if grace == 0 {
 		grace = DefaultDrainGrace
 	}
-	select {
-	case <-outDone:
-	case <-time.After(grace):
-		stopOut()
-		_ = stdoutR.Close()
-		_ = stderrR.Close()
-		<-outDone
+	drainTimer := time.NewTimer(grace)
+	defer drainTimer.Stop()
+	for left := 2; left > 0; {
+		select {
+		case <-pumped:
+			left--
+		case <-drainTimer.C:
+			stopOut()
+			_ = stdoutR.Close()
+			_ = stderrR.Close()
+			for ; left > 0; left-- {
+				<-pumped
+			}
+		}
 	}
 
 	st := &agentproto.ExitStatus{
@@ -188,7 +195,12 @@ wait:
 
 // notRunnable reports a program that could not be started the way a shell
 // does: a message on stderr and exit 127 (missing) or 126 (not executable).
-func (e *Executor) notRunnable(ctx context.Context, name string, err error, eio ExecIO) (*agentproto.ExitStatus, error) {
+// A workdir that is not a directory fails the request instead: the lookup
+// and the child's chdir report it as one of the same errors.
+func (e *Executor) notRunnable(ctx context.Context, name, dir string, err error, eio ExecIO) (*agentproto.ExitStatus, error) {
+	if fi, serr := os.Stat(dir); serr != nil || !fi.IsDir() {
+		return nil, agentproto.Errorf(agentproto.CodeInvalidRequest, "workdir %s does not exist or is not a directory", dir)
+	}
 	code, what := 127, "command not found"
 	switch {
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM), errors.Is(err, syscall.ENOEXEC),
@@ -204,15 +216,50 @@ func (e *Executor) notRunnable(ctx context.Context, name string, err error, eio 
 	return &agentproto.ExitStatus{ExitCode: code}, nil
 }
 
+// childPipe makes a pipe between the agent and a child: the child's end is
+// a plain blocking descriptor (closed with syscall.Close once the child has
+// it), the agent's end an *os.File on the runtime's poller. os.Pipe would
+// put both ends on the poller and make them non-blocking, and handing the
+// child its end (Fd) would then make that one blocking again: syscalls
+// every exec paid for nothing.
+func childPipe(childReads bool) (ours *os.File, child int, err error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		return nil, -1, err
+	}
+	mine, child := p[0], p[1]
+	if childReads {
+		mine, child = p[1], p[0]
+	}
+	if err := syscall.SetNonblock(mine, true); err != nil {
+		_ = syscall.Close(p[0])
+		_ = syscall.Close(p[1])
+		return nil, -1, err
+	}
+	// NewFile sees a non-blocking descriptor and puts it on the poller.
+	return os.NewFile(uintptr(mine), "|"), child, nil
+}
+
+// minPumpBuffer is the size of pump's first read.
+const minPumpBuffer = 4 << 10
+
 // pump reads r until it closes, handing at most limit bytes to sink and
 // dropping the rest, so the process never blocks on a full pipe. It reports
 // whether output was dropped.
 func pump(ctx context.Context, r io.Reader, sink func(context.Context, []byte) error, limit int64) (truncated bool) {
 	var sent int64
 	sinkOK := sink != nil
+	// Each read gets a buffer of its own (the sink may keep it), sized by
+	// the last read: most execs print little or nothing, and zeroing two
+	// ChunkSize buffers per exec was most of an exec's allocation; a
+	// process that fills its buffer gets twice as much next time.
+	size := minPumpBuffer
 	for {
-		buf := make([]byte, agentproto.ChunkSize)
+		buf := make([]byte, size)
 		n, err := r.Read(buf)
+		if n == size {
+			size = min(2*size, agentproto.ChunkSize)
+		}
 		if n > 0 {
 			keep := int64(n)
 			if sent+keep > limit {
@@ -282,7 +329,8 @@ func envValue(env []string, key string) string {
 
 // lookPath finds a program the way execvp does, but in the PATH of the
 // exec's own environment (not the agent's). It returns ENOENT when nothing
-// is found and EACCES when only non-executable candidates are.
+// is found and EACCES when only non-executable candidates are. A name with
+// a slash is returned as it is, for execve to judge.
 func lookPath(file, pathEnv, dir string) (string, error) {
 	check := func(p string) error {
 		full := p
@@ -303,9 +351,9 @@ func lookPath(file, pathEnv, dir string) (string, error) {
 		return nil
 	}
 	if strings.Contains(file, "/") {
-		if err := check(file); err != nil {
-			return "", err
-		}
+		// A path is not searched: execve itself reports what a stat
+		// would (ENOENT, EACCES for a directory or a file without x),
+		// and notRunnable turns that into 127 or 126.
 		return file, nil
 	}
 	found := error(syscall.ENOENT)

@@ -117,8 +117,17 @@ func TestExecResults(t *testing.T) {
 }
 
 func TestExecBadWorkdir(t *testing.T) {
-	_, err := newExecutor().Run(context.Background(), &agentproto.ExecRequest{Argv: []string{"true"}, Workdir: "/no/such/dir"}, ExecIO{})
-	assert.Equal(t, codeOf(t, err), agentproto.CodeInvalidRequest)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	assert.NilError(t, os.WriteFile(file, nil, 0o755))
+	// The workdir is judged only when the program does not start, so
+	// every way of naming the program must still report the workdir.
+	for _, argv0 := range []string{"true", "/bin/true", "./file", "no-such-program", "/no/such/program"} {
+		for _, wd := range []string{"/no/such/dir", file} {
+			_, err := newExecutor().Run(context.Background(), &agentproto.ExecRequest{Argv: []string{argv0}, Workdir: wd}, ExecIO{})
+			assert.Equal(t, codeOf(t, err), agentproto.CodeInvalidRequest, "%s in %s", argv0, wd)
+		}
+	}
 }
 
 func TestExecTruncatesButDrains(t *testing.T) {
