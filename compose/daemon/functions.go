@@ -358,7 +358,8 @@ func (d *Daemon) restartAll(ctx context.Context, r *request) (any, error) {
 
 // restartOne stops and starts one container; its dependencies and
 // dependents are left as they are. An adapter restarts through the
-// plugin host (every sandbox it ran ends).
+// plugin host (its sandboxes and worker VMs are adopted by the new
+// process: restartAdapterWithVMs).
 func (p *project) restartOne(ctx context.Context, f *composefile.File, key string) *opResult {
 	res := newOp()
 	c := p.get(key)
@@ -383,9 +384,12 @@ func (p *project) restartOne(ctx context.Context, f *composefile.File, key strin
 
 // restartAdapterWithVMs restarts a running adapter container through the
 // plugin host, with a freshly merged configuration (new host roots among
-// it); every sandbox it ran ends. The worker VMs it ran are stopped first,
-// gracefully, and started again once it runs: their state directories
-// stay, so they keep their disks.
+// it) and, when the lock names another binary, from that one (an upgrade).
+// The worker VMs it boots are not stopped: an adapter that keeps its
+// sandboxes (sandbox-libkrun's adopt_grace_ms) detaches them at its stop
+// and the new process adopts them, with their commands, disks and engine
+// connections. A VM container whose VM did not come back (an adapter
+// without a grace, or one that expired) is started again, keeping its disk.
 func (p *project) restartAdapterWithVMs(ctx context.Context, f *composefile.File, c *container, decl *composefile.Container) *opResult {
 	res := newOp()
 	af, aerr := p.augment(f)
@@ -402,9 +406,6 @@ func (p *project) restartAdapterWithVMs(ctx context.Context, f *composefile.File
 			vms = append(vms, k)
 		}
 	}
-	for i := len(vms) - 1; i >= 0; i-- {
-		p.stopOne(ctx, p.get(vms[i]), nil)
-	}
 	p.mu.Lock()
 	c.decl = decl
 	p.mu.Unlock()
@@ -413,13 +414,25 @@ func (p *project) restartAdapterWithVMs(ctx context.Context, f *composefile.File
 		for _, k := range vms {
 			reason := compose.New(CodeDependencyFailed, fmt.Sprintf(
 				"container %q runs in a VM that %q boots, and that adapter did not come back from its restart; start the project again with compose::up", k, c.key))
-			p.setState(p.get(k), state.StatusFailed, reason)
+			p.stopOne(ctx, p.get(k), reason)
 			res.add(containerResult{Container: k, State: state.StatusFailed, Error: errJSON(reason)})
 		}
 		return res
 	}
 	res.add(containerResult{Container: c.key, State: c.state, Changed: true})
 	for _, k := range vms {
+		vc := p.get(k)
+		p.mu.Lock()
+		ref := vc.vm
+		p.mu.Unlock()
+		if ref != nil {
+			if st, err := p.d.vmStatus(ctx, ref); err == nil && !ended(st.State) {
+				p.d.log.Info("a VM worker outlived its adapter's restart", "container", k, "vm_id", ref.id, "state", st.State)
+				res.add(containerResult{Container: k, State: vc.state})
+				continue
+			}
+		}
+		p.stopOne(ctx, vc, nil)
 		if _, err := p.startOne(ctx, af, k); err != nil {
 			res.add(containerResult{Container: k, State: state.StatusFailed, Error: errJSON(asComposeError(err))})
 			continue

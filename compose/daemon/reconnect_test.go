@@ -18,6 +18,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/host/server"
+	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
 
@@ -50,11 +51,17 @@ func goWorker() int {
 // startEngineAt starts a real engine on a fixed loopback port.
 func startEngineAt(t *testing.T, port int) (url string, stop func()) {
 	t.Helper()
+	return startEngineAtWith(t, port, "")
+}
+
+// startEngineAtWith is startEngineAt with extra config.yaml lines.
+func startEngineAtWith(t *testing.T, port int, extra string) (url string, stop func()) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yaml")
 	assert.NilError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(
-		"workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: %d }\n  - name: configuration\n    config: { adapter: { name: fs, config: { directory: %s } } }\n",
-		port, filepath.Join(dir, "store"))), 0o600))
+		"workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: %d }\n  - name: configuration\n    config: { adapter: { name: fs, config: { directory: %s } } }\n%s",
+		port, filepath.Join(dir, "store"), extra)), 0o600))
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := server.Start(ctx, server.Options{ConfigPath: cfg, Logger: hclog.NewNullLogger(), Version: "0.26.0"})
 	assert.NilError(t, err)
@@ -128,4 +135,88 @@ containers:
 	assert.Check(t, lastErr != nil && lastErr.Code == CodeDependencyFailed)
 	s, _, _ = st.of("comes-back")
 	assert.Check(t, is.Equal(s, "ready"))
+}
+
+// An engine restart takes the adapters Compose started through its plugin
+// host with it; when the connection comes back Compose starts its adapter
+// container again, from the same package and with the same configuration,
+// and the dependents that reconnect stay ready. Nothing is recorded
+// failed. (The sandboxes and worker VMs the adapter ran are adopted by the
+// new adapter process: tests/e2e's TestComposeSurvivesEngineRestartAndUpgrade
+// shows that with real VMs.)
+func TestAdapterRevivedAfterEngineRestart(t *testing.T) {
+	reg := publishedRegistry(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	assert.NilError(t, l.Close())
+	// No sandbox: binding, so the restarted engine starts no adapter by
+	// itself: only Compose can bring it back.
+	url, stopEngine := startEngineAt(t, port)
+	exe, err := os.Executable()
+	assert.NilError(t, err)
+	sd := dirs.Short(t, "rvs")
+	file := fmt.Sprintf(`namespace: rv
+startup_timeout: 60s
+containers:
+  sandbox-libkrun:
+    worker: package://sandbox-libkrun
+    version: '^0.3'
+    config_override:
+      state_dir: %[3]s
+      max_concurrent_sandboxes: 7
+  api:
+    worker: path://./a
+    start_after: [sandbox-libkrun]
+    scripts: { run: '%[1]s %[2]s' }
+`, exe, goWorkerCommand, sd)
+	dir := newProject(t, file, "a")
+	d := startDaemon(t, Options{EngineURL: url, Cwd: dir, Packages: PackageOptions{Registry: reg}})
+	c := caller(t, url)
+	var up opResult
+	assert.NilError(t, call(t, c, "rv", "compose::up", nil, &up))
+	assert.Equal(t, up.Status, "ok", "%+v %+v", up, up.Containers[0].Error)
+	path := adapterPath(t, c, "rv", "sandbox-libkrun")
+	assert.NilError(t, c.Close(context.Background()))
+
+	stopEngine()
+	startEngineAt(t, port)
+	c = caller(t, url)
+	var list struct {
+		Adapters []adapterStatus `json:"adapters"`
+	}
+	waitUntil(t, "the adapter running again after the engine restart", func() bool {
+		if err := call(t, c, "default", "engine::adapters::list", nil, &list); err != nil {
+			return false
+		}
+		for _, a := range list.Adapters {
+			if a.Adapter == "sandbox-libkrun" && a.Namespace == "rv" && a.State == "running" {
+				return true
+			}
+		}
+		return false
+	})
+	assert.Check(t, is.Equal(adapterPath(t, c, "rv", "sandbox-libkrun"), path), "the same package runs")
+	// The configuration it ran with: config_override and the package's
+	// defaults, merged again.
+	raw, err := c.Call(context.Background(), "configuration::get", map[string]any{"id": EntryID("rv", "sandbox-libkrun")})
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(raw), `"max_concurrent_sandboxes":7`))
+	assert.Check(t, is.Contains(string(raw), sd))
+	var st statusReply
+	waitUntil(t, "every container ready again", func() bool {
+		if err := call(t, c, "rv", "compose::status", nil, &st); err != nil {
+			return false
+		}
+		a, _, _ := st.of("sandbox-libkrun")
+		b, _, _ := st.of("api")
+		return a == "ready" && b == "ready"
+	})
+	for _, key := range []string{"sandbox-libkrun", "api"} {
+		_, _, lastErr := st.of(key)
+		assert.Check(t, lastErr == nil, "%s: %+v", key, lastErr)
+	}
+	assert.Check(t, is.Contains(d.out.String(), "sandbox-libkrun: the engine restarted without it; starting it again"))
+	// Down while the engine is there: the cleanup stops the engine first.
+	assert.NilError(t, call(t, c, "rv", "compose::down", nil, &up))
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/state"
 )
 
@@ -14,8 +15,10 @@ import (
 // a worker that exited takes its transitive dependents down, dependents
 // first, and is recorded failed; nothing restarts by itself. After the
 // engine connection came back, every running worker has its
-// startup_timeout to register again. A project busy with an operation is
-// skipped this tick: the operation watches its own starts.
+// startup_timeout to register again, and an adapter container the engine
+// no longer runs (the engine restarted) is started again (reviveAdapter).
+// A project busy with an operation is skipped this tick: the operation
+// watches its own starts.
 func (p *project) superviseTick(ctx context.Context, reconnected, connected bool) {
 	if !p.tryAcquire() {
 		return
@@ -58,7 +61,16 @@ func (p *project) superviseTick(ctx context.Context, reconnected, connected bool
 	if connected {
 		for _, c := range adapters {
 			st, found, err := adapterState(ctx, p.d.eng, c.adapter)
-			if err != nil || !found {
+			if err != nil {
+				continue
+			}
+			if p.adapterLost(c, st, found) {
+				if err := p.reviveAdapter(ctx, f, c); err != nil {
+					failures = append(failures, failure{c, asComposeError(err)})
+				}
+				continue
+			}
+			if !found {
 				continue
 			}
 			switch st.State {
@@ -158,4 +170,39 @@ func (p *project) takeDown(ctx context.Context, c *container, reason *compose.Er
 	}
 	p.d.log.Warn("a container stopped running", "container", c.key, "code", reason.Code, "dependents_stopped", stopped)
 	p.stopOne(ctx, c, reason)
+}
+
+// adapterLost reports whether an adapter container this daemon started is
+// gone from the engine it reconnected to: after the engine connection came
+// back (reregisterBy set) the plugin host lists no such adapter (a
+// restarted engine runs only what its config.yaml binds), lists it not
+// running (the engine's own start of its installed adapter failed), or
+// runs one from another binary (the engine started its installed adapter
+// itself). A
+// container the engine never lost is left alone, and so is one an operator
+// stopped on a connection that never dropped: Compose restarts nothing by
+// itself (spec §5.10); bringing back what an engine restart took is not a
+// restart of the worker, whose sandboxes and VMs the new adapter adopts.
+func (p *project) adapterLost(c *container, st adapterStatus, found bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !c.owned || c.reregisterBy.IsZero() || c.state != state.StatusReady {
+		return false
+	}
+	return !found || st.State != "running" || (st.Path != "" && c.adapterPath != "" && st.Path != c.adapterPath)
+}
+
+// reviveAdapter starts an adapter container again after an engine restart,
+// from the binary and with the configuration it ran with (its package from
+// the lock, the layers merged again): the new adapter process adopts the
+// sandboxes and worker VMs the old one left (sandbox-libkrun's
+// adopt_grace_ms), so nothing the project ran is lost.
+func (p *project) reviveAdapter(ctx context.Context, f *composefile.File, c *container) error {
+	pi, err := p.packageOf(ctx, f, c.key)
+	if err != nil {
+		return err
+	}
+	p.d.log.Info("the engine no longer runs a sandbox adapter of this project: starting it again", "container", c.key, "adapter", c.adapter.name, "namespace", c.adapter.ns)
+	fmt.Fprintf(p.d.out, "compose: %s: the engine restarted without it; starting it again (its sandboxes and VM workers are adopted)\n", c.key)
+	return p.startAdapter(ctx, f, c, pi)
 }

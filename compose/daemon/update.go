@@ -32,7 +32,8 @@ type updateResult struct {
 	Added   []string `json:"added"`
 	Removed []string `json:"removed"`
 	// Restarted: the whole project restarted once, because content
-	// changed while it ran.
+	// changed while it ran; or, when only running sandbox adapters
+	// changed, just those (Up lists them and their VM workers).
 	Restarted bool      `json:"restarted"`
 	Down      *opResult `json:"down,omitempty"`
 	Up        *opResult `json:"up,omitempty"`
@@ -351,6 +352,21 @@ func (d *Daemon) update(ctx context.Context, p *project, f *composefile.File, ol
 	if err := d.checkEngineSection(nf); err != nil {
 		return nil, err
 	}
+	if keys := p.onlyAdaptersChanged(nf, res); keys != nil {
+		// Only running sandbox adapters changed (compose::update
+		// worker=sandbox-libkrun): each restarts from its new binary in
+		// place, and its sandboxes and worker VMs are adopted by the new
+		// process; the rest of the project keeps running.
+		p.setFile(nf)
+		res.Restarted = true
+		res.Up = newOp()
+		for _, key := range keys {
+			for _, cr := range p.restartAdapterWithVMs(ctx, nf, p.get(key), nf.Containers[key]).Containers {
+				res.Up.add(cr)
+			}
+		}
+		return res, nil
+	}
 	// The whole project restarts once, on the new lock.
 	res.Restarted = true
 	res.Down = p.down(ctx, p.currentFile(), nil)
@@ -367,4 +383,32 @@ func (d *Daemon) update(ctx context.Context, p *project, f *composefile.File, ol
 		return nil, err
 	}
 	return res, nil
+}
+
+// onlyAdaptersChanged returns the containers an update changed when they
+// are all running sandbox adapter containers and nothing was added or
+// removed, else nil: then the project restarts as a whole.
+func (p *project) onlyAdaptersChanged(nf *composefile.File, res *updateResult) []string {
+	if len(res.Added)+len(res.Removed) > 0 {
+		return nil
+	}
+	var keys []string
+	for _, u := range res.Updated {
+		if !u.Changed {
+			continue
+		}
+		decl := nf.Containers[u.Container]
+		if decl == nil || !p.isAdapter(nf, decl) {
+			return nil
+		}
+		p.mu.Lock()
+		c := p.cs[u.Container]
+		running := c != nil && c.adapter != nil && c.running()
+		p.mu.Unlock()
+		if !running {
+			return nil
+		}
+		keys = append(keys, u.Container)
+	}
+	return keys
 }

@@ -110,8 +110,9 @@ type vmRemoveReply struct {
 //   - vm-workers.json records the adapter version that ran it;
 //   - a path:// VM worker outside the compose directory added while the
 //     adapter runs fails with SPAWN_FAILED carrying S501; restarting the
-//     adapter admits it (the running VM worker comes back), and compose::up
-//     then starts it;
+//     adapter admits it (the running VM worker is adopted by the new
+//     adapter process, its command going on), and compose::up then starts
+//     it;
 //   - compose::down stops the VMs (their state stays); compose::remove
 //     after down starts the declared adapter just for the call, deletes
 //     the state directory, and stops the adapter again.
@@ -229,7 +230,7 @@ func TestVMWorkerPathDot(t *testing.T) {
 	assert.Check(t, is.Contains(failed.Error.Message, "compose::restart worker=sandbox-libkrun"))
 
 	// Restarting the adapter reads the new roots; the VM worker it ran
-	// comes back with its state; compose::up then starts the new one.
+	// goes on in its VM, adopted; compose::up then starts the new one.
 	var restarted opResult
 	assert.NilError(t, callLong(t, c, "vmp", "compose::restart", map[string]any{"worker": "sandbox-libkrun"}, &restarted))
 	assert.Equal(t, restarted.Status, "ok", "%+v", restarted)
@@ -240,7 +241,11 @@ func TestVMWorkerPathDot(t *testing.T) {
 	for _, e := range logs.Containers[0].Entries {
 		text.WriteString(e.Message + "\n")
 	}
-	assert.Check(t, is.Contains(text.String(), "install: already done on this disk"), "the disk survived the adapter's restart")
+	assert.Check(t, is.Contains(text.String(), "adopted by a new adapter process"), "the VM worker outlived the adapter's restart")
+	assert.Check(t, !strings.Contains(text.String(), "install: already done on this disk"), "the VM worker was not started again")
+	assert.NilError(t, call(t, c, "vmp", "compose::status", nil, &st))
+	s, _, _ = st.of("vmtest")
+	assert.Equal(t, s, "ready")
 	assert.NilError(t, callLong(t, c, "vmp", "compose::up", nil, &up))
 	assert.Equal(t, up.Status, "ok", "%+v", up)
 	assert.NilError(t, callLong(t, c, "vmp", sharedKey+"::probe", map[string]any{"n": 3}, &got))
