@@ -131,10 +131,9 @@ func (cs *ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams,
 		}
 		return nil, fmt.Errorf("create the request's channels: %w", err)
 	}
-	s := &clientStreams{cs: cs, reqR: pairs[0].Reader, resW: pairs[1].Writer, resR: pairs[1].Reader, opened: make(chan struct{})}
-	// The ends live as long as the request, not as the call that opened them.
-	s.octx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s := &clientStreams{cs: cs, reqR: pairs[0].Reader, resW: pairs[1].Writer, resR: pairs[1].Reader, rctx: ctx}
 	if !filled {
+		s.endsContext()
 		s.wrote = make(chan struct{})
 		reqW := pairs[0].Writer
 		go func() {
@@ -154,17 +153,27 @@ func (cs *ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams,
 type clientStreams struct {
 	cs               *ClientStreams
 	reqR, resW, resR protocol.StreamChannelRef
-	octx             context.Context
-	cancel           context.CancelFunc
-	early            *time.Timer
+	rctx             context.Context // the request's
+	// octx is what the worker's ends live in: as long as the request, not
+	// as the call that opened them. Made only for a request that opens an
+	// end (endsContext): most open none.
+	octx   context.Context
+	cancel context.CancelFunc
+	early  *time.Timer
 
 	openOnce sync.Once
 	opening  atomic.Bool   // the read end of response is being (or was) opened
-	opened   chan struct{} // closed once it is open, or failed to
+	opened   chan struct{} // made when opening begins; closed once it is open, or failed to
 	reader   *client.ChannelReader
 	openErr  error
 	wrote    chan struct{} // nil when the body was created with its channel
 	once     sync.Once
+}
+
+// endsContext makes octx; called before the request's ends are shared
+// (from Open) or under openOnce.
+func (s *clientStreams) endsContext() {
+	s.octx, s.cancel = context.WithCancel(context.WithoutCancel(s.rctx))
 }
 
 func (s *clientStreams) Refs() (protocol.StreamChannelRef, protocol.StreamChannelRef) {
@@ -175,6 +184,10 @@ func (s *clientStreams) Refs() (protocol.StreamChannelRef, protocol.StreamChanne
 // in the background.
 func (s *clientStreams) openResponse() {
 	s.openOnce.Do(func() {
+		if s.octx == nil {
+			s.endsContext()
+		}
+		s.opened = make(chan struct{})
 		s.opening.Store(true)
 		go func() {
 			defer close(s.opened)
@@ -203,8 +216,10 @@ func (s *clientStreams) Close() {
 		// still writing its response, a body nobody reads); it goes out in
 		// the background, batched with other requests'.
 		s.cs.drops.add(s.reqR, s.resR)
-		s.cancel()
 		s.openOnce.Do(func() {}) // too late for the timer to open it now
+		if s.cancel != nil {
+			s.cancel()
+		}
 		if s.opening.Load() {
 			<-s.opened
 			if s.reader != nil {

@@ -26,13 +26,22 @@ import (
 // and an app worker whose routes are bound with trigger type http.
 func streamingWorker(t *testing.T, timeoutMS int) (url string, app *client.Client) {
 	t.Helper()
-	env := enginetest.Start(t, enginetest.Options{ClientName: "test", Wait: waitfor.Default, CallTimeout: waitfor.Default})
+	url, app, _, _ = streamingWorkerEnv(t, timeoutMS)
+	return url, app
+}
+
+// streamingWorkerEnv is streamingWorker, with the engine's environment and
+// the worker's channels.
+func streamingWorkerEnv(t *testing.T, timeoutMS int) (url string, app *client.Client, env *enginetest.Env, cs *ClientStreams) {
+	t.Helper()
+	env = enginetest.Start(t, enginetest.Options{ClientName: "test", Wait: waitfor.Default, CallTimeout: waitfor.Default})
 	hc := env.Anonymous(t, "http")
 	cfg, err := ParseConfig(json.RawMessage(fmt.Sprintf(`{"port":0,"default_timeout":%d}`, timeoutMS)))
 	assert.NilError(t, err)
 	assert.Check(t, cfg.StreamingOn(), "streaming is on by default")
 	w := New(cfg, Options{Invoker: ClientInvoker{C: hc}})
-	w.SetStreams(NewClientStreams(hc, nil))
+	cs = NewClientStreams(hc, nil)
+	w.SetStreams(cs)
 	assert.NilError(t, w.Listen())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Default)
@@ -40,7 +49,7 @@ func streamingWorker(t *testing.T, timeoutMS int) (url string, app *client.Clien
 		assert.Check(t, w.Close(ctx))
 	})
 	assert.NilError(t, w.Register(hc, "http"))
-	return "http://" + w.Addr().String(), env.Anonymous(t, "app")
+	return "http://" + w.Addr().String(), env.Anonymous(t, "app"), env, cs
 }
 
 func route(t *testing.T, app *client.Client, fn, path, method string, h client.Handler) {
@@ -296,5 +305,127 @@ func TestStreamingManyRequestsAtOnce(t *testing.T) {
 	}
 	for range n {
 		assert.Check(t, waitfor.Recv(t, errs, waitfor.Default, "a response"))
+	}
+}
+
+// requestRefs is the channel refs one request's function received.
+type requestRefs struct{ body, response protocol.StreamChannelRef }
+
+// A request whose function uses neither channel leaves nothing behind: once
+// it is answered, its refs open nothing (the worker dropped the channels,
+// which the engine had never opened).
+func TestStreamingUnusedChannelsCleanedUp(t *testing.T) {
+	url, app, _, cs := streamingWorkerEnv(t, 5000)
+	got := make(chan requestRefs, 10)
+	route(t, app, "app::plain", "/plain", "GET", func(_ context.Context, inv *client.Invocation) (any, error) {
+		var req Request
+		if err := json.Unmarshal(inv.Data, &req); err != nil || req.RequestBody == nil || req.Response == nil {
+			return nil, fmt.Errorf("no channel refs in %s (%v)", inv.Data, err)
+		}
+		got <- requestRefs{*req.RequestBody, *req.Response}
+		return map[string]any{"status_code": 200, "body": "ok"}, nil
+	})
+	resp, body := do(t, "GET", url+"/plain", "")
+	assert.Assert(t, resp.StatusCode == 200, body)
+	var refs requestRefs
+	for len(got) > 0 {
+		refs = <-got // the last request's (do may have retried)
+	}
+	// A request's slot is given back once the engine has answered the
+	// drop of its channels.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if n := len(cs.slots); n > 0 {
+			return poll.Continue("%d requests' channels not dropped yet", n)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(waitfor.Default), poll.WithDelay(10*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Default)
+	defer cancel()
+	_, err := app.OpenChannelReader(ctx, refs.body)
+	assert.Check(t, is.Equal(client.CodeOf(err), client.CodeChannelUnavailable), "%v", err)
+	_, err = app.OpenChannelWriter(ctx, refs.response)
+	assert.Check(t, is.Equal(client.CodeOf(err), client.CodeChannelUnavailable), "%v", err)
+	worker := refs.response // the worker's end, which it never opened
+	worker.Direction = protocol.DirectionRead
+	_, err = app.OpenChannelReader(ctx, worker)
+	assert.Check(t, is.Equal(client.CodeOf(err), client.CodeChannelUnavailable), "%v", err)
+}
+
+// While a request runs, another caller that did not get its refs cannot use
+// its channels: a guessed key, or another request's key with this id, is
+// refused like an unknown channel, and does not take the end from the
+// function, which then streams its response as usual.
+func TestStreamingForeignCallerRefused(t *testing.T) {
+	url, app, env, _ := streamingWorkerEnv(t, 5000)
+	intruder := env.Anonymous(t, "intruder")
+	got := make(chan requestRefs, 10)
+	proceed := make(chan struct{})
+	route(t, app, "app::slow", "/slow", "POST", func(ctx context.Context, inv *client.Invocation) (any, error) {
+		var req Request
+		if err := json.Unmarshal(inv.Data, &req); err != nil || req.RequestBody == nil || req.Response == nil {
+			return nil, fmt.Errorf("no channel refs in %s (%v)", inv.Data, err)
+		}
+		got <- requestRefs{*req.RequestBody, *req.Response}
+		select {
+		case <-proceed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		w, err := app.OpenChannelWriter(ctx, *req.Response)
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			defer w.Close()
+			_, _ = w.Write([]byte("streamed"))
+		}()
+		return nil, nil
+	})
+	route(t, app, "app::other", "/other", "GET", func(_ context.Context, inv *client.Invocation) (any, error) {
+		var req Request
+		_ = json.Unmarshal(inv.Data, &req)
+		got <- requestRefs{*req.RequestBody, *req.Response}
+		return map[string]any{"status_code": 200, "body": "ok"}, nil
+	})
+	// Both routes exist before the slow request is sent once.
+	resp, body := do(t, "GET", url+"/other", "")
+	assert.Assert(t, resp.StatusCode == 200, body)
+	other := <-got
+	answered := make(chan string, 1)
+	go func() {
+		r, err := http.Post(url+"/slow", "text/plain", strings.NewReader("x"))
+		if err != nil {
+			answered <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		answered <- fmt.Sprintf("%d %s", r.StatusCode, b)
+	}()
+	var refs requestRefs
+	select {
+	case refs = <-got:
+	case <-time.After(waitfor.Default):
+		t.Fatal("the slow route was not called")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Default)
+	defer cancel()
+	for _, ref := range []protocol.StreamChannelRef{
+		{ChannelID: refs.response.ChannelID, AccessKey: "00000000-0000-4000-8000-000000000000", Direction: protocol.DirectionWrite},
+		{ChannelID: refs.response.ChannelID, AccessKey: other.response.AccessKey, Direction: protocol.DirectionWrite},
+	} {
+		_, err := intruder.OpenChannelWriter(ctx, ref)
+		assert.Check(t, is.Equal(client.CodeOf(err), client.CodeChannelUnavailable), "%v", err)
+	}
+	bad := refs.body
+	bad.AccessKey = other.body.AccessKey
+	_, err := intruder.OpenChannelReader(ctx, bad)
+	assert.Check(t, is.Equal(client.CodeOf(err), client.CodeChannelUnavailable), "%v", err)
+	close(proceed)
+	select {
+	case a := <-answered:
+		assert.Check(t, is.Equal(a, "200 streamed"))
+	case <-time.After(waitfor.Default):
+		t.Fatal("the slow request was not answered")
 	}
 }
