@@ -189,8 +189,21 @@ func (p *project) startAdapter(ctx context.Context, f *composefile.File, c *cont
 		p.stopOne(ctx, c, asComposeError(err))
 		return err
 	}
+	p.noteAdapterPID(ctx, c, ref)
 	p.setState(c, state.StatusReady, nil)
 	return nil
+}
+
+// noteAdapterPID records the process the plugin host runs the adapter as
+// (adapterLost compares it after an engine restart).
+func (p *project) noteAdapterPID(ctx context.Context, c *container, ref *adapterRef) {
+	pid := 0
+	if st, found, err := adapterState(ctx, p.d.eng, ref); err == nil && found && st.State == "running" {
+		pid = st.PID
+	}
+	p.mu.Lock()
+	c.adapterPID = pid
+	p.mu.Unlock()
 }
 
 func adapterFailed(key string, ref *adapterRef, err error) error {
@@ -242,6 +255,7 @@ func (p *project) restartAdapter(ctx context.Context, f *composefile.File, c *co
 		p.stopOne(ctx, c, asComposeError(err))
 		return err
 	}
+	p.noteAdapterPID(ctx, c, ref)
 	p.setState(c, state.StatusReady, nil)
 	return nil
 }

@@ -510,6 +510,10 @@ func (d *Daemon) supervise() {
 	t := time.NewTicker(supervisePoll)
 	defer t.Stop()
 	wasConnected := true
+	lastID := ""
+	if d.cl != nil {
+		lastID = d.cl.WorkerID()
+	}
 	for {
 		select {
 		case <-d.bgCtx.Done():
@@ -519,8 +523,19 @@ func (d *Daemon) supervise() {
 		case <-t.C:
 		}
 		connected := d.cl == nil || d.cl.Connected()
-		reconnected := connected && !wasConnected
+		// Every connection gets a new worker id: an engine that stopped
+		// and started between two ticks (a quick restart, or a tick late on
+		// a loaded host) is seen by its id even when no tick saw the
+		// connection down.
+		id := ""
+		if d.cl != nil {
+			id = d.cl.WorkerID()
+		}
+		reconnected := connected && (!wasConnected || (lastID != "" && id != lastID))
 		wasConnected = connected
+		if connected {
+			lastID = id
+		}
 		d.mu.Lock()
 		if d.stopping {
 			d.mu.Unlock()

@@ -65,8 +65,12 @@ type container struct {
 	proc    *proc.Process          // host worker
 	adapter *adapterRef            // adapter container
 	vm      *vmRef                 // VM container (kept after a stop: its logs stay readable)
-	// adapterPath is the binary the adapter was started from.
+	// adapterPath is the binary the adapter was started from, and
+	// adapterPID the process the plugin host ran it as when it came up
+	// (0: not known): after an engine restart another pid means another
+	// process, which Compose did not start (reviveAdapter).
 	adapterPath string
+	adapterPID  int
 	owned       bool
 	foreign     int // pid of a live process from a crashed run whose identity could not be checked
 	log         *proc.Log

@@ -216,7 +216,7 @@ containers:
 		_, _, lastErr := st.of(key)
 		assert.Check(t, lastErr == nil, "%s: %+v", key, lastErr)
 	}
-	assert.Check(t, is.Contains(d.out.String(), "sandbox-libkrun: the engine restarted without it; starting it again"))
+	assert.Check(t, is.Contains(d.out.String(), "sandbox-libkrun: the engine restarted; starting the adapter again"))
 	// Down while the engine is there: the cleanup stops the engine first.
 	assert.NilError(t, call(t, c, "rv", "compose::down", nil, &up))
 }

@@ -177,8 +177,9 @@ func (p *project) takeDown(ctx context.Context, c *container, reason *compose.Er
 // back (reregisterBy set) the plugin host lists no such adapter (a
 // restarted engine runs only what its config.yaml binds), lists it not
 // running (the engine's own start of its installed adapter failed), or
-// runs one from another binary (the engine started its installed adapter
-// itself). A
+// runs another process (the engine started its installed adapter itself,
+// with its config.yaml's sandbox.config: Compose takes it over, as at its
+// own start, so config_override and host_roots apply again). A
 // container the engine never lost is left alone, and so is one an operator
 // stopped on a connection that never dropped: Compose restarts nothing by
 // itself (spec §5.10); bringing back what an engine restart took is not a
@@ -189,7 +190,9 @@ func (p *project) adapterLost(c *container, st adapterStatus, found bool) bool {
 	if !c.owned || c.reregisterBy.IsZero() || c.state != state.StatusReady {
 		return false
 	}
-	return !found || st.State != "running" || (st.Path != "" && c.adapterPath != "" && st.Path != c.adapterPath)
+	return !found || st.State != "running" ||
+		(st.Path != "" && c.adapterPath != "" && st.Path != c.adapterPath) ||
+		(st.PID != 0 && c.adapterPID != 0 && st.PID != c.adapterPID)
 }
 
 // reviveAdapter starts an adapter container again after an engine restart,
@@ -202,7 +205,7 @@ func (p *project) reviveAdapter(ctx context.Context, f *composefile.File, c *con
 	if err != nil {
 		return err
 	}
-	p.d.log.Info("the engine no longer runs a sandbox adapter of this project: starting it again", "container", c.key, "adapter", c.adapter.name, "namespace", c.adapter.ns)
-	fmt.Fprintf(p.d.out, "compose: %s: the engine restarted without it; starting it again (its sandboxes and VM workers are adopted)\n", c.key)
+	p.d.log.Info("the engine came back without this project's sandbox adapter process: starting it again", "container", c.key, "adapter", c.adapter.name, "namespace", c.adapter.ns)
+	fmt.Fprintf(p.d.out, "compose: %s: the engine restarted; starting the adapter again from its package (it adopts its sandboxes and VM workers)\n", c.key)
 	return p.startAdapter(ctx, f, c, pi)
 }
