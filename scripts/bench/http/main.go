@@ -51,6 +51,7 @@ func main() {
 	dur := flag.Duration("dur", 6*time.Second, "measuring time per path")
 	rounds := flag.Int("rounds", 3, "interleaved slices per path")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run here")
 	only := flag.String("only", "", "measure only these paths (comma-separated: worker,nethttp,engine,listener,streaming); ratios need worker and nethttp")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -63,6 +64,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench http:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
+	}
+	if *memprofile != "" {
+		f, err := os.Create(*memprofile)
+		if err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(f, 0)
+			_ = f.Close()
+		}
 	}
 }
 
@@ -223,13 +231,19 @@ func run(clients int, dur time.Duration, rounds int, only string) error {
 	lat := map[string][]time.Duration{}
 	done := map[string]int{}
 	cpu := map[string]time.Duration{}
+	mallocs, allocBytes := map[string]uint64{}, map[string]uint64{}
 	fails := map[string]int64{}
 	for r := range rounds {
 		for j := range paths {
 			p := paths[(j+r)%len(paths)]
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
 			c0 := cpuTime()
 			s, f := load(clients, dur/time.Duration(rounds), func() error { return one(p.url) })
 			cpu[p.name] += cpuTime() - c0
+			runtime.ReadMemStats(&m1)
+			mallocs[p.name] += m1.Mallocs - m0.Mallocs
+			allocBytes[p.name] += m1.TotalAlloc - m0.TotalAlloc
 			lat[p.name] = append(lat[p.name], s...)
 			done[p.name] += len(s)
 			fails[p.name] += f
@@ -247,9 +261,14 @@ func run(clients int, dur time.Duration, rounds int, only string) error {
 	// machine other work keeps busy, where requests/s mostly measures the
 	// share of the CPUs the run got, it is the steadier figure.
 	cpuPer := func(name string) time.Duration { return cpu[name] / time.Duration(max(done[name], 1)) }
-	fmt.Printf("  %-12s %10s %10s %12s %10s %8s\n", "path", "p50", "p99", "req/s", "cpu/req", "failed")
+	// Allocations per request (the whole process's, as CPU time) do not
+	// depend on what else the machine runs: on a busy machine they show a
+	// change that CPU time and requests/s blur.
+	perReq := func(m map[string]uint64, name string) uint64 { return m[name] / uint64(max(done[name], 1)) }
+	fmt.Printf("  %-12s %10s %10s %12s %10s %10s %10s %8s\n", "path", "p50", "p99", "req/s", "cpu/req", "allocs/req", "B/req", "failed")
 	for _, p := range paths {
-		fmt.Printf("  %-12s %10s %10s %12.0f %10s %8d\n", p.name, us(pct(p.name, 50)), us(pct(p.name, 99)), rate(p.name), us(cpuPer(p.name)), fails[p.name])
+		fmt.Printf("  %-12s %10s %10s %12.0f %10s %10d %10d %8d\n", p.name, us(pct(p.name, 50)), us(pct(p.name, 99)), rate(p.name), us(cpuPer(p.name)),
+			perReq(mallocs, p.name), perReq(allocBytes, p.name), fails[p.name])
 	}
 	if only != "" {
 		return nil // the ratios need every path
