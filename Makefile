@@ -95,11 +95,12 @@ demo: ## Set up and run the main job end to end (builds what it runs first, then
 fmt: ## Format the code.
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
 
-vet: ## go vet (this host, darwin, linux/arm64) and a gofmt check.
+vet: ## go vet (this host, darwin, linux/arm64), a gofmt check and golangci-lint (.golangci.yml).
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
 	GOOS=linux GOARCH=arm64 $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	./tools/lint/run.sh
 
 fuzz: ## Run every fuzz target for a short while.
 	./scripts/fuzz.sh

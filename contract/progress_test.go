@@ -21,8 +21,6 @@ import (
 	"github.com/iii-sandbox/iii/protocol"
 )
 
-func u64(v uint64) *uint64 { return &v }
-
 func TestProgressEventJSON(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -31,11 +31,11 @@ import (
 // TestMain lets the test binary act as the `iii` command inside scripts,
 // and checks that the tests themselves leave no goroutine behind.
 func TestMain(m *testing.M) {
-	os.Exit(testscript.RunMain(leakCheck{m}, map[string]func() int{
-		"iii": func() int {
-			return run(os.Args[1:], env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
+	testscript.Main(leakCheck{m}, map[string]func(){
+		"iii": func() {
+			os.Exit(run(os.Args[1:], env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
 		},
-	}))
+	})
 }
 
 type leakCheck struct{ m *testing.M }

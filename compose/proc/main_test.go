@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -55,8 +54,8 @@ func fakeCompose(args []string) int {
 		return 1
 	}
 	fmt.Printf("%d %d\n", r.Pid(), p.Pid)
-	bufio.NewReader(os.Stdin).ReadString('\n')
+	// Held until the test writes a line or closes stdin; which of the two
+	// (and EOF is one) does not matter.
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	return 0
 }
-
-func pidString(pid int) string { return strconv.Itoa(pid) }

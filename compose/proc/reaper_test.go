@@ -2,6 +2,7 @@ package proc
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"os/exec"
 	"strconv"
@@ -39,7 +40,8 @@ func TestReaperKillsOnLifelineEOF(t *testing.T) {
 	assert.NilError(t, err)
 	p, err := Start(Spec{Command: "trap '' TERM; sleep 300 & sleep 300; wait", Env: testEnv()})
 	assert.NilError(t, err)
-	defer p.Stop(ctxT(t), 0)
+	// Cleanup only: the test is about the reaper, not about Stop.
+	defer func(ctx context.Context) { _ = p.Stop(ctx, 0) }(ctxT(t))
 	gone, err := Start(Spec{Command: "true", Env: testEnv()})
 	assert.NilError(t, err)
 	assert.NilError(t, gone.Wait(ctxT(t)))
@@ -63,7 +65,8 @@ func TestReaperExitKillsNothing(t *testing.T) {
 	assert.NilError(t, err)
 	p, err := Start(Spec{Command: "sleep 300", Env: testEnv()})
 	assert.NilError(t, err)
-	defer p.Stop(ctxT(t), time.Second)
+	// Cleanup only: the test is about the reaper, not about Stop.
+	defer func(ctx context.Context) { _ = p.Stop(ctx, time.Second) }(ctxT(t))
 	assert.NilError(t, r.Track(p.Pid, p.Birth, PhaseWorker))
 	assert.NilError(t, r.Close(ctxT(t)))
 	assert.Check(t, groupAlive(p.Pid))

@@ -122,13 +122,13 @@ func (r *Resolver) Resolve(ctx context.Context, loc Location, name, sel string) 
 			return "", nil, err
 		}
 		v, ver, rerr := r.remote(ctx, loc, name, sel)
-		if rerr == errNotSpoken {
+		if errors.Is(rerr, errNotSpoken) {
 			return "", nil, err
 		}
 		return v, ver, rerr
 	}
 	v, ver, err := r.remote(ctx, loc, name, sel)
-	if err != errNotSpoken {
+	if !errors.Is(err, errNotSpoken) {
 		return v, ver, err
 	}
 	idx, err := r.index(ctx, loc, name)

@@ -182,7 +182,7 @@ func TestFiles(t *testing.T) {
 
 	small := f.call(t, contract.OpFsRead, `{"sandbox_id":"`+f.id+`","path":"/inline"}`).(*contract.FsReadResponse)
 	assert.Assert(t, small.Body != nil)
-	assert.Equal(t, string(*small.Body), "hello")
+	assert.Equal(t, *small.Body, "hello")
 	assert.Equal(t, string(f.readAll(t, small.Content)), "hello")
 
 	large := f.call(t, contract.OpFsRead, `{"sandbox_id":"`+f.id+`","path":"/big"}`).(*contract.FsReadResponse)

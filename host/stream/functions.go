@@ -92,13 +92,6 @@ func decode(fn string, data json.RawMessage, need ...string) (*input, error) {
 	return in, nil
 }
 
-func str(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
-
 // custom calls a custom stream::<op>(<stream>) function when one is
 // registered in the default namespace (the SDK's createStream registers
 // them); ok is false when there is none. It runs as the caller of the

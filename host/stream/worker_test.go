@@ -433,7 +433,6 @@ func TestCustomStreamOverride(t *testing.T) {
 	f := start(t, Config{})
 	c := f.worker(t, "custom")
 	for _, op := range []string{"get", "set", "list"} {
-		op := op
 		_, err := c.RegisterFunction(client.FunctionDef{ID: "stream::" + op + "(ext)"}, func(_ context.Context, inv *client.Invocation) (any, error) {
 			switch op {
 			case "set":

@@ -38,7 +38,7 @@ func (f fixed) HandlerFor(engine.ListenerPolicy) http.Handler { return f.h }
 
 // hello answers with the listener it was reached through.
 func hello(name string) fixed {
-	return fixed{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) })}
+	return fixed{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, name) })}
 }
 
 func get(t *testing.T, addr string) (string, error) {
@@ -93,7 +93,7 @@ func TestBindFailure(t *testing.T) {
 
 func TestApply(t *testing.T) {
 	ctx := context.Background()
-	m := New(fixed{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "engine") })}, nil)
+	m := New(fixed{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "engine") })}, nil)
 	defer m.Close(ctx)
 
 	assert.NilError(t, m.Apply(ctx, []config.Listener{listenerCfg("a", 0), listenerCfg("b", 0)}))

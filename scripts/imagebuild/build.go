@@ -767,7 +767,7 @@ func writeLayer(root, out string, epoch time.Time) error {
 		}
 		hdr.Format = tar.FormatPAX
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
-			key := [2]uint64{uint64(st.Dev), st.Ino}
+			key := [2]uint64{uint64(st.Dev), st.Ino} //nolint:unconvert // Stat_t.Dev is not uint64 on every GOARCH (mips: uint32)
 			if first, seen := links[key]; seen {
 				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
 				return tw.WriteHeader(hdr)

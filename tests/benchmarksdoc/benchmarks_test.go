@@ -66,7 +66,7 @@ func TestEveryRowHasFloorAndRatio(t *testing.T) {
 }
 
 var (
-	goRun   = regexp.MustCompile("go run \\./(scripts/bench/[a-z0-9]+)")
+	goRun   = regexp.MustCompile(`go run \./(scripts/bench/[a-z0-9]+)`)
 	script  = regexp.MustCompile("`(scripts/bench/[a-z0-9-]+\\.sh)")
 	goBench = regexp.MustCompile("go test [^`]*?\\./([a-z0-9/_-]+)`")
 )

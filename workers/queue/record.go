@@ -77,9 +77,6 @@ type Message struct {
 	LastError   string          `json:"last_error,omitempty"`
 }
 
-// enqueued reports whether m is an enqueued function call (not a topic's).
-func (m *Message) enqueued() bool { return m.Sub == "" }
-
 // DLQEntry is a message that exhausted its attempts.
 type DLQEntry struct {
 	Job      Message   `json:"job"`

@@ -142,7 +142,6 @@ func (s *Store) snapshot() []*record {
 		out = append(out, &record{Op: opSub, Sub: &sub})
 	}
 	for _, m := range s.pendingSorted() {
-		m := m
 		out = append(out, &record{Op: opPut, Msg: &m})
 	}
 	for _, id := range sortedKeys(s.dlq) {

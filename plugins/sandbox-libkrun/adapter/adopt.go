@@ -132,13 +132,6 @@ func (s *sandbox) writeRecord(rec sandboxRecord) error {
 	return writeFileAtomic(s.dir.File(recordName), b)
 }
 
-// record is what sandbox.json holds for s now.
-func (s *sandbox) record() sandboxRecord {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rec
-}
-
 var (
 	_ sandboxkit.Adopter    = (*Provider)(nil)
 	_ sandboxkit.Detachable = (*sandbox)(nil)

@@ -945,26 +945,6 @@ func (s *workerSet) logs(req *contract.WorkerLogsRequest) (*contract.WorkerLogsR
 	return &contract.WorkerLogsResponse{VMID: req.VMID, Entries: entries, Cursor: cursor, Truncated: truncated, More: more}, nil
 }
 
-// live counts the workers whose VM runs or boots.
-func (s *workerSet) live() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, w := range s.vms {
-		w.mu.Lock()
-		run := w.run
-		w.mu.Unlock()
-		if run != nil {
-			select {
-			case <-run.done:
-			default:
-				n++
-			}
-		}
-	}
-	return n
-}
-
 // shutdown stops every worker VM, quickly: the engine gives the adapter a
 // few seconds. Their state directories stay; Compose starts them again
 // after an adapter restart.

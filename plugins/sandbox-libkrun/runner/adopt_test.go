@@ -315,7 +315,7 @@ func TestAdoptNeedsAHeldDir(t *testing.T) {
 	cancel()
 	d, err := CreateDir(shortStateDir(t), uuid1)
 	assert.NilError(t, err)
-	defer d.Remove()
+	defer func() { assert.Check(t, d.Remove()) }()
 	_, err = Adopt(ctx, d)
 	assert.ErrorIs(t, err, context.Canceled)
 }
@@ -326,7 +326,7 @@ func TestOpenDir(t *testing.T) {
 	state := shortStateDir(t)
 	held, err := CreateDir(state, uuid1)
 	assert.NilError(t, err)
-	defer held.Remove()
+	defer func() { assert.Check(t, held.Remove()) }()
 	_, err = OpenDir(state, uuid1)
 	assert.Check(t, errors.Is(err, ErrLocked), "%v", err)
 	held.Release()

@@ -74,7 +74,7 @@ func TestCleanLeftovers(t *testing.T) {
 
 	live, err := CreateDir(state, "aaaaaaaa-0000-4000-8000-000000000003")
 	assert.NilError(t, err)
-	defer live.Remove()
+	defer func() { assert.Check(t, live.Remove()) }()
 	young := filepath.Join(state, "aaaaaaaa-0000-4000-8000-000000000004")
 	assert.NilError(t, os.Mkdir(young, 0o700))
 	foreign := filepath.Join(state, "my-notes")

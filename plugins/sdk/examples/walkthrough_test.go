@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -212,13 +211,10 @@ func TestParseDoc(t *testing.T) {
 	}
 }
 
-// goTool is the go command of the toolchain running this test.
+// goTool is the go command of the toolchain running this test: go test
+// puts that toolchain's bin directory first in PATH (runtime.GOROOT, which
+// this used, is deprecated since Go 1.24).
 func goTool() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); runtime.GOROOT() != "" {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
 	return "go"
 }
 

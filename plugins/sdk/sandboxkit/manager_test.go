@@ -73,7 +73,7 @@ func TestInfo(t *testing.T) {
 
 func TestNotConfigured(t *testing.T) {
 	m := New(newFakeProvider(), Options{Name: "fake"})
-	defer m.Shutdown(ctx)
+	defer func() { assert.Check(t, m.Shutdown(ctx)) }()
 	_, err := m.Create(ctx, &contract.CreateRequest{Image: "python"})
 	assert.Equal(t, code(t, err), contract.S301)
 	_, err = m.List(ctx, &contract.ListRequest{})
@@ -96,14 +96,14 @@ func TestConfigure(t *testing.T) {
 		p := newFakeProvider()
 		p.configErr = errors.New("fake_key must be a number")
 		m := New(p, Options{ProviderConfigKeys: []string{"fake_key"}})
-		defer m.Shutdown(ctx)
+		defer func() { assert.Check(t, m.Shutdown(ctx)) }()
 		assert.ErrorContains(t, m.Configure(ctx, []byte(`{"fake_key": "x"}`)), "fake_key must be a number")
 	})
 	t.Run("bad presets are an adapter bug", func(t *testing.T) {
 		p := newFakeProvider()
 		p.presets = append(p.presets, contract.CatalogImage{Name: "python"})
 		m := New(p, Options{})
-		defer m.Shutdown(ctx)
+		defer func() { assert.Check(t, m.Shutdown(ctx)) }()
 		assert.ErrorContains(t, m.Configure(ctx, nil), "twice")
 	})
 	t.Run("after shutdown", func(t *testing.T) {

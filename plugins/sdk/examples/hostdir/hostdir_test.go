@@ -142,7 +142,11 @@ func FuzzMapArg(f *testing.F) {
 		f.Fatal(err)
 	}
 	s := sb.(*sandbox)
-	defer s.Stop(ctx, true)
+	defer func() {
+		if err := s.Stop(ctx, true); err != nil {
+			f.Error(err)
+		}
+	}()
 	f.Fuzz(func(t *testing.T, arg string) {
 		got := s.mapArg(arg)
 		if got != arg && !strings.HasPrefix(got, s.dir+"/") {
