@@ -245,6 +245,14 @@ func TestConcurrencyCap(t *testing.T) {
 		h.enqueue(t, "jobs", "app::job", fmt.Sprintf(`{"i":%d}`, i))
 	}
 	waitUntil(t, "two deliveries under way", func() bool { return h.d.InFlight() == 2 })
+	// Both inside the function too: a delivery counts as in flight before
+	// its call starts, and closing block before the second call began
+	// would let the calls run one after the other.
+	waitUntil(t, "two calls under way", func() bool {
+		inv.mu.Lock()
+		defer inv.mu.Unlock()
+		return inv.inflight == 2
+	})
 	// More enqueues and wake-ups do not start a third.
 	h.enqueue(t, "jobs", "app::job", `{"i":10}`)
 	h.d.poke()
