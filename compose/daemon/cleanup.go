@@ -74,7 +74,11 @@ func (d *Daemon) removeVMState(ctx context.Context, p *project, before, now *com
 		defer stop()
 	}
 	raw, err := d.vmCall(ctx, ref.adapter, contract.OpWorkerRemove, contract.WorkerRemoveRequest{VMID: ref.id}, adapterStartTimeout)
-	d.revokeVMCredential(ctx, ref.id)
+	if p != nil {
+		p.forgetVMCredential(ctx, ref.id)
+	} else {
+		d.revokeVMCredential(ctx, ref.id)
+	}
 	if err != nil {
 		return warn(fmt.Sprintf("%s::%s failed: %s", ref.adapter.name, contract.OpWorkerRemove, sandboxErrorText(err)))
 	}

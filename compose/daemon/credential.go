@@ -21,12 +21,26 @@ type credentials struct {
 	byProvider map[string]string
 }
 
-// issueVMCredential asks the engine for a credential for one VM worker and
-// revokes the one it replaces. It is kept across an engine restart
-// (persist) when the engine has a credentials file: the worker's VM
+// issueVMCredential gives a VM worker about to start its engine
+// credential and revokes the one it replaces. It is kept across an engine
+// restart (persist) when the engine has a credentials file: the worker's VM
 // outlives the engine's adapter process, and the worker reconnects with
-// the credential its forward carries.
-func (p *project) issueVMCredential(ctx context.Context, key, vmID string) (string, error) {
+// the credential its forward carries. A credential an earlier Compose left
+// for this vm_id (vm-credentials.json) is handed over again when its VM
+// still runs (the start takes that VM over, and its forward carries that
+// credential), and revoked otherwise. Every credential issued is recorded
+// there, so that a Compose killed before it could revoke it does not leave
+// it valid for good.
+func (p *project) issueVMCredential(ctx context.Context, key string, ref *vmRef) (string, error) {
+	if tok := p.claimInherited(ref.id); tok != "" {
+		if st, err := p.d.vmStatus(ctx, ref); err == nil && !ended(st.State) {
+			p.d.log.Info("a VM worker outlived the Compose that started it: its credential is kept", "container", key, "vm_id", ref.id)
+			p.d.setVMCredential(ctx, ref.id, tok)
+			return tok, nil
+		}
+		p.d.revokeCredential(ctx, tok)
+		p.noteVMCredential(ref.id, "")
+	}
 	spec := protocol.CredentialSpec{
 		Label:     fmt.Sprintf("compose/%s/%s", p.ns, key),
 		Namespace: p.ns,
@@ -48,17 +62,66 @@ func (p *project) issueVMCredential(ctx context.Context, key, vmID string) (stri
 	if err := json.Unmarshal(raw, &out); err != nil || out.Token == "" {
 		return "", fmt.Errorf("%s returned no token", protocol.FnCredentialsIssue)
 	}
-	p.d.credMu.Lock()
-	if p.d.creds.byVM == nil {
-		p.d.creds.byVM = map[string]string{}
-	}
-	old := p.d.creds.byVM[vmID]
-	p.d.creds.byVM[vmID] = out.Token
-	p.d.credMu.Unlock()
-	if old != "" {
-		p.d.revokeCredential(ctx, old)
-	}
+	p.noteVMCredential(ref.id, out.Token)
+	p.d.setVMCredential(ctx, ref.id, out.Token)
 	return out.Token, nil
+}
+
+// setVMCredential makes tok the credential of vmID, revoking the one it
+// replaces.
+func (d *Daemon) setVMCredential(ctx context.Context, vmID, tok string) {
+	d.credMu.Lock()
+	if d.creds.byVM == nil {
+		d.creds.byVM = map[string]string{}
+	}
+	old := d.creds.byVM[vmID]
+	d.creds.byVM[vmID] = tok
+	d.credMu.Unlock()
+	if old != "" && old != tok {
+		d.revokeCredential(ctx, old)
+	}
+}
+
+// claimInherited takes the credential an earlier Compose left for vmID.
+func (p *project) claimInherited(vmID string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tok := p.inherited[vmID]
+	delete(p.inherited, vmID)
+	return tok
+}
+
+// noteVMCredential records (tok "" forgets) vmID's credential in
+// vm-credentials.json. A failure is logged: the credential still works,
+// it is only not revoked by the next Compose should this one be killed.
+func (p *project) noteVMCredential(vmID, tok string) {
+	if err := p.store.SetVMCredential(vmID, tok); err != nil {
+		p.d.log.Warn("cannot record a VM worker's credential for the next Compose", "vm_id", vmID, "error", err)
+	}
+}
+
+// forgetVMCredential revokes the credential of a VM worker that stopped
+// or was removed, an inherited one too, and forgets it.
+func (p *project) forgetVMCredential(ctx context.Context, vmID string) {
+	p.d.revokeVMCredential(ctx, vmID)
+	if tok := p.claimInherited(vmID); tok != "" {
+		p.d.revokeCredential(ctx, tok)
+	}
+	p.noteVMCredential(vmID, "")
+}
+
+// revokeInherited revokes the credentials an earlier Compose left that no
+// start of this one took over (the project stops cleanly: whatever VM
+// still carries one belongs to no running Compose).
+func (p *project) revokeInherited(ctx context.Context) {
+	p.mu.Lock()
+	left := p.inherited
+	p.inherited = nil
+	p.mu.Unlock()
+	for vmID, tok := range left {
+		p.d.revokeCredential(ctx, tok)
+		p.noteVMCredential(vmID, "")
+	}
 }
 
 // revokeVMCredential revokes the credential of a VM worker that stopped or

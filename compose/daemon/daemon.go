@@ -579,6 +579,10 @@ func (d *Daemon) projectFor(f *composefile.File) (*project, error) {
 		store.Close()
 		return nil, err
 	}
+	if p.inherited, err = store.LoadVMCredentials(); err != nil {
+		store.Close()
+		return nil, err
+	}
 	d.projects[f.Path] = p
 	d.loaded = append(d.loaded, f.Path)
 	return p, nil

@@ -55,6 +55,10 @@ type project struct {
 	frozen bool
 	// pkgMu serialises the preparations a start makes by itself.
 	pkgMu sync.Mutex
+	// inherited are the VM worker credentials an earlier Compose of the
+	// project left in vm-credentials.json, by vm_id, not yet handed to a
+	// start or revoked (credential.go).
+	inherited map[string]string
 }
 
 // container is the runtime state of one container key.
@@ -688,6 +692,9 @@ func (p *project) close(clean bool) {
 	}
 	p.mu.Unlock()
 	if clean {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		p.revokeInherited(ctx)
+		cancel()
 		_ = p.store.Clear()
 	}
 	p.store.Close()

@@ -17,9 +17,11 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/compose/state"
 	"github.com/iii-sandbox/iii/host/server"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
+	"github.com/iii-sandbox/iii/protocol"
 )
 
 // goWorkerCommand makes the test binary a Go worker: it registers as
@@ -219,4 +221,48 @@ containers:
 	assert.Check(t, is.Contains(d.out.String(), "sandbox-libkrun: the engine restarted; starting the adapter again"))
 	// Down while the engine is there: the cleanup stops the engine first.
 	assert.NilError(t, call(t, c, "rv", "compose::down", nil, &up))
+}
+
+// A VM worker credential a killed Compose left in vm-credentials.json
+// stays valid only while a Compose of the project could still hand it to
+// the VM that carries it: when the project stops cleanly with nobody
+// having claimed it, it is revoked (its connections closed, new ones
+// refused) and the file is gone.
+func TestLeftoverVMCredentialRevoked(t *testing.T) {
+	eng := startEngine(t, "")
+	exe, err := os.Executable()
+	assert.NilError(t, err)
+	dir := newProject(t, fmt.Sprintf("namespace: lc\ncontainers:\n  api:\n    worker: path://./a\n    scripts: { run: '%s %s' }\n", exe, goWorkerCommand), "a")
+	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+	c := caller(t, eng.url)
+	var op opResult
+	assert.NilError(t, call(t, c, "lc", "compose::up", nil, &op))
+	assert.Equal(t, op.Status, "ok", "%+v", op)
+	var st statusReply
+	assert.NilError(t, call(t, c, "lc", "compose::status", nil, &st))
+	assert.NilError(t, call(t, c, "lc", "compose::down", nil, &op))
+
+	// What a Compose killed with SIGKILL leaves: a credential it issued,
+	// recorded beside its state.
+	var issued struct {
+		Token string `json:"token"`
+	}
+	assert.NilError(t, call(t, c, "default", protocol.FnCredentialsIssue, protocol.CredentialSpec{Label: "compose/lc/gone", Namespace: "lc"}, &issued))
+	assert.Assert(t, issued.Token != "")
+	store := st.StateDir
+	assert.NilError(t, os.WriteFile(filepath.Join(store, state.VMCredentialsFile),
+		[]byte(`{"version":1,"credentials":{"vm-gone":"`+issued.Token+`"}}`), 0o600))
+
+	assert.NilError(t, call(t, c, "lc", "compose::up", nil, &op))
+	assert.Equal(t, op.Status, "ok", "%+v", op)
+	held := callerWithToken(t, eng.url, issued.Token) // still valid while the project runs
+	assert.NilError(t, call(t, c, "lc", "compose::down", nil, &op))
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	_, err = client.Dial(ctx, eng.url, client.Options{Name: "after-revoke", IgnoreEnv: true, Token: issued.Token, Reconnect: client.ReconnectPolicy{Disable: true}})
+	assert.ErrorContains(t, err, "AUTH_ERROR")
+	waitUntil(t, "the connection made with the revoked credential closed", func() bool { return !held.Connected() })
+	_, err = os.Stat(filepath.Join(store, state.VMCredentialsFile))
+	assert.Check(t, os.IsNotExist(err), "vm-credentials.json is gone")
 }

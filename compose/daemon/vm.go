@@ -364,7 +364,7 @@ func (p *project) startVM(ctx context.Context, f *composefile.File, c *container
 	// The record goes first: once the copy has begun, the VM may have
 	// read whatever its directory holds.
 	p.recordVMRun(ctx, key, pl)
-	cred, err := p.issueVMCredential(ctx, key, ref.id)
+	cred, err := p.issueVMCredential(ctx, key, ref)
 	if err != nil {
 		return vmCallFailed(key, ref, contract.OpWorkerStart, "could not give it an engine credential", err)
 	}
@@ -534,7 +534,7 @@ func (p *project) stopVM(ctx context.Context, c *container, ref *vmRef, grace ti
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+vmStopMargin)
 	defer cancel()
 	raw, err := p.d.vmCall(sctx, ref.adapter, contract.OpWorkerStop, contract.WorkerStopRequest{VMID: ref.id, TimeoutMS: ms}, grace+vmStopMargin)
-	p.d.revokeVMCredential(sctx, ref.id)
+	p.forgetVMCredential(sctx, ref.id)
 	text := "stopped"
 	if err != nil {
 		if sandboxCodeOf(err) != string(contract.S002) {

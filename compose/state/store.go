@@ -23,8 +23,10 @@ type Store struct {
 
 	mu   sync.Mutex
 	lock *os.File
-	// runsMu serialises the read-modify-write of vm-workers.json.
-	runsMu sync.Mutex
+	// runsMu serialises the read-modify-write of vm-workers.json, credsMu
+	// that of vm-credentials.json.
+	runsMu  sync.Mutex
+	credsMu sync.Mutex
 }
 
 // Open creates (owner-only) and locks the state directory dir of the
