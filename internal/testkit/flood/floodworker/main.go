@@ -6,7 +6,7 @@
 //   - floodworker::whoami: what the guest can see of its credential (it
 //     holds none: the environment has no token) and the engine's refusal of
 //     a call its credential does not grant, whose message names the
-//     credential the connection carries;
+//     credential the connection carries; its pid and start time;
 //   - floodworker::flood: starts a flood of the engine from inside the
 //     guest (internal/testkit/flood: 60 MiB partial frames on /otel and
 //     channel writers), answering at once;
@@ -50,6 +50,9 @@ type outcome struct {
 }
 
 func run(ctx context.Context) error {
+	// whoami reports when this process started, so a test can tell the
+	// same worker from one started again.
+	startedAt := time.Now().UTC().Format(time.RFC3339Nano)
 	url := os.Getenv("III_URL")
 	if url == "" {
 		return errors.New("III_URL is not set: run me as a Compose worker")
@@ -78,7 +81,7 @@ func run(ctx context.Context) error {
 		if err != nil {
 			refusal = err.Error()
 		}
-		return map[string]any{"token_env": tokenVars, "refusal": refusal, "iii_url": url}, nil
+		return map[string]any{"token_env": tokenVars, "refusal": refusal, "iii_url": url, "pid": os.Getpid(), "started_at": startedAt}, nil
 	}); err != nil {
 		return err
 	}
