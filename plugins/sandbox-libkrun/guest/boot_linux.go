@@ -40,6 +40,12 @@ func Boot(log hclog.Logger) (*BootInfo, error) {
 		return nil, err
 	}
 	info := &BootInfo{Root: "initramfs", Kernel: kernelRelease()}
+	// Before anything is timed: see PreferTSC.
+	if switched, err := PreferTSC(ClocksourceDir); err != nil {
+		log.Warn("clocksource unchanged", "error", err)
+	} else if switched {
+		log.Debug("clocksource switched from jiffies to tsc")
+	}
 	cmdline, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
 		return nil, fmt.Errorf("read /proc/cmdline: %w", err)
