@@ -242,13 +242,15 @@ func matchChannelPairs(raw []byte) ([]ChannelPair, bool) {
 		if rest, ok = cutPrefix(rest, pairReader); !ok {
 			return nil, false
 		}
-		if rest, ok = matchChannelRef(rest, &p.Reader, refReadClose); !ok {
+		if rest, ok = matchChannelRef(rest, &p.Reader, refReadClose, nil); !ok {
 			return nil, false
 		}
 		if rest, ok = cutPrefix(rest, pairWriter); !ok {
 			return nil, false
 		}
-		if rest, ok = matchChannelRef(rest, &p.Writer, refWriteClose); !ok {
+		// The two ends share the channel's id and key: the writer's are
+		// the reader's strings, not copies.
+		if rest, ok = matchChannelRef(rest, &p.Writer, refWriteClose, &p.Reader); !ok {
 			return nil, false
 		}
 		if len(rest) == 0 || rest[0] != '}' {
@@ -267,19 +269,24 @@ func matchChannelPairs(raw []byte) ([]ChannelPair, bool) {
 }
 
 // matchChannelRef reads {"channel_id":"…","access_key":"…","direction":"…"}
-// whose direction and closing are end.
-func matchChannelRef(raw []byte, ref *protocol.StreamChannelRef, end string) ([]byte, bool) {
+// whose direction and closing are end; an id or key equal to same's is
+// same's string.
+func matchChannelRef(raw []byte, ref *protocol.StreamChannelRef, end string, same *protocol.StreamChannelRef) ([]byte, bool) {
+	var sameID, sameKey string
+	if same != nil {
+		sameID, sameKey = same.ChannelID, same.AccessKey
+	}
 	rest, ok := cutPrefix(raw, refChannelID)
 	if !ok {
 		return nil, false
 	}
-	if ref.ChannelID, rest, ok = plainUntilQuote(rest); !ok {
+	if ref.ChannelID, rest, ok = plainUntilQuote(rest, sameID); !ok {
 		return nil, false
 	}
 	if rest, ok = cutPrefix(rest, refAccessKey); !ok {
 		return nil, false
 	}
-	if ref.AccessKey, rest, ok = plainUntilQuote(rest); !ok {
+	if ref.AccessKey, rest, ok = plainUntilQuote(rest, sameKey); !ok {
 		return nil, false
 	}
 	if rest, ok = cutPrefix(rest, refDirection+end); !ok {
@@ -298,11 +305,14 @@ func cutPrefix(b []byte, prefix string) ([]byte, bool) {
 
 // plainUntilQuote is the string up to the next '"' (which it leaves in
 // rest) when every byte before it is printable ASCII other than '\\':
-// JSON that decodes to itself.
-func plainUntilQuote(b []byte) (s string, rest []byte, ok bool) {
+// JSON that decodes to itself. When it equals reuse, it is reuse.
+func plainUntilQuote(b []byte, reuse string) (s string, rest []byte, ok bool) {
 	for i, c := range b {
 		switch {
 		case c == '"':
+			if string(b[:i]) == reuse {
+				return reuse, b[i:], true
+			}
 			return string(b[:i]), b[i:], true
 		case c < 0x20 || c >= 0x7f || c == '\\':
 			return "", nil, false
