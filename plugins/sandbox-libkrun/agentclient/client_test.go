@@ -145,7 +145,7 @@ func (p *testPort) close() {
 
 // socketPair returns two connected unix stream sockets, buffered like the
 // real chardev socket.
-func socketPair(t *testing.T) (net.Conn, net.Conn) {
+func socketPair(t testing.TB) (net.Conn, net.Conn) {
 	t.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	assert.NilError(t, err)
@@ -179,7 +179,7 @@ type agentEnv struct {
 
 // startAgent runs a real guest server over a testPort with its root in a
 // temporary directory.
-func startAgent(t *testing.T) *agentEnv {
+func startAgent(t testing.TB) *agentEnv {
 	t.Helper()
 	env := &agentEnv{port: newTestPort(), root: t.TempDir(), poweroff: make(chan struct{}, 1),
 		net: &fakeNet{got: make(chan agentproto.NetRequest, 1)}, reseeds: make(chan agentproto.ReseedRequest, 1)}
@@ -211,7 +211,7 @@ func startAgent(t *testing.T) *agentEnv {
 	return env
 }
 
-func (e *agentEnv) connect(t *testing.T) *Client {
+func (e *agentEnv) connect(t testing.TB) *Client {
 	t.Helper()
 	a, b := socketPair(t)
 	e.port.attach(a)

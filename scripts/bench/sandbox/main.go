@@ -20,6 +20,8 @@
 // scripts/build-images.sh first (the python image), then:
 //
 //	go run ./scripts/bench/sandbox [-boots 5] [-execs 200] [-runs 5]
+//
+// -exec measures P6 alone (one sandbox and one raw boot), -pause T4-T6 alone.
 package main
 
 import (
@@ -67,6 +69,9 @@ type options struct {
 	memoryMB           int
 	// pauseOnly runs T4-T6 (pause and resume beside T1) and nothing else.
 	pauseOnly bool
+	// execOnly runs P6 (exec round trips beside the guest's own
+	// fork+exec+wait) and nothing else.
+	execOnly bool
 }
 
 func run() error {
@@ -77,6 +82,7 @@ func run() error {
 	flag.StringVar(&o.accel, "accel", "auto", "accel for the adapter (auto probes; the floor uses what the adapter chose)")
 	flag.IntVar(&o.memoryMB, "memory-mb", 512, "VM memory")
 	flag.BoolVar(&o.pauseOnly, "pause", false, "measure only T4-T6: sandbox::pause and sandbox::resume beside a template restore (T1) of the same run")
+	flag.BoolVar(&o.execOnly, "exec", false, "measure only P6: exec round trips beside the guest's own fork+exec+wait, same run")
 	flag.Parse()
 	ctx := context.Background()
 
@@ -131,11 +137,20 @@ func run() error {
 		return err
 	}
 
-	// P4.
 	img, err := imageFile(cache)
 	if err != nil {
 		return err
 	}
+	if o.execOnly {
+		id, _, err := execFigures(ctx, a, work, bin, accel, img, o)
+		if err != nil {
+			return err
+		}
+		_, err = a.Stop(ctx, &contract.StopRequest{SandboxID: id, Wait: true})
+		return err
+	}
+
+	// P4.
 	var creates, raws []time.Duration
 	for range o.boots {
 		t := time.Now()
@@ -173,60 +188,10 @@ func run() error {
 	}
 
 	// P6.
-	id, err := create(ctx, a)
+	id, rawPrivKB, err := execFigures(ctx, a, work, bin, accel, img, o)
 	if err != nil {
 		return err
 	}
-	var rtt []time.Duration
-	for i := range o.execs + 5 {
-		t := time.Now()
-		out, err := a.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"true"}})
-		if err != nil {
-			return err
-		}
-		if !out.Success {
-			return fmt.Errorf("exec true failed: %+v", out)
-		}
-		if i >= 5 { // the first runs fill the guest's caches
-			rtt = append(rtt, time.Since(t))
-		}
-	}
-	// guestRTT: the same execs sent to the agent directly (no adapter, no
-	// gRPC, no runner), wall clock on the host: what the host → guest
-	// round trip and the agent cost around the fork+exec+wait, for reading
-	// P6's figure (not its floor).
-	var guest, guestRTT []time.Duration
-	// M1's floor: the private memory of the bare QEMU of this raw boot (no
-	// adapter, no runner) after the same execs and the same idle pause.
-	var rawPrivKB int
-	if _, err := rawBoot(ctx, work, bin, accel, img, o.memoryMB, func(c *agentclient.Client, qemuPID int) error {
-		for i := range o.execs + 5 {
-			t := time.Now()
-			res, err := c.Exec(ctx, agentclient.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute})
-			if err != nil {
-				return err
-			}
-			if i >= 5 {
-				guestRTT = append(guestRTT, time.Since(t))
-				guest = append(guest, res.Duration)
-			}
-		}
-		time.Sleep(5 * time.Second) // as M1 waits below
-		kb, err := rollupKB(qemuPID, "Private_Dirty")
-		rawPrivKB = kb
-		return err
-	}); err != nil {
-		return err
-	}
-	fmt.Println("P6 exec `true` round trip on a live sandbox (", o.execs, "execs)")
-	// Issue 24's goal; it was 2x.
-	row("exec p50 (plugin gRPC, kit, agent)", benchstat.Percentile(rtt, 50), "guest fork+exec+wait p50", benchstat.Percentile(guest, 50), 1.2)
-	row("exec p99", benchstat.Percentile(rtt, 99), "guest fork+exec+wait p99", benchstat.Percentile(guest, 99), 0)
-	// Where the distance goes: the agent written to directly (the raw
-	// boot's VM, same image) beside the same floor, and the adapter's path
-	// beside that.
-	row("  exec p50, guest agent direct (no adapter)", benchstat.Percentile(guestRTT, 50), "guest fork+exec+wait p50", benchstat.Percentile(guest, 50), 0)
-	row("  exec p50, adapter path vs agent direct", benchstat.Percentile(rtt, 50), "guest agent direct p50", benchstat.Percentile(guestRTT, 50), 0)
 
 	var runs []time.Duration
 	for range o.runs {
@@ -581,6 +546,72 @@ func imageFile(cache string) (string, error) {
 		return "", fmt.Errorf("no installed image under %s", cache)
 	}
 	return m[0], nil
+}
+
+// execFigures prints P6: exec `true` round trips on a live sandbox through
+// the adapter a, and the same execs sent to the guest agent of a raw boot
+// directly, beside the agent's own fork+exec+wait. The two VMs run side by
+// side and the execs alternate between them, so that figure and floor see
+// the same load on the host. It returns the sandbox (left running for M1)
+// and the raw boot's QEMU private memory (M1's floor).
+func execFigures(ctx context.Context, a contract.Adapter, work, bin, accel, img string, o options) (string, int, error) {
+	id, err := create(ctx, a)
+	if err != nil {
+		return "", 0, err
+	}
+	// rtt: through the adapter. guestRTT: the same execs sent to the agent
+	// directly (no adapter, no gRPC, no runner), wall clock on the host:
+	// what the host → guest round trip and the agent cost around the
+	// fork+exec+wait, for reading P6's figure (not its floor). guest: the
+	// agent's own clock around fork+exec+wait, the floor.
+	var rtt, guest, guestRTT []time.Duration
+	// M1's floor: the private memory of the bare QEMU of this raw boot (no
+	// adapter, no runner) after the same execs and the same idle pause.
+	var rawPrivKB int
+	clock := "unknown"
+	if _, err := rawBoot(ctx, work, bin, accel, img, o.memoryMB, func(c *agentclient.Client, qemuPID int) error {
+		for i := range o.execs + 5 {
+			t := time.Now()
+			out, err := a.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"true"}})
+			if err != nil {
+				return err
+			}
+			if !out.Success {
+				return fmt.Errorf("exec true failed: %+v", out)
+			}
+			d := time.Since(t)
+			t = time.Now()
+			res, err := c.Exec(ctx, agentclient.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute})
+			if err != nil {
+				return err
+			}
+			if i >= 5 { // the first runs fill the guest's caches
+				rtt = append(rtt, d)
+				guestRTT = append(guestRTT, time.Since(t))
+				guest = append(guest, res.Duration)
+			}
+		}
+		// The floor is the guest's clock: say which one it was.
+		if cs, err := c.Exec(ctx, agentclient.ExecRequest{Argv: []string{"cat", "/sys/devices/system/clocksource/clocksource0/current_clocksource"}}); err == nil {
+			clock = strings.TrimSpace(string(cs.Stdout))
+		}
+		time.Sleep(5 * time.Second) // as M1 waits below
+		kb, err := rollupKB(qemuPID, "Private_Dirty")
+		rawPrivKB = kb
+		return err
+	}); err != nil {
+		return "", 0, err
+	}
+	fmt.Println("P6 exec `true` round trip on a live sandbox (", o.execs, "execs, alternating with the floor's; guest clock", clock+"; load average", benchstat.LoadAvg()+")")
+	// Issue 24's goal; it was 2x.
+	row("exec p50 (plugin gRPC, kit, agent)", benchstat.Percentile(rtt, 50), "guest fork+exec+wait p50", benchstat.Percentile(guest, 50), 1.2)
+	row("exec p99", benchstat.Percentile(rtt, 99), "guest fork+exec+wait p99", benchstat.Percentile(guest, 99), 0)
+	// Where the distance goes: the agent written to directly (the raw
+	// boot's VM, same image) beside the same floor, and the adapter's path
+	// beside that.
+	row("  exec p50, guest agent direct (no adapter)", benchstat.Percentile(guestRTT, 50), "guest fork+exec+wait p50", benchstat.Percentile(guest, 50), 0)
+	row("  exec p50, adapter path vs agent direct", benchstat.Percentile(rtt, 50), "guest agent direct p50", benchstat.Percentile(guestRTT, 50), 0)
+	return id, rawPrivKB, nil
 }
 
 // rawBoot boots QEMU directly (no plugin, no runner) with the arguments a
