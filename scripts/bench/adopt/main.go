@@ -20,7 +20,10 @@
 // It builds the adapter and the guest agent from this tree. Run
 // scripts/build-images.sh first (the python image), then:
 //
-//	go run ./scripts/bench/adopt [-n 1,8,32] [-memory-mb 256] [-floors 3]
+//	go run ./scripts/bench/adopt [-n 1,8,32] [-memory-mb 256] [-floors 3] [-workers 1,4]
+//
+// With -workers it also measures T7w: worker VMs (issue 23 part 3) adopted
+// by the next adapter process, same floor.
 package main
 
 import (
@@ -70,6 +73,7 @@ type options struct {
 	floors   int
 	boots    int
 	accel    string
+	workers  []int
 }
 
 // callTimeout bounds one adapter call; a create under TCG on a loaded
@@ -85,7 +89,19 @@ func run() error {
 	flag.IntVar(&o.floors, "floors", 3, "floor restarts before and again after each round (the median of all is printed)")
 	flag.IntVar(&o.boots, "boots", 5, "template-restore creates timed for T1 (the median is printed)")
 	flag.StringVar(&o.accel, "accel", "auto", "accel for the adapter")
+	var wList string
+	flag.StringVar(&wList, "workers", "", "worker VM counts to adopt (T7w), one round each after the sandbox rounds; empty: none")
 	flag.Parse()
+	for _, s := range strings.Split(wList, ",") {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-workers: %q is not a worker count", s)
+		}
+		o.workers = append(o.workers, n)
+	}
 	for _, s := range strings.Split(nList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
@@ -117,10 +133,15 @@ func run() error {
 	if err := dirs.ImageCache(cache, filepath.Join(root, "oci")); err != nil {
 		return err
 	}
-	b := &bench{bin: bin, state: filepath.Join(work, "s"), o: o, config: map[string]any{
+	hostDir, err := workerHostDir(work)
+	if err != nil {
+		return err
+	}
+	b := &bench{bin: bin, state: filepath.Join(work, "s"), o: o, hostDir: hostDir, config: map[string]any{
 		"image_allowlist": []string{"python"}, "state_dir": filepath.Join(work, "s"), "cache_dir": cache,
 		"accel": o.accel, "default_memory_mb": o.memoryMB, "snapshot_templates": true,
 		"max_concurrent_sandboxes": slices.Max(o.ns) + 2, "adopt_grace_ms": o.graceMS,
+		"host_roots": []string{hostDir}, "worker_disk_mb": 256,
 	}}
 	defer b.cleanup()
 	return b.measure(ctx)
@@ -134,6 +155,10 @@ type bench struct {
 	config     map[string]any
 	cur        *proc
 	live       []string
+	// hostDir is the bench workers' workspace, workers the worker VMs
+	// that still run (T7w).
+	hostDir string
+	workers []string
 }
 
 // proc is one adapter process.
@@ -199,6 +224,11 @@ func (b *bench) measure(ctx context.Context) error {
 	for _, n := range b.o.ns {
 		if err := b.round(ctx, n, t1); err != nil {
 			return fmt.Errorf("N=%d: %w", n, err)
+		}
+	}
+	for _, n := range b.o.workers {
+		if err := b.workerRound(ctx, n); err != nil {
+			return fmt.Errorf("workers N=%d: %w", n, err)
 		}
 	}
 	return nil
@@ -445,7 +475,7 @@ func (b *bench) stopAll(ctx context.Context) error {
 func (b *bench) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if b.cur == nil && len(b.live) > 0 {
+	if b.cur == nil && len(b.live)+len(b.workers) > 0 {
 		if p, err := b.launch(); err == nil {
 			b.cur = p
 			if err := b.configure(ctx, p); err != nil {
@@ -456,6 +486,11 @@ func (b *bench) cleanup() {
 	if b.cur != nil {
 		if err := b.stopAll(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "clean-up:", err)
+		}
+		if len(b.workers) > 0 {
+			if err := b.stopWorkers(ctx); err != nil {
+				fmt.Fprintln(os.Stderr, "clean-up:", err)
+			}
 		}
 		b.cur.client.Kill()
 		b.cur = nil
