@@ -33,8 +33,9 @@ import (
 // an attached Compose: an engine the operator runs (`iii -c config.yaml`,
 // its router bound to sandbox-libkrun in the project's namespace) and
 // `iii compose --up --engine` of a project with the sandbox-libkrun package
-// (from a registry) and a VM worker. Two sandboxes — a long process started
-// by exec, written files — and the VM worker survive:
+// (from a registry) and a VM worker. Four sandboxes — a long process
+// started by exec, written files, network, one claimed from the warm pool —
+// and the VM worker survive:
 //
 //  1. an engine stop and start: the engine starts its installed adapter,
 //     Compose takes it over with its package and configuration, the new
@@ -83,7 +84,7 @@ func TestComposeSurvivesEngineRestartAndUpgrade(t *testing.T) {
 	port := freePort(t)
 	url := fmt.Sprintf("ws://127.0.0.1:%d", port)
 	const ns = "shop"
-	sandboxConfig := fmt.Sprintf("{ image_allowlist: [python], state_dir: %s, boot_timeout_ms: 300000, worker_disk_mb: 256 }", sbState)
+	sandboxConfig := fmt.Sprintf("{ image_allowlist: [python], state_dir: %s, boot_timeout_ms: 300000, worker_disk_mb: 256, snapshot_templates: false, warm_pool: { python: 1 } }", sbState)
 	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
 	assert.NilError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`workers:
   - name: iii-worker-manager
@@ -187,12 +188,16 @@ containers:
 		assert.Assert(t, r.ExitCode != nil && *r.ExitCode == 0, "exec %q: %+v", script, r)
 		return r.Stdout
 	}
-	create := func() string {
+	create := func(extra map[string]any) string {
 		t.Helper()
 		var r struct {
 			SandboxID string `json:"sandbox_id"`
 		}
-		callJSON("sandbox::create", map[string]any{"image": "python"}, &r)
+		payload := map[string]any{"image": "python"}
+		for k, v := range extra {
+			payload[k] = v
+		}
+		callJSON("sandbox::create", payload, &r)
 		assert.Assert(t, r.SandboxID != "")
 		return r.SandboxID
 	}
@@ -236,7 +241,22 @@ containers:
 		return ""
 	}
 
-	longRun, files := create(), create()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		res := call("--namespace", ns, "sandbox-libkrun::adapter::info")
+		var info struct {
+			WarmPool map[string]struct {
+				Ready int `json:"ready"`
+			} `json:"warm_pool"`
+		}
+		if res.ExitCode == 0 && json.Unmarshal([]byte(res.Stdout()), &info) == nil && info.WarmPool["python"].Ready == 1 {
+			return poll.Success()
+		}
+		return poll.Continue("the warm pool is not ready: %s", res.Combined())
+	}, poll.WithTimeout(2*composeWait), poll.WithDelay(500*time.Millisecond))
+	pooled := create(nil)
+	longRun, files := create(nil), create(nil)
+	network := create(map[string]any{"network": true})
+	sh(pooled, "echo pooled > /root/mark")
 	callJSON("sandbox::fs::write", map[string]any{"sandbox_id": longRun, "path": "/tmp/keeper.py", "content": keeper.Script}, nil)
 	sh(longRun, "nohup python3 /tmp/keeper.py >/dev/null 2>&1 &")
 	askKeeper := func() (secret string, n int, pid string) {
@@ -274,9 +294,11 @@ containers:
 		assert.Check(t, is.Equal(p1, kpid), step)
 		assert.Check(t, n1 > n0, "%s: the counter went from %d to %d", step, n0, n1)
 		assert.Check(t, is.Equal(sh(files, "cat /root/notes.txt"), "kept"), step)
+		assert.Check(t, is.Equal(sh(pooled, "cat /root/mark"), "pooled\n"), step)
+		assert.Check(t, is.Equal(sh(network, "echo up"), "up\n"), step)
 		waitContainerReady(t, url, ns, "floodworker", exited)
 		waitContainerReady(t, url, ns, "sandbox-libkrun", exited)
-		t.Logf("%s: the worker and both sandboxes answered %v after the check began", step, time.Since(t0))
+		t.Logf("%s: the worker and the four sandboxes answered %v after the check began", step, time.Since(t0))
 	}
 
 	// 1. The engine stops and starts again.
@@ -287,7 +309,7 @@ containers:
 	case <-time.After(time.Minute):
 		t.Fatal("iii did not stop within a minute of SIGTERM")
 	}
-	assert.Check(t, len(procsMarked(sbState)) >= 3, "the VMs should wait for the next engine: %v", procsMarked(sbState))
+	assert.Check(t, len(procsMarked(sbState)) >= 5, "the VMs should wait for the next engine: %v", procsMarked(sbState))
 	startEngine()
 	check("after an engine stop and start")
 	assert.Check(t, strings.HasPrefix(adapterPath(), packages), "Compose took the restarted engine's adapter over: %s", adapterPath())
