@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 )
 
@@ -12,17 +11,18 @@ import (
 // choice.
 const ClocksourceDir = "/sys/devices/system/clocksource/clocksource0"
 
-// PreferTSC moves the kernel's clock from jiffies to the TSC when the
-// kernel fell back to jiffies and offers the TSC, and reports whether it
-// did. Under QEMU TCG the guest kernel (Debian's cloud kernel) boots onto
-// refined-jiffies with the TSC listed as available: a clock that advances
-// in 4 ms steps and leaves the kernel without high-resolution timers, so
-// every sleep shorter than a tick lasts a tick. The Go runtime's own short
-// waits (sysmon taking a P back from a blocking read) then cost whole
-// ticks, and the agent's measurements (an exec's duration) come in 4 ms
-// steps. Under TCG the TSC counts the VM's running time in host cycles
-// (QEMU stops it with the VM), so it is the better clock there. A kernel that chose anything but jiffies (kvm-clock, the TSC) has
-// a real clock and is left alone.
+// PreferTSC asks the kernel for the TSC as its clock when it is running on
+// jiffies, and reports whether it asked. Under QEMU TCG the guest kernel
+// (Debian's cloud kernel) registers its TSC clocksource only after its
+// final calibration, a while after the agent starts, and then does not
+// switch to it on its own: it stays on refined-jiffies, a clock that
+// advances in whole 4 ms ticks as tick interrupts arrive, so every
+// duration the agent measures (an exec's) comes in 4 ms steps. The kernel keeps a name
+// written here and switches when a clocksource of that name registers, so
+// asking this early is enough. Under TCG the TSC counts the VM's running
+// time in host cycles (QEMU stops it with the VM). A kernel on anything
+// but jiffies (kvm-clock, the TSC itself) has a real clock and is left
+// alone.
 func PreferTSC(dir string) (bool, error) {
 	cur, err := os.ReadFile(filepath.Join(dir, "current_clocksource"))
 	if err != nil {
@@ -33,15 +33,8 @@ func PreferTSC(dir string) (bool, error) {
 	default:
 		return false, nil
 	}
-	avail, err := os.ReadFile(filepath.Join(dir, "available_clocksource"))
-	if err != nil {
-		return false, fmt.Errorf("read the available clocksources: %w", err)
-	}
-	if !slices.Contains(strings.Fields(string(avail)), "tsc") {
-		return false, nil
-	}
 	if err := os.WriteFile(filepath.Join(dir, "current_clocksource"), []byte("tsc"), 0); err != nil {
-		return false, fmt.Errorf("switch the clocksource to tsc: %w", err)
+		return false, fmt.Errorf("ask for the tsc clocksource: %w", err)
 	}
 	return true, nil
 }
