@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -41,14 +40,6 @@ func Boot(log hclog.Logger) (*BootInfo, error) {
 		return nil, err
 	}
 	info := &BootInfo{Root: "initramfs", Kernel: kernelRelease()}
-	// Before anything is timed: see PreferTSC. The TSC is x86's.
-	if runtime.GOARCH == "amd64" {
-		if asked, err := PreferTSC(ClocksourceDir); err != nil {
-			log.Warn("clocksource unchanged", "error", err)
-		} else if asked {
-			log.Debug("on jiffies: asked the kernel for the tsc clocksource")
-		}
-	}
 	cmdline, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
 		return nil, fmt.Errorf("read /proc/cmdline: %w", err)
