@@ -7,7 +7,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
 )
 
 // TestParseGuestGuardKeys: network_dns_servers and console_log_max_kb.
@@ -57,7 +57,7 @@ func TestSpecCarriesGuestGuards(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, is.Len(net.DNSServers, 1))
 	assert.Check(t, is.Equal(net.DNSServers[0].String(), "198.18.0.2:53"))
-	assert.Check(t, is.Equal(runner.QEMUConfig(spec).ConsoleMaxBytes, int64(64<<10)))
+	assert.Check(t, is.Equal(qemu.ConfigFor(spec).ConsoleMaxBytes, int64(64<<10)))
 
 	bad := spec
 	bad.ConsoleLogMaxBytes = 100

@@ -58,7 +58,6 @@ import (
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images"
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -455,7 +454,7 @@ func bootDirect(ctx context.Context, work, kernel, initrd, img, accel string) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := runner.QEMUConfig(backend.Spec{ID: "fsio-direct", CPUs: 1, MemoryMiB: 512, Kernel: kernel, Initrd: initrd,
+	cfg := qemu.ConfigFor(backend.Spec{ID: "fsio-direct", CPUs: 1, MemoryMiB: 512, Kernel: kernel, Initrd: initrd,
 		RootDisk: img, RootFSType: "erofs", StateDir: dir, Accel: accel})
 	vm, err := qemu.Launch(ctx, cfg)
 	if err != nil {

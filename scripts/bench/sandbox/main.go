@@ -641,7 +641,7 @@ func rawBoot(ctx context.Context, work, bin, accel, img string, memoryMB int, us
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	cfg := runner.QEMUConfig(backend.Spec{ID: "raw", CPUs: 1, MemoryMiB: memoryMB, Kernel: bootImage, Initrd: initrd,
+	cfg := qemu.ConfigFor(backend.Spec{ID: "raw", CPUs: 1, MemoryMiB: memoryMB, Kernel: bootImage, Initrd: initrd,
 		RootDisk: img, RootFSType: "erofs", StateDir: dir, Accel: accel})
 	start := time.Now()
 	vm, err := qemu.Launch(ctx, cfg)

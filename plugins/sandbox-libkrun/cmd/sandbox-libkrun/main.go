@@ -24,6 +24,8 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/libkrun"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/catalog"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
 	"github.com/iii-sandbox/iii/plugins/sdk"
@@ -34,7 +36,7 @@ func main() {
 	// for a plugin started by hand.
 	if len(os.Args) > 1 && os.Args[1] == runner.Subcommand {
 		log := hclog.New(&hclog.LoggerOptions{Name: "vm-runner", Output: os.Stderr})
-		os.Exit(runner.Main(os.Args[1:], []backend.Backend{runner.QEMU{Log: log}, runner.Libkrun{Log: log}}))
+		os.Exit(runner.Main(os.Args[1:], []backend.Backend{qemu.Backend{Log: log}, libkrun.Backend{Log: log}}))
 	}
 	// Everything else, `serve --engine …` included, is sdk.Serve's: the
 	// same path for the go-plugin child and the remote adapter.

@@ -1,4 +1,4 @@
-package runner
+package qemu
 
 import (
 	"context"
@@ -9,26 +9,26 @@ import (
 
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
 )
 
-// QEMU is the QEMU back end as a runner runs it: QEMU in a child process
-// that dies with the runner (parent-death signal on Linux, the lifeline
-// and the runner's own kill everywhere), its NIC served by this process.
-type QEMU struct {
+// Backend is the QEMU back end as a runner runs it (backend.Backend): QEMU
+// in a child process that dies with the runner (parent-death signal on
+// Linux, the lifeline and the runner's own kill everywhere), its NIC served
+// by this process.
+type Backend struct {
 	// Log receives the network's messages.
 	Log hclog.Logger
 }
 
-var _ backend.Backend = QEMU{}
+var _ backend.Backend = Backend{}
 
 // Name implements backend.Backend.
-func (QEMU) Name() string { return backend.QEMU }
+func (Backend) Name() string { return backend.QEMU }
 
-// QEMUConfig maps a Spec to the QEMU back end's configuration.
-func QEMUConfig(spec backend.Spec) qemu.Config {
-	cfg := qemu.Config{
+// ConfigFor maps a back-end Spec to QEMU's configuration.
+func ConfigFor(spec backend.Spec) Config {
+	cfg := Config{
 		QEMU:          spec.QEMUBinary,
 		Accel:         spec.Accel,
 		MemoryMiB:     spec.MemoryMiB,
@@ -61,12 +61,12 @@ func QEMUConfig(spec backend.Spec) qemu.Config {
 // Run implements backend.Backend. With network, the VM's NIC is a
 // socketpair: QEMU gets one end, and this process serves the other with
 // its user-mode network, which ends once QEMU has.
-func (q QEMU) Run(ctx context.Context, spec backend.Spec, started func(backend.Started)) error {
+func (q Backend) Run(ctx context.Context, spec backend.Spec, started func(backend.Started)) error {
 	log := q.Log
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	cfg := QEMUConfig(spec)
+	cfg := ConfigFor(spec)
 	if spec.Restores() {
 		f, err := os.Open(spec.Template.StateFile)
 		if err != nil {
@@ -82,12 +82,12 @@ func (q QEMU) Run(ctx context.Context, spec backend.Spec, started func(backend.S
 			return err
 		}
 		defer vmEnd.Close() // QEMU has its own copy once started
-		if waitNet, err = serveNetwork(ctx, runnerEnd, spec, log); err != nil {
+		if waitNet, err = backend.ServeNetwork(ctx, runnerEnd, spec, log); err != nil {
 			return err
 		}
 		cfg.NetSocket = vmEnd
 	}
-	vm, err := qemu.Launch(ctx, cfg)
+	vm, err := Launch(ctx, cfg)
 	if cfg.NetSocket != nil {
 		// Only QEMU keeps the VM's end: its exit is the network's EOF.
 		_ = cfg.NetSocket.Close()

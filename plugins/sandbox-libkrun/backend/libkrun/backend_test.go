@@ -1,4 +1,4 @@
-package runner
+package libkrun
 
 import (
 	"io"
@@ -60,13 +60,13 @@ func TestRelay(t *testing.T) {
 }
 
 // TestLibkrunSpec maps a VM spec to libkrun's.
-func TestLibkrunSpec(t *testing.T) {
+func TestSpecFor(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the fake kernel is an x86_64 ELF vmlinux")
 	}
 	kernel := filepath.Join(t.TempDir(), "vmlinux")
 	assert.NilError(t, os.WriteFile(kernel, append([]byte("\x7fELF"), make([]byte, 124)...), 0o644))
-	ks, err := LibkrunSpec(backend.Spec{
+	ks, err := SpecFor(backend.Spec{
 		ID: "x", CPUs: 2, MemoryMiB: 256, Kernel: kernel, Initrd: "/i", KernelConfig: "/boot/config-x",
 		RootDisk: "/img.erofs", Network: true, Hostname: "sandbox-1234abcd", StateDir: "/s/x", Accel: "kvm",
 	})
@@ -84,6 +84,6 @@ func TestLibkrunSpec(t *testing.T) {
 		assert.Check(t, is.Contains(strings.Fields(ks.Cmdline), want))
 	}
 	// A kernel libkrun cannot load is refused before anything starts.
-	_, err = LibkrunSpec(backend.Spec{ID: "x", CPUs: 1, MemoryMiB: 256, Kernel: "/i", Initrd: "/i", StateDir: "/s/x", Accel: "kvm"})
+	_, err = SpecFor(backend.Spec{ID: "x", CPUs: 1, MemoryMiB: 256, Kernel: "/i", Initrd: "/i", StateDir: "/s/x", Accel: "kvm"})
 	assert.Check(t, err != nil)
 }

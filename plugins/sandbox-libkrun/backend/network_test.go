@@ -1,4 +1,4 @@
-package runner
+package backend
 
 import (
 	"context"
@@ -10,18 +10,17 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"gotest.tools/v3/assert"
 
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
 )
 
-// TestServeNetwork serves a NIC as QEMU.Run and Libkrun.Run do, speaks to
+// TestServeNetwork serves a NIC as the qemu and libkrun back ends do, speaks to
 // it as the VM does (an ARP request for the gateway, length-prefixed), and
 // checks the network ends once the VM's end closes.
 func TestServeNetwork(t *testing.T) {
 	runnerEnd, vmEnd, err := usernet.Pair()
 	assert.NilError(t, err)
-	spec := backend.Spec{Network: true, NetForwards: []backend.NetForward{{GuestPort: 49134, HostAddr: "127.0.0.1:49134"}}}
-	wait, err := serveNetwork(context.Background(), runnerEnd, spec, hclog.NewNullLogger())
+	spec := Spec{Network: true, NetForwards: []NetForward{{GuestPort: 49134, HostAddr: "127.0.0.1:49134"}}}
+	wait, err := ServeNetwork(context.Background(), runnerEnd, spec, hclog.NewNullLogger())
 	assert.NilError(t, err)
 	vm, err := net.FileConn(vmEnd)
 	assert.NilError(t, err)
@@ -64,6 +63,6 @@ func TestServeNetworkRefusesBadSpec(t *testing.T) {
 	runnerEnd, vmEnd, err := usernet.Pair()
 	assert.NilError(t, err)
 	defer vmEnd.Close()
-	_, err = serveNetwork(context.Background(), runnerEnd, backend.Spec{Network: true, NetAllowCIDRs: []string{"169.254.0.0/16"}}, hclog.NewNullLogger())
+	_, err = ServeNetwork(context.Background(), runnerEnd, Spec{Network: true, NetAllowCIDRs: []string{"169.254.0.0/16"}}, hclog.NewNullLogger())
 	assert.ErrorContains(t, err, "link-local")
 }

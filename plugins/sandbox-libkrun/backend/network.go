@@ -1,4 +1,4 @@
-package runner
+package backend
 
 import (
 	"context"
@@ -9,20 +9,19 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/usernet"
 )
 
-// netWait bounds how long a runner waits for its VM's network to end after
+// netWait bounds how long a back end waits for its VM's network to end after
 // the VM did (it ends as soon as it reads EOF).
 const netWait = 10 * time.Second
 
-// serveNetwork runs the VM's user-mode network on host, the runner's end of
+// ServeNetwork runs the VM's user-mode network on host, the runner's end of
 // the NIC's stream, which it takes over. The network ends when the VM
 // closes its end or ctx ends; wait waits for that (bounded by netWait).
 // Every flow the guest opens is dialled by this process, after usernet's
 // policy allowed it: never the host's loopback or its own addresses.
-func serveNetwork(ctx context.Context, host *os.File, spec backend.Spec, log hclog.Logger) (wait func(), err error) {
+func ServeNetwork(ctx context.Context, host *os.File, spec Spec, log hclog.Logger) (wait func(), err error) {
 	cfg, err := spec.NetConfig()
 	if err != nil {
 		_ = host.Close()

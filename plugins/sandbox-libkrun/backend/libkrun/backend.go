@@ -1,4 +1,4 @@
-package runner
+package libkrun
 
 import (
 	"context"
@@ -13,38 +13,37 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
-	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/libkrun"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/consolelog"
 )
 
-// Libkrun is the libkrun back end as a runner runs it: the runner process
+// Backend is the libkrun back end as a runner runs it (backend.Backend): the runner process
 // becomes the VM (krun_start_enter never returns), relays the guest
 // agent's console port, a socketpair libkrun holds the other end of, to
 // the unix socket the adapter dials, as QEMU serves it for the QEMU back
 // end, and serves the NIC with its user-mode network.
-type Libkrun struct {
+type Backend struct {
 	// Log receives libkrun's and the relay's messages.
 	Log hclog.Logger
 }
 
-var _ backend.Backend = Libkrun{}
+var _ backend.Backend = Backend{}
 
 // Name implements backend.Backend.
-func (Libkrun) Name() string { return backend.Libkrun }
+func (Backend) Name() string { return backend.Libkrun }
 
-// LibkrunSpec maps a Spec to the libkrun back end's, minus the channel
-// callback Run supplies.
-func LibkrunSpec(spec backend.Spec) (libkrun.Spec, error) {
+// SpecFor maps a back-end Spec to libkrun's, minus the channel callback
+// Run supplies.
+func SpecFor(spec backend.Spec) (Spec, error) {
 	if spec.Template != nil {
 		// libkrun has no API to save or restore a VM.
-		return libkrun.Spec{}, errors.New("libkrun cannot record or restore snapshot templates")
+		return Spec{}, errors.New("libkrun cannot record or restore snapshot templates")
 	}
 	arch := runtime.GOARCH
-	format, err := libkrun.DetectKernelFile(spec.Kernel, arch)
+	format, err := DetectKernelFile(spec.Kernel, arch)
 	if err != nil {
-		return libkrun.Spec{}, err
+		return Spec{}, err
 	}
-	cmdline, err := libkrun.BuildCmdline(libkrun.CmdlineOptions{
+	cmdline, err := BuildCmdline(CmdlineOptions{
 		Arch:       arch,
 		RootDisk:   spec.RootDisk != "",
 		DataDisk:   spec.DataDisk != "",
@@ -53,9 +52,9 @@ func LibkrunSpec(spec backend.Spec) (libkrun.Spec, error) {
 		Debug:      spec.Debug,
 	})
 	if err != nil {
-		return libkrun.Spec{}, err
+		return Spec{}, err
 	}
-	return libkrun.Spec{
+	return Spec{
 		VCPUs:        spec.CPUs,
 		MemoryMiB:    spec.MemoryMiB,
 		Kernel:       spec.Kernel,
@@ -75,16 +74,16 @@ func LibkrunSpec(spec backend.Spec) (libkrun.Spec, error) {
 // Run implements backend.Backend. It returns only when the VM could not
 // start. Once it has started, the VM is this process: when ctx ends (the
 // adapter let go) Run exits the process, which ends the VM with it.
-func (l Libkrun) Run(ctx context.Context, spec backend.Spec, started func(backend.Started)) error {
+func (l Backend) Run(ctx context.Context, spec backend.Spec, started func(backend.Started)) error {
 	log := l.Log
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	ks, err := LibkrunSpec(spec)
+	ks, err := SpecFor(spec)
 	if err != nil {
 		return err
 	}
-	lib, err := libkrun.Open(libkrun.Options{Path: spec.LibkrunPath})
+	lib, err := Open(Options{Path: spec.LibkrunPath})
 	if err != nil {
 		return err
 	}
@@ -116,7 +115,7 @@ func (l Libkrun) Run(ctx context.Context, spec backend.Spec, started func(backen
 	// The NIC's frames are served here, as for QEMU. The network needs no
 	// waiting for: it ends with this process, which is the VM.
 	ks.OnNetwork = func(host *os.File) error {
-		_, err := serveNetwork(ctx, host, spec, log)
+		_, err := backend.ServeNetwork(ctx, host, spec, log)
 		return err
 	}
 	ks.OnChannel = func(host *os.File) error {
@@ -130,7 +129,7 @@ func (l Libkrun) Run(ctx context.Context, spec backend.Spec, started func(backen
 		go func() {
 			<-ctx.Done()
 			log.Info("the adapter let go of the VM; exiting", "cause", context.Cause(ctx))
-			os.Exit(ExitOK)
+			os.Exit(0) // the runner's ExitOK: the VM was let go of
 		}()
 		started(backend.Started{VMPID: os.Getpid()})
 		return nil
