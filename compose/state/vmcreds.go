@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,14 +35,9 @@ func DecodeVMCredentials(data []byte, path string) (map[string]string, error) {
 	bad := func(format string, args ...any) error {
 		return newInvalid(path, fmt.Sprintf(format, args...)+"; delete it (the credentials it names stay valid in the engine until revoked or the engine's credentials file is cleared)")
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var f vmCredsFile
-	if err := dec.Decode(&f); err != nil {
-		return nil, bad("not a Compose vm-credentials file (%v)", err)
-	}
-	if dec.More() {
-		return nil, bad("trailing data after the object")
+	if problem := decodeStrict(data, &f, "vm-credentials file"); problem != "" {
+		return nil, bad("%s", problem)
 	}
 	if f.Version != vmCredsVersion {
 		return nil, bad("version %d is not supported (this Compose writes version %d)", f.Version, vmCredsVersion)

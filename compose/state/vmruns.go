@@ -54,14 +54,9 @@ func DecodeVMRuns(data []byte, path string) (*VMRuns, error) {
 	bad := func(format string, args ...any) error {
 		return newInvalid(path, fmt.Sprintf(format, args...)+"; delete it, then stop Compose and run `iii compose --up` to replace the project token")
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var r VMRuns
-	if err := dec.Decode(&r); err != nil {
-		return nil, bad("not a Compose vm-workers file (%v)", err)
-	}
-	if dec.More() {
-		return nil, bad("trailing data after the object")
+	if problem := decodeStrict(data, &r, "vm-workers file"); problem != "" {
+		return nil, bad("%s", problem)
 	}
 	if r.Version != vmRunsVersion {
 		return nil, bad("version %d is not supported (this Compose writes version %d)", r.Version, vmRunsVersion)
@@ -151,4 +146,19 @@ func (s *Store) DropVMRuns(drop func(VMRun) bool) (int, error) {
 	}
 	r.Runs = kept
 	return n, s.SaveVMRuns(r)
+}
+
+// decodeStrict reads data as exactly one JSON object into v, refusing
+// unknown fields: what it cannot trust it describes ("" when none), naming
+// the file by what.
+func decodeStrict(data []byte, v any, what string) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Sprintf("not a Compose %s (%v)", what, err)
+	}
+	if dec.More() {
+		return "trailing data after the object"
+	}
+	return ""
 }
