@@ -26,7 +26,7 @@ type credentials struct {
 // restart (persist) when the engine has a credentials file: the worker's VM
 // outlives the engine's adapter process, and the worker reconnects with
 // the credential its forward carries. A credential an earlier Compose left
-// for this vm_id (vm-credentials.json) is handed over again when its VM
+// for this vm_id (worker-credentials.json) is handed over again when its VM
 // still runs (the start takes that VM over, and its forward carries that
 // credential), and revoked otherwise. Every credential issued is recorded
 // there, so that a Compose killed before it could revoke it does not leave
@@ -39,7 +39,7 @@ func (p *project) issueVMCredential(ctx context.Context, key string, ref *vmRef)
 			return tok, nil
 		}
 		p.d.revokeCredential(ctx, tok)
-		p.noteVMCredential(ref.id, "")
+		p.noteCredential(ref.id, "")
 	}
 	spec := protocol.CredentialSpec{
 		Label:     fmt.Sprintf("compose/%s/%s", p.ns, key),
@@ -62,7 +62,7 @@ func (p *project) issueVMCredential(ctx context.Context, key string, ref *vmRef)
 	if err := json.Unmarshal(raw, &out); err != nil || out.Token == "" {
 		return "", fmt.Errorf("%s returned no token", protocol.FnCredentialsIssue)
 	}
-	p.noteVMCredential(ref.id, out.Token)
+	p.noteCredential(ref.id, out.Token)
 	p.d.setVMCredential(ctx, ref.id, out.Token)
 	return out.Token, nil
 }
@@ -82,20 +82,20 @@ func (d *Daemon) setVMCredential(ctx context.Context, vmID, tok string) {
 	}
 }
 
-// claimInherited takes the credential an earlier Compose left for vmID.
-func (p *project) claimInherited(vmID string) string {
+// claimInherited takes the credential an earlier Compose left under id.
+func (p *project) claimInherited(id string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	tok := p.inherited[vmID]
-	delete(p.inherited, vmID)
+	tok := p.inherited[id]
+	delete(p.inherited, id)
 	return tok
 }
 
 // noteVMCredential records (tok "" forgets) vmID's credential in
-// vm-credentials.json. A failure is logged: the credential still works,
+// worker-credentials.json. A failure is logged: the credential still works,
 // it is only not revoked by the next Compose should this one be killed.
-func (p *project) noteVMCredential(vmID, tok string) {
-	if err := p.store.SetVMCredential(vmID, tok); err != nil {
+func (p *project) noteCredential(vmID, tok string) {
+	if err := p.store.SetWorkerCredential(vmID, tok); err != nil {
 		p.d.log.Warn("cannot record a VM worker's credential for the next Compose", "vm_id", vmID, "error", err)
 	}
 }
@@ -107,7 +107,7 @@ func (p *project) forgetVMCredential(ctx context.Context, vmID string) {
 	if tok := p.claimInherited(vmID); tok != "" {
 		p.d.revokeCredential(ctx, tok)
 	}
-	p.noteVMCredential(vmID, "")
+	p.noteCredential(vmID, "")
 }
 
 // revokeInherited revokes the credentials an earlier Compose left that no
@@ -118,9 +118,9 @@ func (p *project) revokeInherited(ctx context.Context) {
 	left := p.inherited
 	p.inherited = nil
 	p.mu.Unlock()
-	for vmID, tok := range left {
+	for id, tok := range left {
 		p.d.revokeCredential(ctx, tok)
-		p.noteVMCredential(vmID, "")
+		p.noteCredential(id, "")
 	}
 }
 

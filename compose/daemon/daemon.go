@@ -579,7 +579,7 @@ func (d *Daemon) projectFor(f *composefile.File) (*project, error) {
 		store.Close()
 		return nil, err
 	}
-	if p.inherited, err = store.LoadVMCredentials(); err != nil {
+	if p.inherited, err = store.LoadWorkerCredentials(); err != nil {
 		store.Close()
 		return nil, err
 	}

@@ -56,7 +56,7 @@ type project struct {
 	// pkgMu serialises the preparations a start makes by itself.
 	pkgMu sync.Mutex
 	// inherited are the VM worker credentials an earlier Compose of the
-	// project left in vm-credentials.json, by vm_id, not yet handed to a
+	// project left in worker-credentials.json, by vm_id, not yet handed to a
 	// start or revoked (credential.go).
 	inherited map[string]string
 }

@@ -70,6 +70,12 @@ func (p *project) issueQueueProviderCredential(ctx context.Context, key string) 
 	if err := json.Unmarshal(raw, &out); err != nil || out.Token == "" {
 		return "", fmt.Errorf("%s returned no token", protocol.FnCredentialsIssue)
 	}
+	// The process an earlier Compose gave a credential to is gone: this
+	// container starts a new one.
+	if old := p.claimInherited(providerCredID(key)); old != "" {
+		p.d.revokeCredential(ctx, old)
+	}
+	p.noteCredential(providerCredID(key), out.Token)
 	ref := p.ns + "/" + key
 	p.d.credMu.Lock()
 	if p.d.creds.byProvider == nil {
@@ -95,4 +101,14 @@ func (p *project) revokeQueueProviderCredential(ctx context.Context, key string)
 	if tok != "" {
 		p.d.revokeCredential(ctx, tok)
 	}
+	// A provider adopted from a crashed Compose carries the credential
+	// that Compose issued.
+	if old := p.claimInherited(providerCredID(key)); old != "" {
+		p.d.revokeCredential(ctx, old)
+	}
+	p.noteCredential(providerCredID(key), "")
 }
+
+// providerCredID names a queue provider container's credential in
+// worker-credentials.json (a vm_id never holds a slash).
+func providerCredID(key string) string { return "queue-provider/" + key }

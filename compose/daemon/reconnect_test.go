@@ -223,12 +223,13 @@ containers:
 	assert.NilError(t, call(t, c, "rv", "compose::down", nil, &up))
 }
 
-// A VM worker credential a killed Compose left in vm-credentials.json
-// stays valid only while a Compose of the project could still hand it to
-// the VM that carries it: when the project stops cleanly with nobody
-// having claimed it, it is revoked (its connections closed, new ones
-// refused) and the file is gone.
-func TestLeftoverVMCredentialRevoked(t *testing.T) {
+// The worker credentials a killed Compose left in worker-credentials.json
+// stay valid only while a Compose of the project could still hand them on:
+// a VM worker's until the project stops cleanly with nobody having claimed
+// it, a queue provider's once its container stops (or starts a new
+// process). Revoked, their connections close and new ones are refused; the
+// file is gone.
+func TestLeftoverWorkerCredentialsRevoked(t *testing.T) {
 	eng := startEngine(t, "")
 	exe, err := os.Executable()
 	assert.NilError(t, err)
@@ -242,27 +243,33 @@ func TestLeftoverVMCredentialRevoked(t *testing.T) {
 	assert.NilError(t, call(t, c, "lc", "compose::status", nil, &st))
 	assert.NilError(t, call(t, c, "lc", "compose::down", nil, &op))
 
-	// What a Compose killed with SIGKILL leaves: a credential it issued,
+	// What a Compose killed with SIGKILL leaves: credentials it issued,
 	// recorded beside its state.
-	var issued struct {
-		Token string `json:"token"`
+	issue := func(label string) string {
+		var issued struct {
+			Token string `json:"token"`
+		}
+		assert.NilError(t, call(t, c, "default", protocol.FnCredentialsIssue, protocol.CredentialSpec{Label: label, Namespace: "lc"}, &issued))
+		assert.Assert(t, issued.Token != "")
+		return issued.Token
 	}
-	assert.NilError(t, call(t, c, "default", protocol.FnCredentialsIssue, protocol.CredentialSpec{Label: "compose/lc/gone", Namespace: "lc"}, &issued))
-	assert.Assert(t, issued.Token != "")
+	vmTok, providerTok := issue("compose/lc/gone"), issue("compose/lc/api/queue-provider")
 	store := st.StateDir
-	assert.NilError(t, os.WriteFile(filepath.Join(store, state.VMCredentialsFile),
-		[]byte(`{"version":1,"credentials":{"vm-gone":"`+issued.Token+`"}}`), 0o600))
+	assert.NilError(t, os.WriteFile(filepath.Join(store, state.WorkerCredentialsFile),
+		[]byte(`{"version":1,"credentials":{"vm-gone":"`+vmTok+`","queue-provider/api":"`+providerTok+`"}}`), 0o600))
 
 	assert.NilError(t, call(t, c, "lc", "compose::up", nil, &op))
 	assert.Equal(t, op.Status, "ok", "%+v", op)
-	held := callerWithToken(t, eng.url, issued.Token) // still valid while the project runs
+	held := callerWithToken(t, eng.url, vmTok) // still valid while the project runs
 	assert.NilError(t, call(t, c, "lc", "compose::down", nil, &op))
 
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	_, err = client.Dial(ctx, eng.url, client.Options{Name: "after-revoke", IgnoreEnv: true, Token: issued.Token, Reconnect: client.ReconnectPolicy{Disable: true}})
-	assert.ErrorContains(t, err, "AUTH_ERROR")
+	for _, tok := range []string{vmTok, providerTok} {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		_, err = client.Dial(ctx, eng.url, client.Options{Name: "after-revoke", IgnoreEnv: true, Token: tok, Reconnect: client.ReconnectPolicy{Disable: true}})
+		cancel()
+		assert.ErrorContains(t, err, "AUTH_ERROR")
+	}
 	waitUntil(t, "the connection made with the revoked credential closed", func() bool { return !held.Connected() })
-	_, err = os.Stat(filepath.Join(store, state.VMCredentialsFile))
-	assert.Check(t, os.IsNotExist(err), "vm-credentials.json is gone")
+	_, err = os.Stat(filepath.Join(store, state.WorkerCredentialsFile))
+	assert.Check(t, os.IsNotExist(err), "worker-credentials.json is gone")
 }

@@ -24,7 +24,7 @@ type Store struct {
 	mu   sync.Mutex
 	lock *os.File
 	// runsMu serialises the read-modify-write of vm-workers.json, credsMu
-	// that of vm-credentials.json.
+	// that of worker-credentials.json.
 	runsMu  sync.Mutex
 	credsMu sync.Mutex
 }
