@@ -21,9 +21,7 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose/registry"
-	"github.com/iii-sandbox/iii/internal/testkit/bins"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
-	"github.com/iii-sandbox/iii/internal/testkit/keeper"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/adapter"
@@ -72,14 +70,7 @@ func TestComposeSurvivesEngineRestartAndUpgrade(t *testing.T) {
 	}
 	publish(adapter.Version, s.adapterBin)
 
-	workerDir := filepath.Join(project, "floodworker")
-	assert.NilError(t, os.MkdirAll(workerDir, 0o755))
-	if out, err := bins.GoBuild(filepath.Join(workerDir, "floodworker"), "github.com/iii-sandbox/iii/internal/testkit/flood/floodworker",
-		[]string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64"}); err != nil {
-		t.Fatalf("build floodworker: %v\n%s", err, out)
-	}
-	assert.NilError(t, os.WriteFile(filepath.Join(workerDir, "iii.worker.yaml"),
-		[]byte("name: floodworker\nruntime:\n  base_image: python\nscripts:\n  start: exec /workspace/floodworker\n"), 0o644))
+	floodWorker(t, project)
 
 	port := freePort(t)
 	url := fmt.Sprintf("ws://127.0.0.1:%d", port)
@@ -164,43 +155,7 @@ containers:
 	})
 	waitContainerReady(t, url, ns, "floodworker", exited)
 
-	call := func(args ...string) *icmd.Result {
-		return icmd.RunCmd(icmd.Command(s.iii, append([]string{"call", "--port", strconv.Itoa(port), "--timeout-ms", "300000"}, args...)...),
-			icmd.WithEnv(env...), icmd.Dir(project), icmd.WithTimeout(6*time.Minute))
-	}
-	callJSON := func(fn string, payload any, outv any) {
-		t.Helper()
-		b, err := json.Marshal(payload)
-		assert.NilError(t, err)
-		res := call(fn, "--json", string(b))
-		res.Assert(t, icmd.Success)
-		if outv != nil {
-			assert.NilError(t, json.Unmarshal([]byte(res.Stdout()), outv), res.Stdout())
-		}
-	}
-	sh := func(id, script string) string {
-		t.Helper()
-		var r struct {
-			Stdout   string `json:"stdout"`
-			ExitCode *int   `json:"exit_code"`
-		}
-		callJSON("sandbox::exec", map[string]any{"sandbox_id": id, "argv": []string{"/bin/sh", "-c", script}}, &r)
-		assert.Assert(t, r.ExitCode != nil && *r.ExitCode == 0, "exec %q: %+v", script, r)
-		return r.Stdout
-	}
-	create := func(extra map[string]any) string {
-		t.Helper()
-		var r struct {
-			SandboxID string `json:"sandbox_id"`
-		}
-		payload := map[string]any{"image": "python"}
-		for k, v := range extra {
-			payload[k] = v
-		}
-		callJSON("sandbox::create", payload, &r)
-		assert.Assert(t, r.SandboxID != "")
-		return r.SandboxID
-	}
+	user := cli{iii: s.iii, dir: project, port: port, env: env}
 	type who struct {
 		PID       int    `json:"pid"`
 		StartedAt string `json:"started_at"`
@@ -223,7 +178,7 @@ containers:
 		return w, json.Unmarshal(raw, &w)
 	}
 	adapterPath := func() string {
-		res := call("engine::adapters::list")
+		res := user.call("engine::adapters::list")
 		if res.ExitCode != 0 {
 			return ""
 		}
@@ -242,7 +197,7 @@ containers:
 	}
 
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		res := call("--namespace", ns, "sandbox-libkrun::adapter::info")
+		res := user.call("--namespace", ns, "sandbox-libkrun::adapter::info")
 		var info struct {
 			WarmPool map[string]struct {
 				Ready int `json:"ready"`
@@ -253,22 +208,13 @@ containers:
 		}
 		return poll.Continue("the warm pool is not ready: %s", res.Combined())
 	}, poll.WithTimeout(2*composeWait), poll.WithDelay(500*time.Millisecond))
-	pooled := create(nil)
-	longRun, files := create(nil), create(nil)
-	network := create(map[string]any{"network": true})
-	sh(pooled, "echo pooled > /root/mark")
-	callJSON("sandbox::fs::write", map[string]any{"sandbox_id": longRun, "path": "/tmp/keeper.py", "content": keeper.Script}, nil)
-	sh(longRun, "nohup python3 /tmp/keeper.py >/dev/null 2>&1 &")
-	askKeeper := func() (secret string, n int, pid string) {
-		t.Helper()
-		f := strings.Fields(sh(longRun, keeper.Ask))
-		assert.Assert(t, is.Len(f, 3), "the keeper did not answer: %q", f)
-		n, err := strconv.Atoi(f[1])
-		assert.NilError(t, err)
-		return f[0], n, f[2]
-	}
-	secret, n0, kpid := askKeeper()
-	callJSON("sandbox::fs::write", map[string]any{"sandbox_id": files, "path": "/root/notes.txt", "content": "kept"}, nil)
+	pooled := user.create(t, nil)
+	longRun, files := user.create(t, nil), user.create(t, nil)
+	network := user.create(t, map[string]any{"network": true})
+	user.sh(t, pooled, "echo pooled > /root/mark")
+	user.startKeeper(t, longRun)
+	secret, n0, kpid := user.askKeeper(t, longRun)
+	user.callJSON(t, "sandbox::fs::write", map[string]any{"sandbox_id": files, "path": "/root/notes.txt", "content": "kept"}, nil)
 	worker, err := whoami()
 	assert.NilError(t, err)
 	assert.Assert(t, worker.PID > 0, "%+v", worker)
@@ -289,13 +235,13 @@ containers:
 			return poll.Success()
 		}, poll.WithTimeout(2*composeWait), poll.WithDelay(time.Second))
 		assert.Check(t, is.DeepEqual(now, worker), "%s: the VM worker is not the same process", step)
-		s1, n1, p1 := askKeeper()
+		s1, n1, p1 := user.askKeeper(t, longRun)
 		assert.Check(t, is.Equal(s1, secret), "%s: the long process lost its memory", step)
 		assert.Check(t, is.Equal(p1, kpid), step)
 		assert.Check(t, n1 > n0, "%s: the counter went from %d to %d", step, n0, n1)
-		assert.Check(t, is.Equal(sh(files, "cat /root/notes.txt"), "kept"), step)
-		assert.Check(t, is.Equal(sh(pooled, "cat /root/mark"), "pooled\n"), step)
-		assert.Check(t, is.Equal(sh(network, "echo up"), "up\n"), step)
+		assert.Check(t, is.Equal(user.sh(t, files, "cat /root/notes.txt"), "kept"), step)
+		assert.Check(t, is.Equal(user.sh(t, pooled, "cat /root/mark"), "pooled\n"), step)
+		assert.Check(t, is.Equal(user.sh(t, network, "echo up"), "up\n"), step)
 		waitContainerReady(t, url, ns, "floodworker", exited)
 		waitContainerReady(t, url, ns, "sandbox-libkrun", exited)
 		t.Logf("%s: the worker and the four sandboxes answered %v after the check began", step, time.Since(t0))
@@ -331,7 +277,7 @@ containers:
 		Restarted bool `json:"restarted"`
 		Down      any  `json:"down"`
 	}
-	res := call("--namespace", ns, "compose::update", "worker=sandbox-libkrun")
+	res := user.call("--namespace", ns, "compose::update", "worker=sandbox-libkrun")
 	res.Assert(t, icmd.Success)
 	assert.NilError(t, json.Unmarshal([]byte(res.Stdout()), &upd), res.Stdout())
 	assert.Check(t, upd.Restarted)

@@ -14,11 +14,9 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
-	"gotest.tools/v3/icmd"
 	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
-	"github.com/iii-sandbox/iii/internal/testkit/keeper"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 )
@@ -94,22 +92,9 @@ sandbox:
 		}
 	})
 
-	call := func(args ...string) *icmd.Result {
-		return icmd.RunCmd(icmd.Command(s.iii, append([]string{"call", "--port", strconv.Itoa(port), "--timeout-ms", "300000"}, args...)...),
-			icmd.WithEnv(env...), icmd.Dir(dir), icmd.WithTimeout(6*time.Minute))
-	}
-	callJSON := func(fn string, payload any, out any) {
-		t.Helper()
-		b, err := json.Marshal(payload)
-		assert.NilError(t, err)
-		res := call(fn, "--json", string(b))
-		res.Assert(t, icmd.Success)
-		if out != nil {
-			assert.NilError(t, json.Unmarshal([]byte(res.Stdout()), out), res.Stdout())
-		}
-	}
+	user := cli{iii: s.iii, dir: dir, port: port, env: env}
 	adapterPID := func() int {
-		res := call("engine::adapters::list")
+		res := user.call("engine::adapters::list")
 		if res.ExitCode != 0 {
 			return 0
 		}
@@ -143,42 +128,10 @@ sandbox:
 		}, poll.WithTimeout(3*time.Minute), poll.WithDelay(200*time.Millisecond))
 		return pid
 	}
-	sh := func(id, script string) string {
-		t.Helper()
-		var out struct {
-			Stdout   string `json:"stdout"`
-			Stderr   string `json:"stderr"`
-			ExitCode *int   `json:"exit_code"`
-		}
-		callJSON("sandbox::exec", map[string]any{"sandbox_id": id, "argv": []string{"/bin/sh", "-c", script}}, &out)
-		assert.Assert(t, out.ExitCode != nil && *out.ExitCode == 0, "exec %q: %+v", script, out)
-		return out.Stdout
-	}
-	create := func(extra map[string]any) string {
-		t.Helper()
-		payload := map[string]any{"image": "python"}
-		for k, v := range extra {
-			payload[k] = v
-		}
-		var out struct {
-			SandboxID string `json:"sandbox_id"`
-		}
-		callJSON("sandbox::create", payload, &out)
-		assert.Assert(t, out.SandboxID != "")
-		return out.SandboxID
-	}
-	askKeeper := func(id string) (secret string, n int, pid string) {
-		t.Helper()
-		f := strings.Fields(sh(id, keeper.Ask))
-		assert.Assert(t, is.Len(f, 3), "the keeper did not answer: %q", f)
-		n, err := strconv.Atoi(f[1])
-		assert.NilError(t, err)
-		return f[0], n, f[2]
-	}
 
 	pid := waitAdapter(0)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		res := call("sandbox-libkrun::adapter::info")
+		res := user.call("sandbox-libkrun::adapter::info")
 		var info struct {
 			WarmPool map[string]struct {
 				Ready int `json:"ready"`
@@ -189,33 +142,32 @@ sandbox:
 		}
 		return poll.Continue("the warm pool is not ready: %s", res.Stdout())
 	}, poll.WithTimeout(4*time.Minute), poll.WithDelay(500*time.Millisecond))
-	pooled := create(nil)
-	longRun, files := create(nil), create(nil)
-	network := create(map[string]any{"network": true})
+	pooled := user.create(t, nil)
+	longRun, files := user.create(t, nil), user.create(t, nil)
+	network := user.create(t, map[string]any{"network": true})
 	all := []string{pooled, longRun, files, network}
 
-	callJSON("sandbox::fs::write", map[string]any{"sandbox_id": longRun, "path": "/tmp/keeper.py", "content": keeper.Script}, nil)
-	sh(longRun, "nohup python3 /tmp/keeper.py >/dev/null 2>&1 &")
-	secret, n0, kpid := askKeeper(longRun)
-	callJSON("sandbox::fs::write", map[string]any{"sandbox_id": files, "path": "/root/notes.txt", "content": "kept across restarts"}, nil)
-	sh(pooled, "echo pooled > /root/mark")
+	user.startKeeper(t, longRun)
+	secret, n0, kpid := user.askKeeper(t, longRun)
+	user.callJSON(t, "sandbox::fs::write", map[string]any{"sandbox_id": files, "path": "/root/notes.txt", "content": "kept across restarts"}, nil)
+	user.sh(t, pooled, "echo pooled > /root/mark")
 
 	check := func(step string, limit int) {
 		t.Helper()
 		t0 := time.Now()
-		s1, n1, p1 := askKeeper(longRun)
+		s1, n1, p1 := user.askKeeper(t, longRun)
 		assert.Check(t, is.Equal(s1, secret), "%s: the long process lost its memory", step)
 		assert.Check(t, is.Equal(p1, kpid), "%s", step)
 		assert.Check(t, n1 > n0, "%s: the counter went from %d to %d", step, n0, n1)
-		assert.Check(t, is.Equal(sh(files, "cat /root/notes.txt"), "kept across restarts"), step)
-		assert.Check(t, is.Equal(sh(pooled, "cat /root/mark"), "pooled\n"), step)
-		assert.Check(t, is.Equal(sh(network, "echo up"), "up\n"), step)
+		assert.Check(t, is.Equal(user.sh(t, files, "cat /root/notes.txt"), "kept across restarts"), step)
+		assert.Check(t, is.Equal(user.sh(t, pooled, "cat /root/mark"), "pooled\n"), step)
+		assert.Check(t, is.Equal(user.sh(t, network, "echo up"), "up\n"), step)
 		var l struct {
 			Sandboxes []struct {
 				SandboxID string `json:"sandbox_id"`
 			} `json:"sandboxes"`
 		}
-		callJSON("sandbox::list", map[string]any{}, &l)
+		user.callJSON(t, "sandbox::list", map[string]any{}, &l)
 		var ids []string
 		for _, e := range l.Sandboxes {
 			ids = append(ids, e.SandboxID)
@@ -226,12 +178,12 @@ sandbox:
 		// They count toward the limit: with room for limit-4 more.
 		extra := make([]string, 0, limit-len(all))
 		for range limit - len(all) {
-			extra = append(extra, create(map[string]any{"cpus": 1, "memory_mb": 384}))
+			extra = append(extra, user.create(t, map[string]any{"cpus": 1, "memory_mb": 384}))
 		}
-		res := call("sandbox::create", "--json", `{"image":"python","cpus":1,"memory_mb":384}`)
+		res := user.call("sandbox::create", "--json", `{"image":"python","cpus":1,"memory_mb":384}`)
 		assert.Check(t, res.ExitCode != 0 && strings.Contains(res.Combined(), "S400"), "%s: a create past max_concurrent_sandboxes %d: %s", step, limit, res.Combined())
 		for _, id := range extra {
-			callJSON("sandbox::stop", map[string]any{"sandbox_id": id, "wait": true}, nil)
+			user.callJSON(t, "sandbox::stop", map[string]any{"sandbox_id": id, "wait": true}, nil)
 		}
 		t.Logf("%s: every sandbox answered within %v", step, time.Since(t0))
 	}
@@ -246,7 +198,7 @@ sandbox:
 	// restarts the adapter, through the same adoption as step 1).
 	write(5)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		res := call("sandbox::create", "--json", `{"image":"python","cpus":1,"memory_mb":384}`)
+		res := user.call("sandbox::create", "--json", `{"image":"python","cpus":1,"memory_mb":384}`)
 		if res.ExitCode != 0 {
 			return poll.Continue("the new limit is not applied yet: %s", res.Combined())
 		}
@@ -254,7 +206,7 @@ sandbox:
 			SandboxID string `json:"sandbox_id"`
 		}
 		assert.NilError(t, json.Unmarshal([]byte(res.Stdout()), &out))
-		callJSON("sandbox::stop", map[string]any{"sandbox_id": out.SandboxID, "wait": true}, nil)
+		user.callJSON(t, "sandbox::stop", map[string]any{"sandbox_id": out.SandboxID, "wait": true}, nil)
 		return poll.Success()
 	}, poll.WithTimeout(4*time.Minute), poll.WithDelay(time.Second))
 	now := waitAdapter(0)
@@ -276,6 +228,6 @@ sandbox:
 	check("after an engine stop and start", 5)
 
 	for _, id := range all {
-		callJSON("sandbox::stop", map[string]any{"sandbox_id": id, "wait": true}, nil)
+		user.callJSON(t, "sandbox::stop", map[string]any{"sandbox_id": id, "wait": true}, nil)
 	}
 }

@@ -59,15 +59,7 @@ func TestComposeVMWorkerAmongHostileNeighbours(t *testing.T) {
 	assert.NilError(t, os.MkdirAll(filepath.Join(home, ".iii", "cache"), 0o755))
 	assert.NilError(t, os.Symlink(s.layout, filepath.Join(home, ".iii", "cache", "oci")))
 
-	// The worker: a static binary, so the image needs nothing.
-	workerDir := filepath.Join(project, "floodworker")
-	assert.NilError(t, os.MkdirAll(workerDir, 0o755))
-	if out, err := bins.GoBuild(filepath.Join(workerDir, "floodworker"), "github.com/iii-sandbox/iii/internal/testkit/flood/floodworker",
-		[]string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64"}); err != nil {
-		t.Fatalf("build floodworker: %v\n%s", err, out)
-	}
-	assert.NilError(t, os.WriteFile(filepath.Join(workerDir, "iii.worker.yaml"),
-		[]byte("name: floodworker\nruntime:\n  base_image: python\nscripts:\n  start: exec /workspace/floodworker\n"), 0o644))
+	floodWorker(t, project)
 
 	port := freePort(t)
 	url := fmt.Sprintf("ws://127.0.0.1:%d", port)
@@ -200,6 +192,21 @@ containers:
 	// The VM worker's own connection was not the one dropped.
 	assert.NilError(t, call("floodworker::whoami", map[string]any{}, &who))
 	assert.Check(t, is.Len(sq.calls(), 0))
+}
+
+// floodWorker puts the floodworker VM worker (internal/testkit/flood/
+// floodworker) in project/floodworker: a static binary, so the image needs
+// nothing.
+func floodWorker(t *testing.T, project string) {
+	t.Helper()
+	workerDir := filepath.Join(project, "floodworker")
+	assert.NilError(t, os.MkdirAll(workerDir, 0o755))
+	if out, err := bins.GoBuild(filepath.Join(workerDir, "floodworker"), "github.com/iii-sandbox/iii/internal/testkit/flood/floodworker",
+		[]string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64"}); err != nil {
+		t.Fatalf("build floodworker: %v\n%s", err, out)
+	}
+	assert.NilError(t, os.WriteFile(filepath.Join(workerDir, "iii.worker.yaml"),
+		[]byte("name: floodworker\nruntime:\n  base_image: python\nscripts:\n  start: exec /workspace/floodworker\n"), 0o644))
 }
 
 // waitContainerReady waits until compose::status (in ns) reports container
