@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -603,11 +604,29 @@ func (e *Engine) fnWorkersRegister(_ context.Context, call *Call) (any, *protoco
 	return map[string]bool{"success": true}, nil
 }
 
+// nameConflictGrace is how long a registration waits for the connection
+// holding its name to finish going away before it is refused.
+const nameConflictGrace = 500 * time.Millisecond
+
 // claimOrReject claims the name lease; on conflict the worker is told with a
 // registrationrejected frame and its connection is closed: two live workers
 // cannot share a name in a namespace.
 func (e *Engine) claimOrReject(w *worker, ns, name string) *protocol.ErrorBody {
 	holder := e.claimName(w, ns, name)
+	if holder != nil {
+		// A worker that closed its connection and dialled again at once
+		// (a restarted adapter, a fleet host's reconnect) may register
+		// before the engine has read its old connection's close: give
+		// that connection a moment to go before refusing the name, so a
+		// restart is not refused (a refused name ends a Go client for
+		// good). A holder that stays is a real conflict.
+		select {
+		case <-holder.done:
+		case <-w.ctx.Done():
+		case <-time.After(nameConflictGrace):
+		}
+		holder = e.claimName(w, ns, name)
+	}
 	if holder == nil {
 		return nil
 	}
