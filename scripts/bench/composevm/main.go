@@ -83,17 +83,19 @@ func run(runs int) error {
 		return err
 	}
 
-	cold, err := b.up(ctx)
+	cold, coldStages, err := b.up(ctx)
 	if err != nil {
 		return fmt.Errorf("cold --up: %w", err)
 	}
 	var warm, floor []time.Duration
+	var warmStages []stage
 	for i := range runs {
-		d, err := b.up(ctx)
+		d, st, err := b.up(ctx)
 		if err != nil {
 			return fmt.Errorf("warm --up run %d: %w", i+1, err)
 		}
 		warm = append(warm, d)
+		warmStages = st
 	}
 	// The floor runs on an engine and adapter Compose started, left up.
 	stop, err := b.start(ctx)
@@ -128,7 +130,55 @@ func run(runs int) error {
 	fmt.Printf("  %-44s %9s\n", "floor: sandbox::create of the same image", f.Round(time.Millisecond))
 	fmt.Printf("  %-44s %9s   %.1f× the floor (once)\n", "iii compose --up, cold (install, first boot)", cold.Round(time.Millisecond), ratio(cold, f))
 	fmt.Printf("  %-44s %9s   %.1f× the floor\n", "iii compose --up, warm (disk kept)", benchstat.Median(warm).Round(time.Millisecond), ratio(benchstat.Median(warm), f))
+	printStages("cold", coldStages)
+	printStages("warm (the last run)", warmStages)
 	return nil
+}
+
+// stage is one of the adapter's notes in the worker's log (worker.log,
+// JSON lines), at its time since `iii compose --up` started.
+type stage struct {
+	at   time.Duration
+	note string
+}
+
+// stages reads the notes the adapter wrote into the worker's log since
+// start: where a start's time goes (the VM's start, the copy, the install,
+// the command), beside when Compose reported the worker ready.
+func stages(logPath string, start time.Time) []stage {
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		return nil
+	}
+	var out []stage
+	for _, line := range strings.Split(string(data), "\n") {
+		var e struct {
+			Time, Stream, Message string
+		}
+		if json.Unmarshal([]byte(line), &e) != nil || e.Stream != "system" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, e.Time)
+		if err != nil || t.Before(start) {
+			continue
+		}
+		out = append(out, stage{at: t.Sub(start), note: e.Message})
+	}
+	return out
+}
+
+func printStages(which string, st []stage) {
+	if len(st) == 0 {
+		return
+	}
+	fmt.Printf("  %s: the adapter's notes, since `iii compose --up` started\n", which)
+	for _, s := range st {
+		note := s.note
+		if len(note) > 100 {
+			note = note[:100] + "…"
+		}
+		fmt.Printf("    %9s  %s\n", s.at.Round(time.Millisecond), note)
+	}
 }
 
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
@@ -228,16 +278,19 @@ containers:
 	return &bench{iii: filepath.Join(bin, "iii"), project: project, port: port, env: env}, nil
 }
 
-// up times one `iii compose --up` until the worker is ready, then stops it.
-func (b *bench) up(ctx context.Context) (time.Duration, error) {
+// up times one `iii compose --up` until the worker is ready, then stops
+// it; it also returns the adapter's notes of that start (stages).
+func (b *bench) up(ctx context.Context) (time.Duration, []stage, error) {
 	start := time.Now()
 	stop, err := b.start(ctx)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	d := time.Since(start)
+	_, logPath, _ := status(ctx, b.port)
+	st := append(stages(logPath, start), stage{at: d, note: "compose::status says ready"})
 	stop()
-	return d, nil
+	return d, st, nil
 }
 
 // start runs `iii compose --up` until the worker is ready; stop sends
@@ -276,7 +329,7 @@ func (b *bench) start(ctx context.Context) (stop func(), err error) {
 			return nil, fmt.Errorf("iii compose --up exited (%v):\n%s", err, tail(string(log), 30))
 		default:
 		}
-		if st, _ := status(ctx, b.port); st == "ready" {
+		if st, _, _ := status(ctx, b.port); st == "ready" {
 			return stop, nil
 		}
 		if time.Now().After(deadline) {
@@ -288,35 +341,36 @@ func (b *bench) start(ctx context.Context) (stop func(), err error) {
 	}
 }
 
-// status is the state compose::status gives the worker w.
-func status(ctx context.Context, port string) (string, error) {
+// status is the state compose::status gives the worker w, and its log.
+func status(ctx context.Context, port string) (state, logPath string, err error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	c, err := client.Dial(cctx, "ws://127.0.0.1:"+port, client.Options{Name: "composevm-probe-" + strconv.FormatInt(time.Now().UnixNano(), 36),
 		IgnoreEnv: true, Reconnect: client.ReconnectPolicy{Disable: true}, DialTimeout: 2 * time.Second})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer func() { _ = c.Close(cctx) }()
 	raw, err := c.Call(cctx, "compose::status", nil)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	var st struct {
 		Containers []struct {
 			Container, State string
 			Owned            bool
+			LogPath          string `json:"log_path"`
 		} `json:"containers"`
 	}
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return "", err
+		return "", "", err
 	}
 	for _, c := range st.Containers {
 		if c.Container == "w" && c.Owned {
-			return c.State, nil
+			return c.State, c.LogPath, nil
 		}
 	}
-	return "", nil
+	return "", "", nil
 }
 
 // create times one sandbox::create of the image, then stops the sandbox.
