@@ -50,6 +50,17 @@ func goWorker() int {
 	return 0
 }
 
+// freeLoopbackPort is a loopback port free at the moment: an engine that
+// restarts in a test listens on it again.
+func freeLoopbackPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	assert.NilError(t, l.Close())
+	return port
+}
+
 // startEngineAt starts a real engine on a fixed loopback port.
 func startEngineAt(t *testing.T, port int) (url string, stop func()) {
 	t.Helper()
@@ -86,10 +97,7 @@ func startEngineAtWith(t *testing.T, port int, extra string) (url string, stop f
 // that does not is taken down (STARTUP_TIMEOUT), and its dependents with
 // it. The lost connection alone stops nothing.
 func TestEngineReconnect(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	assert.NilError(t, l.Close())
+	port := freeLoopbackPort(t)
 	url, stopEngine := startEngineAt(t, port)
 	exe, err := os.Executable()
 	assert.NilError(t, err)
@@ -148,10 +156,7 @@ containers:
 // shows that with real VMs.)
 func TestAdapterRevivedAfterEngineRestart(t *testing.T) {
 	reg := publishedRegistry(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	assert.NilError(t, l.Close())
+	port := freeLoopbackPort(t)
 	// No sandbox: binding, so the restarted engine starts no adapter by
 	// itself: only Compose can bring it back.
 	url, stopEngine := startEngineAt(t, port)
