@@ -130,6 +130,28 @@ func TestRegisterInvalidNamespace(t *testing.T) {
 	assert.Equal(t, te.lookupWorker(w.workerID).ns(), "good-ns_1")
 }
 
+// TestWorkerNameAfterQuickRestart: a worker that closes its connection and
+// registers its name again at once (a restarted adapter, a fleet host's
+// reconnect) is never refused by its own old connection, even when the
+// engine reads the new registration before the old connection's close
+// (nameConflictGrace). A live holder is still refused to newcomers
+// (TestWorkerNameLease).
+func TestWorkerNameAfterQuickRestart(t *testing.T) {
+	te := startEngine(t, Options{})
+	for i := range 20 {
+		old := te.dial(t)
+		old.registerIn("", "svc")
+		closed := make(chan error, 1)
+		go func() { closed <- old.c.Close(websocket.StatusNormalClosure, "restarting") }()
+		again := te.dial(t)
+		res := again.call("r", FnWorkersRegister, nil, `{"name":"svc"}`)
+		assert.Assert(t, res["error"] == nil, "round %d: the restarted worker was refused its own name: %v", i, res)
+		assert.DeepEqual(t, res.obj("result"), frame{"success": true})
+		<-closed
+		assert.NilError(t, again.c.Close(websocket.StatusNormalClosure, "next round"))
+	}
+}
+
 func TestWorkerNameLease(t *testing.T) {
 	te := startEngine(t, Options{})
 	first := te.dial(t)
