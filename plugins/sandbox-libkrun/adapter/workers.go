@@ -410,7 +410,12 @@ func (w *workerVM) lifecycle(run *workerRun, pl *workerPlan) {
 	autoInstall := w.set.autoInstall
 	w.set.mu.Unlock()
 	b := w.newBoot(p, pl, autoInstall)
-	if err := steps.Run(run.ctx, b); err != nil {
+	err = steps.Run(run.ctx, b)
+	// Where a start's time went, in the log a user reads: a first start
+	// (image unpacked, disk made, install run) is much slower than the
+	// next, and this line says which step made it so.
+	w.note("boot steps: %s", formatTimings(b.Timings))
+	if err != nil {
 		if run.stopping.Load() {
 			w.ended(run, contract.WorkerStopped, nil, "")
 			return
@@ -590,10 +595,11 @@ func (w *workerVM) stepPrepareDir(ctx context.Context, b *Boot) error {
 		}
 	}
 	if !fileExists(disk) {
+		t0 := time.Now()
 		if err := makeDisk(ctx, disk, w.set.diskMB); err != nil {
 			return err
 		}
-		w.note("made a fresh %d MiB persistent disk", w.set.diskMB)
+		w.note("made a fresh %d MiB persistent disk in %s", w.set.diskMB, roundDur(time.Since(t0)))
 	}
 	w.update(func(m *workerMeta) { m.ImageDigest = b.Image.Digest })
 	b.DataDisk = disk
@@ -655,6 +661,7 @@ func makeDisk(ctx context.Context, p string, sizeMB uint64) error {
 
 // stepCopyWorkspace streams the host directory into /workspace.
 func (w *workerVM) stepCopyWorkspace(ctx context.Context, b *Boot, pl *workerPlan) error {
+	t0 := time.Now()
 	pr, pw := io.Pipe()
 	type result struct {
 		st  tarStats
@@ -682,8 +689,8 @@ func (w *workerVM) stepCopyWorkspace(ctx context.Context, b *Boot, pl *workerPla
 		}
 		return contract.NewError(contract.S300, "copy host_dir %s into the worker VM: %v", pl.hostDir, err)
 	}
-	w.note("workspace: copied %d files (%d bytes), %d directories, %d links from %s; removed %d stale entries",
-		res.Files, res.Bytes, res.Dirs, res.Symlinks, pl.hostDir, res.Removed)
+	w.note("workspace: copied %d files (%d bytes), %d directories, %d links from %s in %s; removed %d stale entries",
+		res.Files, res.Bytes, res.Dirs, res.Symlinks, pl.hostDir, roundDur(time.Since(t0)), res.Removed)
 	if rep := copyReport(tr.st, pl.req.Install); rep != "" {
 		w.note("%s", rep)
 	}
@@ -737,6 +744,7 @@ func (w *workerVM) stepInstall(ctx context.Context, b *Boot, run *workerRun, pl 
 		return nil
 	}
 	w.note("install: %s", pl.req.Install)
+	t0 := time.Now()
 	proc, flush, err := w.spawn(ctx, b, procInstall, pl.req.Install, pl)
 	if err != nil {
 		return err
@@ -759,7 +767,7 @@ func (w *workerVM) stepInstall(ctx context.Context, b *Boot, run *workerRun, pl 
 	if _, err := b.Agent.WriteFile(ctx, &agentproto.FSRequest{Path: installMarker, Mode: "0600", Parents: true}, strings.NewReader(want+"\n")); err != nil {
 		return contract.NewError(contract.S300, "record the finished install on the worker's disk: %v", err)
 	}
-	w.note("install: done")
+	w.note("install: done in %s", roundDur(time.Since(t0)))
 	return nil
 }
 
