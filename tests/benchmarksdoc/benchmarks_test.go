@@ -1,6 +1,7 @@
 // Package benchmarksdoc keeps BENCHMARKS.md honest about its own rules:
-// one label per row, every row with a floor and a ratio, and every
-// "Reproduce" command naming a harness that exists in the tree.
+// one label per row, every row with a floor and a ratio, every
+// "Reproduce" command naming a harness that exists in the tree, and make
+// bench running each row's command as the row gives it.
 package benchmarksdoc
 
 import (
@@ -93,4 +94,67 @@ func TestReproduceNamesAnExistingHarness(t *testing.T) {
 		}
 		assert.Assert(t, found > 0, "row %s names no harness: %s", r.label, r.reproduce)
 	}
+}
+
+var (
+	// A row's command: the harness and its arguments, up to the closing
+	// backtick.
+	goRunArgs  = regexp.MustCompile("`go run \\./(scripts/bench/[a-z0-9]+)((?: [^`]*)?)`")
+	scriptArgs = regexp.MustCompile("`(scripts/bench/[a-z0-9-]+\\.sh)((?: [^`]*)?)`")
+	// A harness make bench runs: a line of run.sh, or its loop over every
+	// scripts/bench/<name>/ run bare.
+	runLine = regexp.MustCompile(`(?m)^\s*(?:go run \./(scripts/bench/[a-z0-9]+)|(scripts/bench/[a-z0-9-]+\.sh))([^|;&\n]*)`)
+)
+
+// TestMakeBenchRunsEveryRow: `make bench` (scripts/bench/run.sh) runs every
+// row's command as the row gives it. A command is run when run.sh runs its
+// harness with at least the row's arguments; its loop runs every Go
+// harness bare, which covers rows that give none.
+func TestMakeBenchRunsEveryRow(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root, "scripts/bench/run.sh"))
+	assert.NilError(t, err)
+	runs := map[string][][]string{}
+	entries, err := os.ReadDir(filepath.Join(root, "scripts/bench"))
+	assert.NilError(t, err)
+	for _, e := range entries {
+		if e.IsDir() {
+			runs["scripts/bench/"+e.Name()] = append(runs["scripts/bench/"+e.Name()], nil)
+		}
+	}
+	for _, m := range runLine.FindAllStringSubmatch(string(data), -1) {
+		h := m[1] + m[2]
+		runs[h] = append(runs[h], strings.Fields(strings.NewReplacer(`"`, "", "'", "").Replace(m[3])))
+	}
+	covered := func(h string, args []string) bool {
+		for _, ran := range runs[h] {
+			if containsAll(ran, args) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, r := range rows(t) {
+		for _, re := range []*regexp.Regexp{goRunArgs, scriptArgs} {
+			for _, m := range re.FindAllStringSubmatch(r.reproduce, -1) {
+				args := strings.Fields(strings.NewReplacer(`"`, "", "'", "").Replace(m[2]))
+				assert.Check(t, covered(m[1], args), "row %s: make bench (scripts/bench/run.sh) does not run %s %s", r.label, m[1], strings.Join(args, " "))
+			}
+		}
+	}
+}
+
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if h == w {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
