@@ -226,6 +226,16 @@ containers:
 	check := func(step string) {
 		t.Helper()
 		t0 := time.Now()
+		// The restarted engine starts the adapter its config.yaml binds, and
+		// Compose then takes it over with its own: an exec in flight on the
+		// first one during that hand-over ends with S301 (retryable, as
+		// docs/sandbox-libkrun.md says). Ask once Compose's adapter runs.
+		poll.WaitOn(t, func(poll.LogT) poll.Result {
+			if p := adapterPath(); strings.HasPrefix(p, packages) {
+				return poll.Success()
+			}
+			return poll.Continue("%s: Compose has not taken the adapter over yet", step)
+		}, poll.WithTimeout(2*composeWait), poll.WithDelay(250*time.Millisecond))
 		var now who
 		poll.WaitOn(t, func(poll.LogT) poll.Result {
 			var err error
