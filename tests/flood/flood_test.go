@@ -40,6 +40,7 @@ func TestFloods(t *testing.T) {
 	if testing.Short() {
 		t.Skip("floods a real engine with hundreds of MiB; skipped with -short")
 	}
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	e, err := flood.Start(ctx, testBins.Path(t, "iii"), t.TempDir())
