@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -149,7 +150,7 @@ func TestChannelReader(t *testing.T) {
 		defer cancel()
 		for {
 			m, err := r.ReadMessage(ctx)
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			assert.NilError(t, err)

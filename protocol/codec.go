@@ -74,7 +74,7 @@ func Decode(data []byte) (Message, error) {
 
 // withIDs makes sure a salvaged error names the frame's type.
 func withIDs(err error, t Type) error {
-	if de, ok := err.(*DecodeError); ok && de.Type == "" {
+	if de := (*DecodeError)(nil); errors.As(err, &de) && de.Type == "" {
 		de.Type = string(t)
 	}
 	return err

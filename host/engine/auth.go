@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -278,11 +279,7 @@ func (e *Engine) middlewareFor(p *principal, f *function) string {
 }
 
 func asErrorBody(err error, out **protocol.ErrorBody) bool {
-	eb, ok := err.(*protocol.ErrorBody)
-	if ok {
-		*out = eb
-	}
-	return ok
+	return errors.As(err, out)
 }
 
 // viaMiddleware hands an invoke to the listener's middleware function in

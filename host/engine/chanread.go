@@ -87,8 +87,8 @@ func (e *Engine) readChannelMessage(c *channel, ws *websocket.Conn, r io.Reader,
 				continue
 			}
 		}
-		switch rerr {
-		case io.EOF, io.ErrUnexpectedEOF:
+		switch {
+		case errors.Is(rerr, io.EOF), errors.Is(rerr, io.ErrUnexpectedEOF):
 			if len(pieces) == 1 && len(pieces[0]) == cap(pieces[0]) {
 				return pieces[0], charge, nil
 			}

@@ -736,7 +736,7 @@ func (e *Engine) discardTelemetryFrame(c *websocket.Conn) error {
 	}
 	n, err := io.CopyN(io.Discard, r, smallFrameBytes)
 	if err != nil || n < smallFrameBytes {
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			err = nil
 		}
 		return err

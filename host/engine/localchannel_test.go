@@ -371,7 +371,7 @@ func TestLocalReadChunk(t *testing.T) {
 	var sizes []int
 	for {
 		c, err := r.ReadChunk(ctx, max)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		assert.NilError(t, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 
 	"github.com/iii-sandbox/iii/protocol"
@@ -83,8 +84,8 @@ func (o *outbox) addLocalRegister(b *binding, tt *triggerType) {
 		if err == nil {
 			return
 		}
-		errb, ok := err.(*protocol.ErrorBody)
-		if !ok {
+		var errb *protocol.ErrorBody
+		if !errors.As(err, &errb) {
 			errb = &protocol.ErrorBody{Code: CodeInvalidArgument, Message: err.Error()}
 		}
 		e.triggerResult(tt.provider, &protocol.TriggerRegistrationResult{ID: pub.ID, TriggerType: pub.TriggerType, FunctionID: pub.FunctionID, Error: errb})

@@ -161,15 +161,8 @@ func (r *registry) snapshot() []*function {
 	return out
 }
 
-// resolve finds a function strictly in ns. A miss names the namespaces that
-// do hold the id, so a caller that forgot its namespace learns which one.
-func (e *Engine) resolve(ns, id string) (*function, *protocol.ErrorBody) {
-	if f := e.reg.get(ns, id); f != nil {
-		return f, nil
-	}
-	return nil, notFound(ns, id, e.reg.namespacesOf(id))
-}
-
+// notFound names the namespaces that do hold the id, so a caller that
+// forgot its namespace learns which one.
 func notFound(ns, id string, elsewhere []string) *protocol.ErrorBody {
 	msg := "Function " + id + " not found in namespace " + ns + "."
 	others := elsewhere[:0:0]

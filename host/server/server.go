@@ -183,7 +183,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// and sandbox::* are the engine's from the first moment.
 	if s.ph, err = pluginhost.New(s.eng, pluginhost.Options{Logger: s.log.Named("engine"), Finder: opts.Finder, OnConfig: s.storeAdapterConfig, OnStopped: s.adapterStopped, Token: s.engineToken,
 		Warnings: s.bindingWarnings}); err != nil {
-		s.shutdown()
+		s.abortStart()
 		return nil, err
 	}
 	// Installed adapters' names are theirs before any worker connects
@@ -198,21 +198,21 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		EngineURL:     s.engineURL,
 		NotInstalled:  s.notInstalled,
 	}); err != nil {
-		s.shutdown()
+		s.abortStart()
 		return nil, err
 	}
 	// The bound adapter runs before any listener accepts a caller, so the
 	// first sandbox::* call finds it.
 	s.syncAdapter(ctx, cfg.Sandbox)
 	if err := s.syncStream(ctx, cfg.Stream); err != nil {
-		s.shutdown()
+		s.abortStart()
 		return nil, err
 	}
 	s.stripSeededStreamBlock(ctx)
 	wm := workermanager.New(s.eng, s.log.Named("iii-worker-manager"))
 	s.wm.Store(wm)
 	if err := wm.Apply(ctx, cfg.Listeners); err != nil {
-		s.shutdown()
+		s.abortStart()
 		return nil, err
 	}
 	s.log.Info("engine started", "config", s.path, "version", opts.Version)
@@ -524,6 +524,14 @@ func (s *Server) Close() error {
 // shutdown runs with its own bounded context: the caller's has usually
 // ended already (that is why we stop), yet in-flight work deserves a
 // moment to finish.
+// abortStart undoes a start that failed part way. The start's error is
+// what the caller hears; what the undoing met goes to the log.
+func (s *Server) abortStart() {
+	if err := s.shutdown(); err != nil {
+		s.log.Warn("stopping what had started after the engine failed to start", "error", err)
+	}
+}
+
 func (s *Server) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()

@@ -375,7 +375,7 @@ func queryParams(r *http.Request) map[string]string {
 func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	defer func() {
 		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
+			if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 				panic(p)
 			}
 			w.log.Error("http request panicked", "path", r.URL.Path, "panic", p)

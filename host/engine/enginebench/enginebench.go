@@ -63,7 +63,6 @@ type Setup struct {
 	callers []*Caller
 	next    atomic.Uint64
 	payload json.RawMessage
-	prefix  []byte
 }
 
 // Options shape a Setup.

@@ -151,7 +151,7 @@ func modeOr(s string, def uint32) (uint32, error) {
 // FormatMode renders permission bits the way the contract does: "0644".
 func FormatMode(fi fs.FileInfo) string {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return fmt.Sprintf("%04o", uint32(st.Mode)&0o7777)
+		return fmt.Sprintf("%04o", st.Mode&0o7777)
 	}
 	m := uint32(fi.Mode().Perm())
 	if fi.Mode()&fs.ModeSetuid != 0 {

@@ -22,6 +22,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -141,7 +142,11 @@ func run(clients int, dur time.Duration, rounds int, only string) error {
 		rw.Header().Set("Content-Type", "application/json")
 		_, _ = rw.Write(b)
 	}), ReadHeaderTimeout: 10 * time.Second}
-	go plain.Serve(ln)
+	go func() {
+		if err := plain.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintln(os.Stderr, "bench http: the net/http floor stopped:", err)
+		}
+	}()
 	defer plain.Close()
 
 	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, IdleConnTimeout: time.Minute}

@@ -61,8 +61,6 @@ func main() {
 	}
 }
 
-const pythonRef = "docker.io/iiidev/python:latest"
-
 type options struct {
 	boots, execs, runs int
 	accel              string
@@ -125,14 +123,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	firstMS := time.Since(t0)
+	firstTook := time.Since(t0)
 	info, err := a.Info(ctx)
 	if err != nil {
 		return err
 	}
 	accel, _ := info.Facts["accel"].(string)
 	fmt.Printf("host: %s/%s, %d CPUs; back end %v with %s; VM memory %d MiB; load average %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), info.Facts["hypervisor"], accel, o.memoryMB, benchstat.LoadAvg())
-	fmt.Printf("first create (installs the image, chooses the back end): %s\n", fmtD(firstMS))
+	fmt.Printf("first create (installs the image, chooses the back end): %s\n", fmtD(firstTook))
 	if _, err := a.Stop(ctx, &contract.StopRequest{SandboxID: first, Wait: true}); err != nil {
 		return err
 	}
@@ -308,6 +306,9 @@ func templateFigures(ctx context.Context, bin, cache, state string, o options, c
 		res, err = a.Exec(ctx, &contract.ExecRequest{SandboxID: id, Argv: []string{"python3", "/tmp/main.py"}})
 		if err != nil {
 			return 0, err
+		}
+		if res.Stdout != "4\n" {
+			return 0, fmt.Errorf("python3 printed %q the second time", res.Stdout)
 		}
 		parts["python3 again"] = append(parts["python3 again"], time.Since(t))
 		t = time.Now()
