@@ -64,6 +64,20 @@ func (e *Engine) AttachLocalWorker(spec LocalWorkerSpec) (*LocalWorker, error) {
 	return &LocalWorker{e: e, w: w}, nil
 }
 
+// SetProcess changes what engine::workers::list shows of the process
+// behind the worker (pid 0: none). The plugin host hands an adapter's
+// publication, and the calls waiting on it, over to a new process this
+// way instead of detaching the worker.
+func (l *LocalWorker) SetProcess(pid int, version, isolation string) {
+	l.w.mu.Lock()
+	defer l.w.mu.Unlock()
+	l.w.meta.Version, l.w.meta.Isolation = sanitizeText(version), sanitizeText(isolation)
+	l.w.meta.PID = nil
+	if pid != 0 {
+		l.w.meta.PID = &pid
+	}
+}
+
 // ID is the worker id, as listed by engine::workers::list.
 func (l *LocalWorker) ID() string { return l.w.id }
 

@@ -133,9 +133,11 @@ func (in *instance) serve(ctx context.Context, op string, fn opFunc, data json.R
 // S302) while it does not run.
 func (m *managed) handler(op string, fn opFunc, in *instance, down *contract.Error) engine.Handler {
 	return func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
-		if in == nil {
-			return nil, down.ErrorBody()
+		cur, serr := m.admit(ctx, in, down)
+		if serr != nil {
+			return nil, serr.ErrorBody()
 		}
-		return in.serve(ctx, op, fn, call.Data)
+		defer cur.leave()
+		return cur.serve(ctx, op, fn, call.Data)
 	}
 }

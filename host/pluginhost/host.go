@@ -83,6 +83,10 @@ type Options struct {
 	RestartBackoff    time.Duration
 	MaxRestartBackoff time.Duration
 	HealthyAfter      time.Duration
+	// HandoverDrain bounds how long a planned replacement of an adapter
+	// process waits for the old process's calls in flight (handover.go).
+	// Default: DefaultHandoverDrain.
+	HandoverDrain time.Duration
 	// OnConfig, when set, is told every configuration an adapter is
 	// (re)started with, before the launch. The server stores it in the
 	// configuration worker as the in-memory entry <namespace>-<adapter>,
@@ -123,6 +127,7 @@ func (o *Options) defaults() {
 	set(&o.RestartBackoff, DefaultRestartBackoff)
 	set(&o.MaxRestartBackoff, DefaultMaxRestartBackoff)
 	set(&o.HealthyAfter, DefaultHealthyAfter)
+	set(&o.HandoverDrain, DefaultHandoverDrain)
 	o.MaxRestartBackoff = max(o.MaxRestartBackoff, o.RestartBackoff)
 }
 
@@ -276,6 +281,10 @@ func (h *Host) Start(ctx context.Context, req StartRequest) (Status, error) {
 		}
 		if cur.StartedBy == OriginConfig && cur.State != StateStopped {
 			m.log.Info("an explicit start takes over the sandbox adapter config.yaml binds", "state", string(cur.State))
+		}
+		if cur.State == StateRunning {
+			m.beginHandover(ctx)
+			defer m.endHandover()
 		}
 		if err := m.halt(ctx); err != nil {
 			return m.snapshot(), err
@@ -431,6 +440,10 @@ func (h *Host) Restart(ctx context.Context, adapter, namespace string, config js
 	// new process (reconfigure.go).
 	if st, ok := h.tryReconfigure(ctx, m, cfg); ok {
 		return st, nil
+	}
+	if m.snapshot().State == StateRunning {
+		m.beginHandover(ctx)
+		defer m.endHandover()
 	}
 	if err := m.halt(ctx); err != nil {
 		return m.snapshot(), err

@@ -85,6 +85,8 @@ type instance struct {
 	// health check runs now rather than at the next tick.
 	suspect  chan struct{}
 	stopOnce sync.Once
+	// calls are the engine calls it serves (handover.go).
+	calls callCount
 }
 
 // EnvEngineToken is the environment variable that sets the engine token

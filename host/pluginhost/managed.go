@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,6 +81,10 @@ type managed struct {
 	worker   *engine.LocalWorker // the current publication, nil when stopped
 	watching *supervision        // the supervisor of a running adapter
 	current  *instance           // the running process, nil while none runs
+	// handing is the planned replacement in progress (handover.go);
+	// publishedIDs are the function ids the publication holds.
+	handing      *handover
+	publishedIDs []string
 }
 
 // supervision is the goroutine that watches an adapter and relaunches it.
@@ -227,7 +232,6 @@ func (m *managed) fail(le *launchError) {
 // process, so engine::workers::list shows the live PID. With in nil the
 // functions answer down.
 func (m *managed) publish(in *instance, down *contract.Error) error {
-	m.unpublish()
 	spec := engine.LocalWorkerSpec{
 		Name:        m.key.adapter,
 		Namespace:   m.key.ns,
@@ -243,6 +247,21 @@ func (m *managed) publish(in *instance, down *contract.Error) error {
 			}
 		}
 	}
+	m.mu.Lock()
+	w := m.worker
+	keep := w != nil && m.handing != nil
+	m.mu.Unlock()
+	if keep {
+		// A hand-over keeps the publication: calls waiting on it go on to
+		// the new process rather than ending with the old worker.
+		w.SetProcess(spec.PID, spec.Version, spec.Isolation)
+		err := m.register(w, in, down)
+		if err == nil {
+			return nil
+		}
+		m.log.Warn("cannot keep the adapter's publication across its replacement; publishing it afresh", "error", err)
+	}
+	m.unpublish()
 	// The adapter's names are its own before it publishes them: a worker
 	// squatting on them is evicted (docs/security.md, Adapter names).
 	m.h.eng.ProtectAdapter(m.key.adapter)
@@ -250,6 +269,20 @@ func (m *managed) publish(in *instance, down *contract.Error) error {
 	if err != nil {
 		return fmt.Errorf("publish sandbox adapter %q in namespace %q: %w", m.key.adapter, m.key.ns, err)
 	}
+	if err := m.register(w, in, down); err != nil {
+		w.Detach()
+		return err
+	}
+	m.mu.Lock()
+	m.worker = w
+	m.mu.Unlock()
+	return nil
+}
+
+// register publishes the adapter's functions on w, served by in (nil:
+// answered with down), and withdraws those an earlier process offered and
+// this one does not.
+func (m *managed) register(w *engine.LocalWorker, in *instance, down *contract.Error) error {
 	table := m.h.ops
 	ops := append(contract.Ops(), contract.OpAdapterInfo)
 	// worker::* only where the adapter serves it; while the adapter is
@@ -263,6 +296,7 @@ func (m *managed) publish(in *instance, down *contract.Error) error {
 	if in == nil || (in.info != nil && in.info.HasCapability(contract.CapabilityPause)) {
 		ops = append(ops, contract.PauseOps()...)
 	}
+	ids := make([]string, 0, len(ops))
 	for _, op := range ops {
 		def := engine.FunctionDef{
 			ID:             contract.AdapterFunctionID(m.key.adapter, op),
@@ -279,13 +313,19 @@ func (m *managed) publish(in *instance, down *contract.Error) error {
 			Privileged: op != contract.OpAdapterInfo && op != contract.OpCatalogList,
 		}
 		if err := w.RegisterFunction(def, m.handler(op, table[op], in, down)); err != nil {
-			w.Detach()
 			return fmt.Errorf("register %s in namespace %q: %w", def.ID, m.key.ns, err)
 		}
+		ids = append(ids, def.ID)
 	}
 	m.mu.Lock()
-	m.worker = w
+	before := m.publishedIDs
+	m.publishedIDs = ids
 	m.mu.Unlock()
+	for _, id := range before {
+		if !slices.Contains(ids, id) {
+			w.UnregisterFunction(id)
+		}
+	}
 	return nil
 }
 
@@ -294,7 +334,7 @@ func (m *managed) publish(in *instance, down *contract.Error) error {
 func (m *managed) unpublish() {
 	m.mu.Lock()
 	w := m.worker
-	m.worker = nil
+	m.worker, m.publishedIDs = nil, nil
 	m.mu.Unlock()
 	if w != nil {
 		w.Detach()
@@ -440,7 +480,8 @@ func (m *managed) watch(ctx context.Context, in *instance) string {
 	}
 }
 
-// halt stops supervising and running the adapter and unpublishes it.
+// halt stops supervising and running the adapter and unpublishes it,
+// unless a hand-over keeps the publication for the next process.
 func (m *managed) halt(ctx context.Context) error {
 	m.mu.Lock()
 	sup := m.watching
@@ -454,10 +495,13 @@ func (m *managed) halt(ctx context.Context) error {
 			return fmt.Errorf("stop sandbox adapter %q in namespace %q: %w", m.key.adapter, m.key.ns, ctx.Err())
 		}
 	}
-	m.unpublish()
 	m.mu.Lock()
 	m.current = nil
+	keep := m.handing != nil
 	m.mu.Unlock()
+	if !keep {
+		m.unpublish()
+	}
 	m.update(func(s *Status) { s.State, s.PID = StateStopped, 0 })
 	return nil
 }

@@ -227,9 +227,9 @@ containers:
 		t.Helper()
 		t0 := time.Now()
 		// The restarted engine starts the adapter its config.yaml binds, and
-		// Compose then takes it over with its own: an exec in flight on the
-		// first one during that hand-over ends with S301 (retryable, as
-		// docs/sandbox-libkrun.md says). Ask once Compose's adapter runs.
+		// Compose then takes it over with its own (a hand-over: calls in
+		// flight finish, new ones wait). Ask once Compose's adapter runs, so
+		// the checks below are answered by it.
 		poll.WaitOn(t, func(poll.LogT) poll.Result {
 			if p := adapterPath(); strings.HasPrefix(p, packages) {
 				return poll.Success()
