@@ -8,10 +8,9 @@ import (
 	"slices"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/fileedit"
 	"github.com/iii-sandbox/iii/compose/lockfile"
 )
 
@@ -29,7 +28,7 @@ type addResult struct {
 // changed containers in place and starts the new ones in dependency
 // order. A no-op edits nothing and restarts nothing.
 func (d *Daemon) fnAdd(ctx context.Context, r *request) (any, error) {
-	adds, err := parseAdditions(r)
+	adds, err := fileedit.ParseAdditions(r.Worker, r.Workers)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +40,7 @@ func (d *Daemon) fnAdd(ctx context.Context, r *request) (any, error) {
 		}
 		return nil, err
 	}
-	doc, err := readDoc(path)
+	doc, err := fileedit.Read(path)
 	if err != nil {
 		return nil, err
 	}
@@ -55,11 +54,11 @@ func (d *Daemon) fnAdd(ctx context.Context, r *request) (any, error) {
 		seed = lockfile.New()
 	}
 	for _, a := range adds {
-		if old := doc.existingNode(a.key); old != nil {
-			if oldKind := kindOf(old); oldKind != "" && oldKind != a.kind {
+		if old := doc.Node(a.Key); old != nil {
+			if oldKind := fileedit.KindOf(old); oldKind != "" && oldKind != a.Kind {
 				return nil, compose.New(compose.CodeWorkerSourceChanged, fmt.Sprintf(
 					"container %q is a %s:// worker in %s; compose::add cannot make it a %s:// one. Remove it first (compose::remove worker=%s), then add it again",
-					a.key, oldKind, path, a.kind, a.key))
+					a.Key, oldKind, path, a.Kind, a.Key))
 			}
 		}
 	}
@@ -69,29 +68,29 @@ func (d *Daemon) fnAdd(ctx context.Context, r *request) (any, error) {
 	}
 	res := &addResult{File: path, Added: []string{}, Changed: []string{}, Unchanged: []string{}}
 	for _, a := range adds {
-		old := doc.existingNode(a.key)
+		old := doc.Node(a.Key)
 		if old != nil {
-			if oldKind := kindOf(old); oldKind != "" && oldKind != a.kind {
+			if oldKind := fileedit.KindOf(old); oldKind != "" && oldKind != a.Kind {
 				return nil, compose.New(compose.CodeWorkerSourceChanged, fmt.Sprintf(
-					"container %q (a dependency) is a %s:// worker in %s, not a %s:// one; rename it", a.key, oldKind, path, a.kind))
+					"container %q (a dependency) is a %s:// worker in %s, not a %s:// one; rename it", a.Key, oldKind, path, a.Kind))
 			}
 		}
-		next := a.merged(old)
-		if old != nil && nodeText(old) == nodeText(next) {
-			res.Unchanged = append(res.Unchanged, a.key)
+		next := a.Merged(old)
+		if old != nil && fileedit.NodeText(old) == fileedit.NodeText(next) {
+			res.Unchanged = append(res.Unchanged, a.Key)
 			continue
 		}
-		if err := doc.upsert(a.key, next); err != nil {
+		if err := doc.Upsert(a.Key, next); err != nil {
 			return nil, compose.New(compose.CodeIOError, fmt.Sprintf("edit %s: %v", path, err))
 		}
 		// Positions moved: read the tree again for the next edit.
-		if doc, err = reparse(doc); err != nil {
+		if err = doc.Reparse(); err != nil {
 			return nil, err
 		}
 		if old == nil {
-			res.Added = append(res.Added, a.key)
+			res.Added = append(res.Added, a.Key)
 		} else {
-			res.Changed = append(res.Changed, a.key)
+			res.Changed = append(res.Changed, a.Key)
 		}
 	}
 	if len(res.Added)+len(res.Changed) == 0 {
@@ -99,7 +98,7 @@ func (d *Daemon) fnAdd(ctx context.Context, r *request) (any, error) {
 	}
 	// The edited file loads, its packages resolve and are downloaded and
 	// verified before the file or the lock is written.
-	f, err := doc.parse(d.lookup)
+	f, err := doc.Parse(d.lookup)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +117,7 @@ func (d *Daemon) fnAdd(ctx context.Context, r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f, err = doc.commit(d.lookup); err != nil {
+	if f, err = doc.Commit(d.lookup); err != nil {
 		return nil, err
 	}
 	res.File, res.Edited = f.Path, true
@@ -166,41 +165,41 @@ func (d *Daemon) fnAdd(ctx context.Context, r *request) (any, error) {
 // root's registry dependencies are added as generated containers (shared
 // ones once, engine-kind ones skipped) with start_after edges, recorded
 // in the lock's graphs.
-func (d *Daemon) resolveAdditions(ctx context.Context, rs *resolver, doc *composeDoc, adds []*addition, seed *lockfile.Lock) ([]*addition, error) {
+func (d *Daemon) resolveAdditions(ctx context.Context, rs *resolver, doc *fileedit.Doc, adds []*fileedit.Addition, seed *lockfile.Lock) ([]*fileedit.Addition, error) {
 	var cur *composefile.File
 	adding := map[string]bool{}
 	for _, a := range adds {
-		adding[a.key] = true
+		adding[a.Key] = true
 	}
 	out := adds
 	gen := generatedKeys(seed.Graphs)
 	for _, a := range adds {
-		if a.kind != composefile.SourcePackage {
+		if a.Kind != composefile.SourcePackage {
 			continue
 		}
 		if cur == nil {
 			var err error
-			if cur, err = composefile.Parse(doc.bytes(), doc.path, d.lookup); err != nil {
+			if cur, err = composefile.Parse(doc.Bytes(), doc.Path, d.lookup); err != nil {
 				return nil, err
 			}
 		}
-		if a.latest {
-			v, err := rs.latest(ctx, a.src)
+		if a.Latest {
+			v, err := rs.latest(ctx, a.Src)
 			if err != nil {
-				return nil, forContainer(a.key, err)
+				return nil, forContainer(a.Key, err)
 			}
-			a.fields["version"] = versionNode(v)
-			a.latest = false
+			a.Fields["version"] = fileedit.VersionNode(v)
+			a.Latest = false
 		}
-		worker := a.fields["worker"].Value
-		e, ver, err := rs.entry(ctx, a.src, worker, a.fields["version"].Value)
+		worker := a.Fields["worker"].Value
+		e, ver, err := rs.entry(ctx, a.Src, worker, a.Fields["version"].Value)
 		if err != nil {
-			return nil, forContainer(a.key, err)
+			return nil, forContainer(a.Key, err)
 		}
-		seed.Containers[a.key] = e
-		nodes, edges, err := rs.expand(ctx, a.key, a.src, ver, cur, nil)
+		seed.Containers[a.Key] = e
+		nodes, edges, err := rs.expand(ctx, a.Key, a.Src, ver, cur, nil)
 		if err != nil {
-			return nil, forContainer(a.key, err)
+			return nil, forContainer(a.Key, err)
 		}
 		for _, k := range sortedMapKeys(nodes) {
 			n := nodes[k]
@@ -213,28 +212,28 @@ func (d *Daemon) resolveAdditions(ctx context.Context, rs *resolver, doc *compos
 		}
 		if len(edges) > 0 {
 			var after []string
-			if n := a.fields["start_after"]; n != nil {
+			if n := a.Fields["start_after"]; n != nil {
 				for _, it := range n.Content {
 					after = append(after, it.Value)
 				}
-			} else if old := child(doc.existingNode(a.key), "start_after"); old != nil {
+			} else if old := fileedit.Child(doc.Node(a.Key), "start_after"); old != nil {
 				for _, it := range old.Content {
 					after = append(after, it.Value)
 				}
 			}
 			for _, e := range edges {
-				if !contains(after, e) {
+				if !slices.Contains(after, e) {
 					after = append(after, e)
 				}
 			}
-			a.fields["start_after"] = flowList(after)
+			a.Fields["start_after"] = fileedit.FlowList(after)
 		}
 		// An added package is an explicit registry root: its graph
 		// records what it pulled in (itself at least).
 		if seed.Graphs == nil {
 			seed.Graphs = map[string][]string{}
 		}
-		seed.Graphs[a.key] = graphOf(a.key, nodes, gen)
+		seed.Graphs[a.Key] = graphOf(a.Key, nodes, gen)
 	}
 	return out, nil
 }
@@ -250,38 +249,13 @@ func canonicalOr(p string) string {
 	return p
 }
 
-// reparse reads the edited lines back into a tree.
-func reparse(d *composeDoc) (*composeDoc, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(d.bytes(), &doc); err != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil, compose.New(compose.CodeInvalidComposeFile, fmt.Sprintf("the edit of %s did not produce valid YAML; the file was not written", d.path))
-	}
-	d.root = doc.Content[0]
-	return d, nil
-}
-
-// kindOf reads the source kind of a container node's worker: value.
-func kindOf(n *yaml.Node) composefile.SourceKind {
-	w := child(n, "worker")
-	if w == nil {
-		return ""
-	}
-	switch {
-	case strings.HasPrefix(w.Value, "path://"):
-		return composefile.SourcePath
-	case strings.HasPrefix(w.Value, "package://"):
-		return composefile.SourcePackage
-	}
-	return ""
-}
-
 // noFileForAdd explains what to write when compose::add has no file to
 // edit: it only edits a compose file that exists.
-func noFileForAdd(cwd string, adds []*addition) error {
+func noFileForAdd(cwd string, adds []*fileedit.Addition) error {
 	var b strings.Builder
 	b.WriteString("containers:\n")
 	for _, a := range adds {
-		lines, err := render(a.key, a.merged(nil), 2, 2)
+		lines, err := fileedit.Render(a.Key, a.Merged(nil), 2, 2)
 		if err == nil {
 			b.WriteString(strings.Join(lines, "\n") + "\n")
 		}
@@ -319,12 +293,12 @@ func (d *Daemon) fnRemove(ctx context.Context, r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc, err := readDoc(path)
+	doc, err := fileedit.Read(path)
 	if err != nil {
 		return nil, err
 	}
 	before, berr := composefile.Load(path, d.lookup)
-	if doc.existingNode(key) == nil {
+	if doc.Node(key) == nil {
 		if berr != nil {
 			return nil, berr
 		}
@@ -358,10 +332,10 @@ func (d *Daemon) fnRemove(ctx context.Context, r *request) (any, error) {
 		}
 		p.mu.Unlock()
 	}
-	if err := doc.delete(key); err != nil {
+	if err := doc.Delete(key); err != nil {
 		return nil, err
 	}
-	f, err := doc.commit(d.lookup)
+	f, err := doc.Commit(d.lookup)
 	if err != nil {
 		return nil, err
 	}

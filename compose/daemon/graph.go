@@ -9,6 +9,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/fileedit"
 	"github.com/iii-sandbox/iii/compose/lockfile"
 	"github.com/iii-sandbox/iii/compose/registry"
 )
@@ -161,19 +162,11 @@ func graphOf(root string, nodes map[string]*graphNode, generated map[string]bool
 
 // generatedAddition is the container a dependency becomes in the file:
 // its package pinned exactly, after its own dependencies.
-func generatedAddition(n *graphNode) *addition {
-	a := &addition{key: n.key, kind: composefile.SourcePackage, generated: true, src: sourceOf(n.worker),
-		fields: map[string]*yaml.Node{"worker": scalar(n.worker), "version": versionNode(n.entry.Resolved.Version)}}
+func generatedAddition(n *graphNode) *fileedit.Addition {
+	a := &fileedit.Addition{Key: n.key, Kind: composefile.SourcePackage, Generated: true, Src: sourceOf(n.worker),
+		Fields: map[string]*yaml.Node{"worker": fileedit.Scalar(n.worker), "version": fileedit.VersionNode(n.entry.Resolved.Version)}}
 	if len(n.deps) > 0 {
-		a.fields["start_after"] = flowList(n.deps)
+		a.Fields["start_after"] = fileedit.FlowList(n.deps)
 	}
 	return a
-}
-
-func flowList(items []string) *yaml.Node {
-	seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
-	for _, it := range items {
-		seq.Content = append(seq.Content, scalar(it))
-	}
-	return seq
 }

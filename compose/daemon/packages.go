@@ -10,6 +10,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/fileedit"
 	"github.com/iii-sandbox/iii/compose/lockfile"
 	"github.com/iii-sandbox/iii/compose/packages"
 	"github.com/iii-sandbox/iii/compose/registry"
@@ -449,15 +450,15 @@ func adapterNotDeclared(f *composefile.File, l *lockfile.Lock, frozen bool) erro
 // range) into the compose file, keeping everything else as written, and
 // reads the file back.
 func addAdapter(f *composefile.File, o prepareOptions) (*composefile.File, error) {
-	doc, err := readDoc(f.Path)
+	doc, err := fileedit.Read(f.Path)
 	if err != nil {
 		return nil, err
 	}
-	a := adapterAddition(composefile.AdapterPackage, composefile.AdapterSelector)
-	if err := doc.upsert(a.key, a.merged(nil)); err != nil {
+	a := fileedit.AdapterAddition(composefile.AdapterPackage, composefile.AdapterSelector)
+	if err := doc.Upsert(a.Key, a.Merged(nil)); err != nil {
 		return nil, compose.New(compose.CodeIOError, fmt.Sprintf("edit %s: %v", f.Path, err))
 	}
-	if _, err := doc.commit(o.lookup); err != nil {
+	if _, err := doc.Commit(o.lookup); err != nil {
 		return nil, err
 	}
 	return o.reload(f.Path)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/fileedit"
 	"github.com/iii-sandbox/iii/compose/lockfile"
 	"github.com/iii-sandbox/iii/compose/registry"
 )
@@ -194,14 +195,14 @@ func (d *Daemon) update(ctx context.Context, p *project, f *composefile.File, ol
 	}
 	slices.Sort(res.Removed)
 
-	doc, err := readDoc(f.Path)
+	doc, err := fileedit.Read(f.Path)
 	if err != nil {
 		return nil, err
 	}
 	edited := false
 	for _, key := range order {
 		if newSel[key] != f.Containers[key].Version {
-			if err := doc.setVersion(key, newSel[key]); err != nil {
+			if err := doc.SetVersion(key, newSel[key]); err != nil {
 				return nil, compose.New(compose.CodeIOError, fmt.Sprintf("edit %s: %v", f.Path, err))
 			}
 			edited = true
@@ -214,18 +215,18 @@ func (d *Daemon) update(ctx context.Context, p *project, f *composefile.File, ol
 		}
 		base.Containers[k] = n.entry
 		c := f.Containers[k]
-		before := strings.Join(doc.lines, "\n")
+		before := doc.Text()
 		switch {
 		case c == nil:
 			a := generatedAddition(n)
-			if err := doc.upsert(k, a.merged(nil)); err != nil {
+			if err := doc.Upsert(k, a.Merged(nil)); err != nil {
 				return nil, compose.New(compose.CodeIOError, fmt.Sprintf("edit %s: %v", f.Path, err))
 			}
 			res.Added = append(res.Added, k)
 			detail[k] = append(detail[k], "new dependency")
 			order = append(order, k)
 		case c.Version != n.entry.Resolved.Version:
-			if err := doc.setVersion(k, n.entry.Resolved.Version); err != nil {
+			if err := doc.SetVersion(k, n.entry.Resolved.Version); err != nil {
 				return nil, compose.New(compose.CodeIOError, fmt.Sprintf("edit %s: %v", f.Path, err))
 			}
 			detail[k] = append(detail[k], fmt.Sprintf("dependency pinned to '%s'", n.entry.Resolved.Version))
@@ -234,13 +235,13 @@ func (d *Daemon) update(ctx context.Context, p *project, f *composefile.File, ol
 			order = append(order, k)
 		}
 		if len(n.deps) > 0 && c != nil {
-			if err := doc.addStartAfter(k, n.deps); err != nil {
+			if err := doc.AddStartAfter(k, n.deps); err != nil {
 				return nil, compose.New(compose.CodeIOError, fmt.Sprintf("edit %s: %v", f.Path, err))
 			}
 		}
-		if strings.Join(doc.lines, "\n") != before {
+		if doc.Text() != before {
 			edited = true
-			if doc, err = reparse(doc); err != nil {
+			if err = doc.Reparse(); err != nil {
 				return nil, err
 			}
 		}
@@ -249,26 +250,26 @@ func (d *Daemon) update(ctx context.Context, p *project, f *composefile.File, ol
 		if len(edges[key]) == 0 {
 			continue
 		}
-		before := strings.Join(doc.lines, "\n")
-		if err := doc.addStartAfter(key, edges[key]); err != nil {
+		before := doc.Text()
+		if err := doc.AddStartAfter(key, edges[key]); err != nil {
 			return nil, compose.New(compose.CodeIOError, fmt.Sprintf("edit %s: %v", f.Path, err))
 		}
-		if strings.Join(doc.lines, "\n") != before {
+		if doc.Text() != before {
 			edited = true
-			if doc, err = reparse(doc); err != nil {
+			if err = doc.Reparse(); err != nil {
 				return nil, err
 			}
 		}
 	}
-	if err := doc.dropStartAfter(res.Removed); err != nil {
+	if err := doc.DropStartAfter(res.Removed); err != nil {
 		return nil, compose.New(compose.CodeIOError, fmt.Sprintf("edit %s: %v", f.Path, err))
 	}
 	for _, k := range res.Removed {
-		if doc.existingNode(k) != nil {
-			if err := doc.delete(k); err != nil {
+		if doc.Node(k) != nil {
+			if err := doc.Delete(k); err != nil {
 				return nil, err
 			}
-			if doc, err = reparse(doc); err != nil {
+			if err = doc.Reparse(); err != nil {
 				return nil, err
 			}
 			edited = true
@@ -279,7 +280,7 @@ func (d *Daemon) update(ctx context.Context, p *project, f *composefile.File, ol
 	// The edited file must load before anything is downloaded or written.
 	nf := f
 	if edited {
-		if nf, err = doc.parse(d.lookup); err != nil {
+		if nf, err = doc.Parse(d.lookup); err != nil {
 			return nil, err
 		}
 		d.applyNamespace(nf)
@@ -294,7 +295,7 @@ func (d *Daemon) update(ctx context.Context, p *project, f *composefile.File, ol
 		return nil, err
 	}
 	if edited {
-		if nf, err = doc.commit(d.lookup); err != nil {
+		if nf, err = doc.Commit(d.lookup); err != nil {
 			return nil, err
 		}
 		d.applyNamespace(nf)

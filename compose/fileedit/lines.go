@@ -1,4 +1,4 @@
-package daemon
+package fileedit
 
 import (
 	"fmt"
@@ -12,13 +12,13 @@ import (
 // container changes, and a new dependency edge is appended to its
 // start_after, so comments, quoting and every other line stay as written.
 
-// setVersion rewrites the value of containers.<key>.version in place,
+// SetVersion rewrites the value of containers.<key>.version in place,
 // keeping its quoting style (and its trailing comment). A plain value is
 // single-quoted when the new one would not read back as a string.
-func (d *composeDoc) setVersion(key, sel string) error {
-	cn := d.existingNode(key)
+func (d *Doc) SetVersion(key, sel string) error {
+	cn := d.Node(key)
 	if cn == nil || cn.Kind != yaml.MappingNode || cn.Style&yaml.FlowStyle != 0 {
-		return d.replaceField(key, "version", versionNode(sel))
+		return d.replaceField(key, "version", VersionNode(sel))
 	}
 	var vk, vv *yaml.Node
 	for i := 0; i+1 < len(cn.Content); i += 2 {
@@ -27,23 +27,23 @@ func (d *composeDoc) setVersion(key, sel string) error {
 		}
 	}
 	if vk == nil || vv.Kind != yaml.ScalarNode || vv.Line != vk.Line || vv.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
-		return d.replaceField(key, "version", versionNode(sel))
+		return d.replaceField(key, "version", VersionNode(sel))
 	}
 	l := vv.Line - 1
 	line := d.lines[l]
 	start := vv.Column - 1
 	if start > len(line) {
-		return d.replaceField(key, "version", versionNode(sel))
+		return d.replaceField(key, "version", VersionNode(sel))
 	}
 	end := scalarEnd(line, start, vv.Style)
 	if end < 0 {
-		return d.replaceField(key, "version", versionNode(sel))
+		return d.replaceField(key, "version", VersionNode(sel))
 	}
 	d.lines[l] = line[:start] + renderVersion(sel, vv.Style) + line[end:]
 	return nil
 }
 
-// scalarEnd finds where the scalar token that starts at start ends on
+// scalarEnd finds where the Scalar token that starts at start ends on
 // line; -1 when it cannot tell.
 func scalarEnd(line string, start int, style yaml.Style) int {
 	switch {
@@ -98,23 +98,23 @@ func renderVersion(sel string, style yaml.Style) string {
 // replaceField is the fallback for a layout the line edits do not handle
 // (a flow-style container, a version spread over lines): the container's
 // block is rendered again with the field replaced.
-func (d *composeDoc) replaceField(key, field string, val *yaml.Node) error {
-	cn := d.existingNode(key)
+func (d *Doc) replaceField(key, field string, val *yaml.Node) error {
+	cn := d.Node(key)
 	if cn == nil {
-		return fmt.Errorf("containers.%s is not in %s", key, d.path)
+		return fmt.Errorf("containers.%s is not in %s", key, d.Path)
 	}
-	a := &addition{key: key, fields: map[string]*yaml.Node{field: val}}
-	return d.upsert(key, a.merged(cn))
+	a := &Addition{Key: key, Fields: map[string]*yaml.Node{field: val}}
+	return d.Upsert(key, a.Merged(cn))
 }
 
-// addStartAfter appends deps (those not listed yet) to
+// AddStartAfter appends deps (those not listed yet) to
 // containers.<key>.start_after: into a one-line flow list, after the last
 // item of a block list, or as a new `start_after: [..]` line after the
 // worker: line.
-func (d *composeDoc) addStartAfter(key string, deps []string) error {
-	cn := d.existingNode(key)
+func (d *Doc) AddStartAfter(key string, deps []string) error {
+	cn := d.Node(key)
 	if cn == nil || cn.Kind != yaml.MappingNode {
-		return fmt.Errorf("containers.%s is not in %s", key, d.path)
+		return fmt.Errorf("containers.%s is not in %s", key, d.Path)
 	}
 	var sk, sv, wk *yaml.Node
 	for i := 0; i+1 < len(cn.Content); i += 2 {
@@ -144,11 +144,11 @@ func (d *composeDoc) addStartAfter(key string, deps []string) error {
 		seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
 		if sv != nil {
 			for _, it := range sv.Content {
-				seq.Content = append(seq.Content, scalar(it.Value))
+				seq.Content = append(seq.Content, Scalar(it.Value))
 			}
 		}
 		for _, dep := range missing {
-			seq.Content = append(seq.Content, scalar(dep))
+			seq.Content = append(seq.Content, Scalar(dep))
 		}
 		return d.replaceField(key, "start_after", seq)
 	}
@@ -210,16 +210,16 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// dropStartAfter removes gone from every container's start_after (the
+// DropStartAfter removes gone from every container's start_after (the
 // containers compose::update removes): an emptied list goes with its key.
-func (d *composeDoc) dropStartAfter(gone []string) error {
+func (d *Doc) DropStartAfter(gone []string) error {
 	_, cv := d.containers()
 	if cv == nil || cv.Kind != yaml.MappingNode {
 		return nil
 	}
 	for i := 0; i+1 < len(cv.Content); i += 2 {
 		key := cv.Content[i].Value
-		sv := child(cv.Content[i+1], "start_after")
+		sv := Child(cv.Content[i+1], "start_after")
 		if sv == nil || sv.Kind != yaml.SequenceNode {
 			continue
 		}
@@ -238,7 +238,7 @@ func (d *composeDoc) dropStartAfter(gone []string) error {
 		if err := d.setStartAfter(key, keep); err != nil {
 			return err
 		}
-		if _, err := reparse(d); err != nil {
+		if err := d.Reparse(); err != nil {
 			return err
 		}
 		_, cv = d.containers()
@@ -249,8 +249,8 @@ func (d *composeDoc) dropStartAfter(gone []string) error {
 // setStartAfter replaces containers.<key>.start_after with list (none: the
 // key goes): a one-line flow list is rewritten in place, a block list
 // loses its lines; anything else is rendered again.
-func (d *composeDoc) setStartAfter(key string, list []string) error {
-	cn := d.existingNode(key)
+func (d *Doc) setStartAfter(key string, list []string) error {
+	cn := d.Node(key)
 	var sk, sv *yaml.Node
 	for i := 0; cn != nil && i+1 < len(cn.Content); i += 2 {
 		if cn.Content[i].Value == "start_after" {
@@ -294,20 +294,20 @@ func (d *composeDoc) setStartAfter(key string, list []string) error {
 }
 
 // rewriteContainer renders a container again with start_after = list.
-func (d *composeDoc) rewriteContainer(key string, list []string) error {
-	cn := d.existingNode(key)
+func (d *Doc) rewriteContainer(key string, list []string) error {
+	cn := d.Node(key)
 	if cn == nil {
-		return fmt.Errorf("containers.%s is not in %s", key, d.path)
+		return fmt.Errorf("containers.%s is not in %s", key, d.Path)
 	}
 	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	for i := 0; i+1 < len(cn.Content); i += 2 {
 		if cn.Content[i].Value == "start_after" {
 			if len(list) > 0 {
-				out.Content = append(out.Content, cn.Content[i], flowList(list))
+				out.Content = append(out.Content, cn.Content[i], FlowList(list))
 			}
 			continue
 		}
 		out.Content = append(out.Content, cn.Content[i], cn.Content[i+1])
 	}
-	return d.upsert(key, out)
+	return d.Upsert(key, out)
 }
