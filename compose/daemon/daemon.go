@@ -23,6 +23,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/engineproc"
 	"github.com/iii-sandbox/iii/compose/packages"
 	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/compose/state"
@@ -103,9 +104,9 @@ type Daemon struct {
 
 	pk      *packageManager
 	eng     engineCaller
-	cl      *client.Client // nil in unit tests
-	reaper  *proc.Reaper   // nil in unit tests
-	managed *managedEngine // nil when attached to an engine run elsewhere
+	cl      *client.Client     // nil in unit tests
+	reaper  *proc.Reaper       // nil in unit tests
+	managed *engineproc.Engine // nil when attached to an engine run elsewhere
 	// token is sent as `token` on engine::adapters::start, stop and
 	// restart: the project token of the managed engine, or the
 	// operator's III_ENGINE_TOKEN for an engine Compose attaches to.
@@ -245,7 +246,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	info := Info{Namespace: d.ns, URL: d.url, Managed: d.managed != nil, ReaperPID: d.reaper.Pid()}
 	if d.managed != nil {
-		info.EnginePID = d.managed.proc.Pid
+		info.EnginePID = d.managed.Pid()
 	}
 	d.log.Info("compose daemon serving", "namespace", d.ns, "engine", d.url, "managed", d.managed != nil)
 	fmt.Fprintf(d.out, "compose: serving namespace %q on %s as worker %q\n", d.ns, d.url, WorkerName)
@@ -390,7 +391,7 @@ func (d *Daemon) connect(ctx context.Context) error {
 func (d *Daemon) wait(ctx context.Context) error {
 	var engineDone <-chan struct{}
 	if d.managed != nil {
-		engineDone = d.managed.proc.Done()
+		engineDone = d.managed.Done()
 	}
 	select {
 	case <-ctx.Done():
@@ -411,7 +412,7 @@ func (d *Daemon) wait(ctx context.Context) error {
 		}
 		return compose.New(compose.CodeEngineCallFailed, fmt.Sprintf("lost the engine at %s: %v", d.url, err))
 	case <-engineDone:
-		return d.managed.exitedError()
+		return d.managed.ExitedError()
 	}
 }
 
@@ -496,7 +497,7 @@ func (d *Daemon) shutdown() error {
 		ccancel()
 	}
 	if d.managed != nil {
-		errs = append(errs, d.managed.stop(ctx))
+		errs = append(errs, d.managed.Stop(ctx))
 	}
 	if d.reaper != nil {
 		errs = append(errs, d.reaper.Close(ctx))
@@ -599,7 +600,7 @@ func (d *Daemon) loadedProject(path string) *project {
 // released for another Compose). The managed engine's project stays: it
 // holds the engine's lock.
 func (d *Daemon) unload(p *project) {
-	if d.managed != nil && d.managed.path == p.path {
+	if d.managed != nil && d.managed.Path() == p.path {
 		return
 	}
 	d.mu.Lock()

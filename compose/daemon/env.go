@@ -7,6 +7,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/engineproc"
 )
 
 // baselineEnv are the variables a worker inherits from Compose (spec §5.5,
@@ -26,7 +27,7 @@ const (
 	envIsolation        = "III_ISOLATION"
 	// envEngineToken is the engine token's variable; Compose gives it to
 	// the engine it manages and to no worker.
-	envEngineToken = "III_ENGINE_TOKEN"
+	envEngineToken = engineproc.EnvToken
 )
 
 // workerEnv builds a host worker's environment, lowest layer first: the

@@ -5,18 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
-	is "gotest.tools/v3/assert/cmp"
-	"gotest.tools/v3/golden"
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/lockfile"
-	"github.com/iii-sandbox/iii/host/config"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -78,47 +74,6 @@ func TestAdapterConfigLayers(t *testing.T) {
 		&pkgInfo{entry: &lockfile.Entry{}})
 	assert.NilError(t, err)
 	assert.DeepEqual(t, got, map[string]any{})
-}
-
-// The generated config of the managed engine: engine.workers as written
-// (list shape), the listener of engine.url, the configuration store
-// anchored to the project, the grace time and the sandbox binding. The
-// engine's own loader accepts it.
-func TestEngineConfig(t *testing.T) {
-	tests := []struct{ name, file string }{
-		{"spec-example", `namespace: shop
-engine:
-  url: ws://127.0.0.1:49135
-  registration_namespace_grace_ms: 2500
-  workers:
-    configuration:
-      adapter: { name: fs, config: { directory: ./config } }
-    iii-worker-manager: { host: 127.0.0.1, port: 49135 }
-  sandbox:
-    adapter: sandbox-libkrun
-    namespace: shop
-containers: {}
-`},
-		{"defaults", "namespace: dev\nengine:\n  workers: {}\ncontainers: {}\n"},
-		{"engine-expands-its-own", "engine:\n  url: ws://127.0.0.1:49136\n  workers:\n    iii-worker-manager: { host: 127.0.0.1, port: 49136, handshake_timeout_ms: ${HS:5000} }\n    configuration: {}\n  sandbox: { adapter: sandbox-hostdir, namespace: tools }\ncontainers: {}\n"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := newProject(t, tc.file)
-			f, err := composefile.Load(filepath.Join(dir, "worker-compose.yaml"), nil)
-			assert.NilError(t, err)
-			stateDir := filepath.Join(dir, ".iii", "compose", f.Namespace)
-			data, err := engineConfig(f, stateDir)
-			assert.NilError(t, err)
-			text := strings.ReplaceAll(string(data), dir, "$DIR")
-			golden.Assert(t, text, filepath.Join("engine", tc.name+".golden"))
-			cfg, err := config.Parse(data, config.ParseOptions{Name: "engine-config.yaml", Dir: stateDir, Lookup: func(string) (string, bool) { return "", false }})
-			assert.NilError(t, err)
-			assert.Assert(t, cfg.Sandbox != nil)
-			assert.Check(t, strings.HasPrefix(cfg.Configuration.Directory, dir))
-			assert.Check(t, is.Len(cfg.Listeners, 1))
-		})
-	}
 }
 
 func TestWorkerEnvLayers(t *testing.T) {
