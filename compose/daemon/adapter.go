@@ -13,6 +13,7 @@ import (
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -44,16 +45,16 @@ func (p *project) isAdapter(f *composefile.File, decl *composefile.Container) bo
 // adapterRefOf names an adapter container's adapter and the namespace it
 // runs in: engine.sandbox.namespace for the bound adapter, else the
 // project namespace.
-func (p *project) adapterRefOf(f *composefile.File, decl *composefile.Container) *adapterRef {
+func (p *project) adapterRefOf(f *composefile.File, decl *composefile.Container) *vmworkers.Adapter {
 	return adapterRefIn(f, decl)
 }
 
 // adapterRefIn is adapterRefOf for a file (whose namespace is the
 // project's).
-func adapterRefIn(f *composefile.File, decl *composefile.Container) *adapterRef {
-	ref := &adapterRef{name: decl.Source.Name, ns: f.Namespace}
-	if f.Engine != nil && f.Engine.Sandbox != nil && f.Engine.Sandbox.Adapter == ref.name && f.Engine.Sandbox.Namespace != "" {
-		ref.ns = f.Engine.Sandbox.Namespace
+func adapterRefIn(f *composefile.File, decl *composefile.Container) *vmworkers.Adapter {
+	ref := &vmworkers.Adapter{Name: decl.Source.Name, NS: f.Namespace}
+	if f.Engine != nil && f.Engine.Sandbox != nil && f.Engine.Sandbox.Adapter == ref.Name && f.Engine.Sandbox.Namespace != "" {
+		ref.NS = f.Engine.Sandbox.Namespace
 	}
 	return ref
 }
@@ -66,10 +67,10 @@ func EntryID(ns, adapter string) string { return ns + "-" + adapter }
 // configuration (from the lock), the entry the engine holds for it now,
 // then config_override. A key removed
 // from config_override therefore keeps its current value.
-func (p *project) adapterConfig(ctx context.Context, f *composefile.File, ref *adapterRef, decl *composefile.Container, pi *pkgInfo) (any, error) {
+func (p *project) adapterConfig(ctx context.Context, f *composefile.File, ref *vmworkers.Adapter, decl *composefile.Container, pi *pkgInfo) (any, error) {
 	var l layers
 	l.defaults, l.hasDef = pi.defaults()
-	v, ok, err := fetchEntry(ctx, p.d.eng, EntryID(ref.ns, ref.name), decl.Key)
+	v, ok, err := fetchEntry(ctx, p.d.eng, EntryID(ref.NS, ref.Name), decl.Key)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +89,7 @@ func (p *project) adapterConfig(ctx context.Context, f *composefile.File, ref *a
 	m, isMap := merged.(map[string]any)
 	if !isMap {
 		return nil, compose.New(compose.CodeInvalidComposeFile, fmt.Sprintf(
-			"container %q: the adapter's configuration must be a mapping; the entry %s holds %s", decl.Key, EntryID(ref.ns, ref.name), clip(fmt.Sprint(merged), 80)))
+			"container %q: the adapter's configuration must be a mapping; the entry %s holds %s", decl.Key, EntryID(ref.NS, ref.Name), clip(fmt.Sprint(merged), 80)))
 	}
 	if p.setsHostRoots(f, decl) {
 		m[keyHostRoots] = p.hostRoots(f, decl)
@@ -107,7 +108,7 @@ func (p *project) setsHostRoots(f *composefile.File, decl *composefile.Container
 	if decl.Source.Name == composefile.AdapterPackage {
 		return true
 	}
-	name, _ := vmAdapterOf(f)
+	name, _ := vmworkers.AdapterOf(f)
 	return decl.Source.Name == name && len(vmContainers(f, p.lockOf(f))) > 0
 }
 
@@ -167,7 +168,7 @@ func (p *project) startAdapter(ctx context.Context, f *composefile.File, c *cont
 	if err != nil {
 		return err
 	}
-	req := p.d.withToken(map[string]any{"adapter": ref.name, "namespace": ref.ns, "config": cfg, "path": pi.inst.Executable})
+	req := p.d.withToken(map[string]any{"adapter": ref.Name, "namespace": ref.NS, "config": cfg, "path": pi.inst.Executable})
 	_, err = p.d.eng.Call(ctx, fnAdaptersStart, req, callTimeout(adapterStartTimeout))
 	var eb *protocol.ErrorBody
 	if errors.As(err, &eb) && eb.Code == codeAdapterAlreadyStarted {
@@ -196,7 +197,7 @@ func (p *project) startAdapter(ctx context.Context, f *composefile.File, c *cont
 
 // noteAdapterPID records the process the plugin host runs the adapter as
 // (adapterLost compares it after an engine restart).
-func (p *project) noteAdapterPID(ctx context.Context, c *container, ref *adapterRef) {
+func (p *project) noteAdapterPID(ctx context.Context, c *container, ref *vmworkers.Adapter) {
 	pid := 0
 	if st, found, err := adapterState(ctx, p.d.eng, ref); err == nil && found && st.State == "running" {
 		pid = st.PID
@@ -206,9 +207,9 @@ func (p *project) noteAdapterPID(ctx context.Context, c *container, ref *adapter
 	p.mu.Unlock()
 }
 
-func adapterFailed(key string, ref *adapterRef, err error) error {
+func adapterFailed(key string, ref *vmworkers.Adapter, err error) error {
 	return compose.New(compose.CodeSpawnFailed, fmt.Sprintf("container %q: sandbox adapter %s in namespace %q did not start: %v",
-		key, ref.name, ref.ns, err))
+		key, ref.Name, ref.NS, err))
 }
 
 // restartAdapter restarts a running adapter with its freshly merged
@@ -229,7 +230,7 @@ func (p *project) restartAdapter(ctx context.Context, f *composefile.File, c *co
 	p.mu.Lock()
 	samePath := c.adapterPath == pi.inst.Executable
 	p.mu.Unlock()
-	req := p.d.withToken(map[string]any{"adapter": ref.name, "namespace": ref.ns, "config": cfg})
+	req := p.d.withToken(map[string]any{"adapter": ref.Name, "namespace": ref.NS, "config": cfg})
 	var eb *protocol.ErrorBody
 	if samePath {
 		_, err = p.d.eng.Call(ctx, fnAdaptersRestart, req, callTimeout(adapterStartTimeout))
@@ -263,7 +264,7 @@ func (p *project) restartAdapter(ctx context.Context, f *composefile.File, c *co
 // waitAdapter waits until the adapter runs: its worker appears in its
 // namespace, or engine::adapters::list says running. A failed adapter
 // fails the container with the adapter's reason.
-func (p *project) waitAdapter(ctx context.Context, c *container, ref *adapterRef, timeout time.Duration) error {
+func (p *project) waitAdapter(ctx context.Context, c *container, ref *vmworkers.Adapter, timeout time.Duration) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(readyPoll)
@@ -276,12 +277,12 @@ func (p *project) waitAdapter(ctx context.Context, c *container, ref *adapterRef
 				return nil
 			case "failed", "incompatible", "stopped":
 				return compose.New(compose.CodeSpawnFailed, fmt.Sprintf("container %q: sandbox adapter %s in namespace %q is %s: %s",
-					c.key, ref.name, ref.ns, st.State, st.LastError))
+					c.key, ref.Name, ref.NS, st.State, st.LastError))
 			}
 		}
 		if live, err := listWorkers(ctx, p.d.eng); err == nil {
 			for _, w := range live {
-				if w.name() == ref.name && w.Namespace == ref.ns {
+				if w.name() == ref.Name && w.Namespace == ref.NS {
 					return nil
 				}
 			}
@@ -291,14 +292,14 @@ func (p *project) waitAdapter(ctx context.Context, c *container, ref *adapterRef
 			return compose.New(compose.CodeStartupTimeout, fmt.Sprintf("container %q: the start was interrupted (%v)", c.key, ctx.Err()))
 		case <-deadline.C:
 			return compose.New(compose.CodeStartupTimeout, fmt.Sprintf(
-				"container %q: sandbox adapter %s did not come up in namespace %q within %s", c.key, ref.name, ref.ns, timeout))
+				"container %q: sandbox adapter %s did not come up in namespace %q within %s", c.key, ref.Name, ref.NS, timeout))
 		case <-tick.C:
 		}
 	}
 }
 
 // adapterState finds one adapter in engine::adapters::list.
-func adapterState(ctx context.Context, e engineCaller, ref *adapterRef) (adapterStatus, bool, error) {
+func adapterState(ctx context.Context, e engineCaller, ref *vmworkers.Adapter) (adapterStatus, bool, error) {
 	raw, err := e.Call(ctx, fnAdaptersList, map[string]any{})
 	if err != nil {
 		return adapterStatus{}, false, err
@@ -310,7 +311,7 @@ func adapterState(ctx context.Context, e engineCaller, ref *adapterRef) (adapter
 		return adapterStatus{}, false, err
 	}
 	for _, a := range out.Adapters {
-		if a.Adapter == ref.name && a.Namespace == ref.ns {
+		if a.Adapter == ref.Name && a.Namespace == ref.NS {
 			return a, true, nil
 		}
 	}
@@ -318,8 +319,8 @@ func adapterState(ctx context.Context, e engineCaller, ref *adapterRef) (adapter
 }
 
 // stopAdapter stops an adapter; one the host does not run is no error.
-func (p *project) stopAdapter(ctx context.Context, ref *adapterRef) error {
-	_, err := p.d.eng.Call(context.WithoutCancel(ctx), fnAdaptersStop, p.d.withToken(map[string]any{"adapter": ref.name, "namespace": ref.ns}),
+func (p *project) stopAdapter(ctx context.Context, ref *vmworkers.Adapter) error {
+	_, err := p.d.eng.Call(context.WithoutCancel(ctx), fnAdaptersStop, p.d.withToken(map[string]any{"adapter": ref.Name, "namespace": ref.NS}),
 		callTimeout(adapterStartTimeout))
 	var eb *protocol.ErrorBody
 	if errors.As(err, &eb) && eb.Code == codeAdapterNotStarted {
@@ -331,7 +332,7 @@ func (p *project) stopAdapter(ctx context.Context, ref *adapterRef) error {
 // adapterPIDs fills in the pid of running adapter containers in a status
 // (the plugin host runs them, so only the engine knows).
 func (p *project) adapterPIDs(ctx context.Context, out *statusJSON) {
-	refs := map[string]*adapterRef{}
+	refs := map[string]*vmworkers.Adapter{}
 	p.mu.Lock()
 	for key, c := range p.cs {
 		if c.adapter != nil && c.running() {
@@ -358,7 +359,7 @@ func (p *project) adapterPIDs(ctx context.Context, out *statusJSON) {
 			continue
 		}
 		for _, a := range list.Adapters {
-			if a.Adapter == ref.name && a.Namespace == ref.ns && a.PID > 0 {
+			if a.Adapter == ref.Name && a.Namespace == ref.NS && a.PID > 0 {
 				pid := a.PID
 				out.Containers[i].PID = &pid
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 	"github.com/iii-sandbox/iii/contract"
 )
 
@@ -47,24 +48,24 @@ type warningJSON struct {
 // warning naming the container, the adapter, the vm_id and where the state
 // stays; Compose also prints it. p is the loaded project (nil when none);
 // the caller holds its turn.
-func (d *Daemon) removeVMState(ctx context.Context, p *project, before, now *composefile.File, key string, ref *vmRef) (*vmStateJSON, *warningJSON) {
-	out := &vmStateJSON{Container: key, VMID: ref.id, Adapter: ref.adapter.name, StateDir: d.stateDirOf(p, before, ref)}
+func (d *Daemon) removeVMState(ctx context.Context, p *project, before, now *composefile.File, key string, ref *vmworkers.Ref) (*vmStateJSON, *warningJSON) {
+	out := &vmStateJSON{Container: key, VMID: ref.ID, Adapter: ref.Adapter.Name, StateDir: d.stateDirOf(p, before, ref)}
 	warn := func(why string) (*vmStateJSON, *warningJSON) {
-		w := &warningJSON{Code: CodeVMStateLeft, Container: key, Adapter: ref.adapter.name, VMID: ref.id, StateDir: out.StateDir,
+		w := &warningJSON{Code: CodeVMStateLeft, Container: key, Adapter: ref.Adapter.Name, VMID: ref.ID, StateDir: out.StateDir,
 			Message: fmt.Sprintf("container %q was removed, but the state of its VM (vm_id %s, kept by the sandbox adapter %s) could not be deleted: %s; it stays in %s: delete that directory by hand",
-				key, ref.id, ref.adapter.name, why, out.StateDir)}
-		d.log.Warn("a removed VM container's state stays", "container", key, "vm_id", ref.id, "adapter", ref.adapter.name, "state_dir", out.StateDir, "why", why)
+				key, ref.ID, ref.Adapter.Name, why, out.StateDir)}
+		d.log.Warn("a removed VM container's state stays", "container", key, "vm_id", ref.ID, "adapter", ref.Adapter.Name, "state_dir", out.StateDir, "why", why)
 		fmt.Fprintf(d.out, "compose: warning: %s: %s\n", w.Code, w.Message)
 		return out, w
 	}
-	running, err := d.adapterRunning(ctx, ref.adapter)
+	running, err := d.adapterRunning(ctx, ref.Adapter)
 	if err != nil {
 		return warn(fmt.Sprintf("the engine could not be reached (%s)", asComposeError(err).Message))
 	}
 	if !running {
-		akey := adapterKeyIn(now, ref.adapter.name)
-		if akey == "" || adapterRefIn(now, now.Containers[akey]).ns != ref.adapter.ns {
-			return warn(fmt.Sprintf("%s does not run in namespace %q and %s does not declare it", ref.adapter.name, ref.adapter.ns, now.Path))
+		akey := vmworkers.AdapterKeyIn(now, ref.Adapter.Name)
+		if akey == "" || adapterRefIn(now, now.Containers[akey]).NS != ref.Adapter.NS {
+			return warn(fmt.Sprintf("%s does not run in namespace %q and %s does not declare it", ref.Adapter.Name, ref.Adapter.NS, now.Path))
 		}
 		stop, err := d.startAdapterFor(ctx, p, now, akey)
 		if err != nil {
@@ -73,31 +74,31 @@ func (d *Daemon) removeVMState(ctx context.Context, p *project, before, now *com
 		}
 		defer stop()
 	}
-	raw, err := d.vmCall(ctx, ref.adapter, contract.OpWorkerRemove, contract.WorkerRemoveRequest{VMID: ref.id}, adapterStartTimeout)
+	raw, err := d.vms().Call(ctx, ref.Adapter, contract.OpWorkerRemove, contract.WorkerRemoveRequest{VMID: ref.ID}, adapterStartTimeout)
 	if p != nil {
-		p.forgetVMCredential(ctx, ref.id)
+		p.forgetVMCredential(ctx, ref.ID)
 	} else {
-		d.revokeVMCredential(ctx, ref.id)
+		d.vmCreds.Forget(ctx, ref.ID)
 	}
 	if err != nil {
-		return warn(fmt.Sprintf("%s::%s failed: %s", ref.adapter.name, contract.OpWorkerRemove, sandboxErrorText(err)))
+		return warn(fmt.Sprintf("%s::%s failed: %s", ref.Adapter.Name, contract.OpWorkerRemove, vmworkers.ErrorText(err)))
 	}
 	var rep contract.WorkerRemoveResponse
 	if err := json.Unmarshal(raw, &rep); err != nil {
-		return warn(fmt.Sprintf("%s::%s returned an unexpected reply: %v", ref.adapter.name, contract.OpWorkerRemove, err))
+		return warn(fmt.Sprintf("%s::%s returned an unexpected reply: %v", ref.Adapter.Name, contract.OpWorkerRemove, err))
 	}
 	out.Removed = rep.Removed
 	if rep.StateDir != "" {
 		out.StateDir = rep.StateDir
 	}
-	d.log.Info("deleted a removed VM container's state", "container", key, "vm_id", ref.id, "state_dir", out.StateDir, "removed", rep.Removed)
+	d.log.Info("deleted a removed VM container's state", "container", key, "vm_id", ref.ID, "state_dir", out.StateDir, "removed", rep.Removed)
 	return out, nil
 }
 
 // adapterRunning reports whether an adapter serves in its namespace: the
 // plugin host runs it, or a worker of its name is connected there (an
 // adapter may be an ordinary WebSocket worker).
-func (d *Daemon) adapterRunning(ctx context.Context, ref *adapterRef) (bool, error) {
+func (d *Daemon) adapterRunning(ctx context.Context, ref *vmworkers.Adapter) (bool, error) {
 	st, found, err := adapterState(ctx, d.eng, ref)
 	if err != nil {
 		return false, engineCallFailed(fnAdaptersList, err)
@@ -110,7 +111,7 @@ func (d *Daemon) adapterRunning(ctx context.Context, ref *adapterRef) (bool, err
 		return false, err
 	}
 	for _, w := range live {
-		if w.name() == ref.name && w.Namespace == ref.ns {
+		if w.name() == ref.Name && w.Namespace == ref.NS {
 			return true, nil
 		}
 	}
@@ -155,31 +156,31 @@ func (d *Daemon) startAdapterFor(ctx context.Context, p *project, now *composefi
 // stateDirOf is where a VM's state is: what its adapter reported, else
 // <state_dir>/workers/<vm_id> of the adapter's state_dir in
 // config_override, else ~/.iii/sandbox/workers/<vm_id>.
-func (d *Daemon) stateDirOf(p *project, f *composefile.File, ref *vmRef) string {
+func (d *Daemon) stateDirOf(p *project, f *composefile.File, ref *vmworkers.Ref) string {
 	if p != nil {
 		p.mu.Lock()
-		sd := ref.stateDir
+		sd := ref.StateDir
 		p.mu.Unlock()
 		if sd != "" {
 			return sd
 		}
 	}
-	if ref.adapterKey != "" && f != nil {
-		if c := f.Containers[ref.adapterKey]; c != nil {
+	if ref.AdapterKey != "" && f != nil {
+		if c := f.Containers[ref.AdapterKey]; c != nil {
 			if sd, ok := c.ConfigOverride["state_dir"].(string); ok && filepath.IsAbs(sd) {
-				return filepath.Join(sd, "workers", ref.id)
+				return filepath.Join(sd, "workers", ref.ID)
 			}
 		}
 	}
-	return defaultWorkersDir + "/" + ref.id + "/"
+	return defaultWorkersDir + "/" + ref.ID + "/"
 }
 
 // adapterInUse refuses to take the adapter out of a file whose VM
 // containers it boots: they start after it.
 func adapterInUse(f *composefile.File, key string, vms []string) error {
-	name, ns := vmAdapterOf(f)
+	name, ns := vmworkers.AdapterOf(f)
 	c := f.Containers[key]
-	if c == nil || !c.IsAdapter(name) || adapterRefIn(f, c).ns != ns {
+	if c == nil || !c.IsAdapter(name) || adapterRefIn(f, c).NS != ns {
 		return nil
 	}
 	var users []string

@@ -27,6 +27,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/packages"
 	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 	"github.com/iii-sandbox/iii/internal/version"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -118,10 +119,14 @@ type Daemon struct {
 	mu       sync.Mutex
 	projects map[string]*project
 
-	credMu   sync.Mutex
-	creds    credentials
-	loaded   []string // load order
-	stopping bool
+	// vmCreds are the engine credentials issued for VM workers.
+	vmCreds vmworkers.Credentials
+	credMu  sync.Mutex
+	// providerCreds are the queue provider credentials, by
+	// namespace/key (provider.go); credMu guards them.
+	providerCreds map[string]string
+	loaded        []string // load order
+	stopping      bool
 
 	stopReq  chan struct{}
 	stopOnce sync.Once
@@ -170,6 +175,7 @@ func newDaemon(opts Options) *Daemon {
 		po.Progress = packages.Printer(opts.Out, false)
 	}
 	d.pk = newPackageManager(po, opts.LookupEnv, opts.Executable)
+	d.vmCreds.Revoke = d.revokeCredential
 	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
 	return d
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/fileedit"
 	"github.com/iii-sandbox/iii/compose/lockfile"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 )
 
 type addResult struct {
@@ -306,7 +307,7 @@ func (d *Daemon) fnRemove(ctx context.Context, r *request) (any, error) {
 	}
 	// What the container is, by the file as it was: whether it runs in a
 	// VM (and which) is needed after it has left the file.
-	var ref *vmRef
+	var ref *vmworkers.Ref
 	var p *project
 	if berr == nil {
 		d.applyNamespace(before)

@@ -16,6 +16,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 )
 
 // stopReplyGrace is how long compose::stop's reply has to leave before the
@@ -400,7 +401,7 @@ func (p *project) restartAdapterWithVMs(ctx context.Context, f *composefile.File
 	for _, k := range af.Dependents(c.key) {
 		p.mu.Lock()
 		dc := p.cs[k]
-		running := dc != nil && dc.vm != nil && dc.running() && dc.vm.adapterKey == c.key
+		running := dc != nil && dc.vm != nil && dc.running() && dc.vm.AdapterKey == c.key
 		p.mu.Unlock()
 		if running {
 			vms = append(vms, k)
@@ -426,8 +427,8 @@ func (p *project) restartAdapterWithVMs(ctx context.Context, f *composefile.File
 		ref := vc.vm
 		p.mu.Unlock()
 		if ref != nil {
-			if st, err := p.d.vmStatus(ctx, ref); err == nil && !ended(st.State) {
-				p.d.log.Info("a VM worker outlived its adapter's restart", "container", k, "vm_id", ref.id, "state", st.State)
+			if st, err := p.d.vms().Status(ctx, ref); err == nil && !vmworkers.Ended(st.State) {
+				p.d.log.Info("a VM worker outlived its adapter's restart", "container", k, "vm_id", ref.ID, "state", st.State)
 				res.add(containerResult{Container: k, State: vc.state})
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/lockfile"
 	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 )
 
 // compose::logs limits (spec §5.9).
@@ -85,7 +86,7 @@ func (d *Daemon) fnLogs(ctx context.Context, r *request) (any, error) {
 	dir := filepath.Join(state.DirFor(f.Path, f.Namespace, d.getenv), state.LogsDir)
 	// A VM container's log is the adapter's (worker::logs): its output
 	// is recorded there, even after the VM is gone.
-	vms := map[string]*vmRef{}
+	vms := map[string]*vmworkers.Ref{}
 	p := d.loadedProject(f.Path)
 	if p != nil {
 		dir = p.store.LogsDir()
@@ -116,11 +117,11 @@ func (d *Daemon) fnLogs(ctx context.Context, r *request) (any, error) {
 				if c, ok := r.Cursors[key]; ok {
 					cur = &c
 				}
-				entries, next, truncated, err := d.vmLogs(ctx, ref, tail, cur, stream)
+				entries, next, truncated, err := d.vms().Logs(ctx, ref, tail, cur, stream)
 				if err != nil {
 					// The adapter is not running (or knows no such VM):
 					// there is nothing to read now.
-					d.log.Debug("cannot read a VM worker's log", "container", key, "vm_id", ref.id, "error", sandboxErrorText(err))
+					d.log.Debug("cannot read a VM worker's log", "container", key, "vm_id", ref.ID, "error", vmworkers.ErrorText(err))
 					entries = []proc.Entry{}
 				}
 				if len(entries) > 0 {
@@ -129,8 +130,8 @@ func (d *Daemon) fnLogs(ctx context.Context, r *request) (any, error) {
 				lp := ""
 				if p != nil {
 					p.mu.Lock()
-					if ref.stateDir != "" {
-						lp = filepath.Join(ref.stateDir, "worker.log")
+					if ref.StateDir != "" {
+						lp = filepath.Join(ref.StateDir, "worker.log")
 					}
 					p.mu.Unlock()
 				}

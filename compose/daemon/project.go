@@ -18,6 +18,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/compose/registry"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 )
 
 // maxConcurrentStarts bounds the starts of one wave.
@@ -67,8 +68,8 @@ type container struct {
 	state   string
 	decl    *composefile.Container // the declaration it was started with
 	proc    *proc.Process          // host worker
-	adapter *adapterRef            // adapter container
-	vm      *vmRef                 // VM container (kept after a stop: its logs stay readable)
+	adapter *vmworkers.Adapter     // adapter container
+	vm      *vmworkers.Ref         // VM container (kept after a stop: its logs stay readable)
 	// adapterPath is the binary the adapter was started from, and
 	// adapterPID the process the plugin host ran it as when it came up
 	// (0: not known): after an engine restart another pid means another
@@ -86,8 +87,6 @@ type container struct {
 	// worker must show up in the engine again by then.
 	reregisterBy time.Time
 }
-
-type adapterRef struct{ name, ns string }
 
 func (c *container) running() bool {
 	return c.state == state.StatusReady || c.state == state.StatusStarting
@@ -556,7 +555,7 @@ func (p *project) stopOne(ctx context.Context, c *container, lastErr *compose.Er
 		}
 	case ad != nil && wasRunning:
 		if err := p.stopAdapter(ctx, ad); err != nil {
-			p.d.log.Error("cannot stop a sandbox adapter", "container", c.key, "adapter", ad.name, "error", err)
+			p.d.log.Error("cannot stop a sandbox adapter", "container", c.key, "adapter", ad.Name, "error", err)
 		}
 	case vm != nil && wasRunning:
 		p.stopVM(ctx, c, vm, stopTimeout)
@@ -661,8 +660,8 @@ func (p *project) status(f *composefile.File, live []liveWorker) statusJSON {
 			case c.vm != nil:
 				// The adapter keeps a VM's log, beside its disk.
 				cs.LogPath = ""
-				if c.vm.stateDir != "" {
-					cs.LogPath = filepath.Join(c.vm.stateDir, "worker.log")
+				if c.vm.StateDir != "" {
+					cs.LogPath = filepath.Join(c.vm.StateDir, "worker.log")
 				}
 			}
 		}

@@ -78,11 +78,11 @@ func (p *project) issueQueueProviderCredential(ctx context.Context, key string) 
 	p.noteCredential(providerCredID(key), out.Token)
 	ref := p.ns + "/" + key
 	p.d.credMu.Lock()
-	if p.d.creds.byProvider == nil {
-		p.d.creds.byProvider = map[string]string{}
+	if p.d.providerCreds == nil {
+		p.d.providerCreds = map[string]string{}
 	}
-	old := p.d.creds.byProvider[ref]
-	p.d.creds.byProvider[ref] = out.Token
+	old := p.d.providerCreds[ref]
+	p.d.providerCreds[ref] = out.Token
 	p.d.credMu.Unlock()
 	if old != "" {
 		p.d.revokeCredential(ctx, old)
@@ -95,8 +95,8 @@ func (p *project) issueQueueProviderCredential(ctx context.Context, key string) 
 func (p *project) revokeQueueProviderCredential(ctx context.Context, key string) {
 	ref := p.ns + "/" + key
 	p.d.credMu.Lock()
-	tok := p.d.creds.byProvider[ref]
-	delete(p.d.creds.byProvider, ref)
+	tok := p.d.providerCreds[ref]
+	delete(p.d.providerCreds, ref)
 	p.d.credMu.Unlock()
 	if tok != "" {
 		p.d.revokeCredential(ctx, tok)

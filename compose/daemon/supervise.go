@@ -9,6 +9,7 @@ import (
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 )
 
 // superviseTick checks the project's running containers once (spec §5.10):
@@ -76,21 +77,21 @@ func (p *project) superviseTick(ctx context.Context, reconnected, connected bool
 			switch st.State {
 			case "failed", "stopped", "incompatible":
 				failures = append(failures, failure{c, compose.New(CodeWorkerExited, fmt.Sprintf(
-					"container %q: sandbox adapter %s in namespace %q is %s: %s", c.key, c.adapter.name, c.adapter.ns, st.State, st.LastError))})
+					"container %q: sandbox adapter %s in namespace %q is %s: %s", c.key, c.adapter.Name, c.adapter.NS, st.State, st.LastError))})
 			}
 		}
 		for _, c := range vms {
 			// A VM's command that ended takes the container down. An
 			// adapter that does not answer is its own container's
 			// business (it takes its VM containers down with it).
-			st, err := p.d.vmStatus(ctx, c.vm)
+			st, err := p.d.vms().Status(ctx, c.vm)
 			if err != nil {
 				continue
 			}
 			p.noteStateDir(c.vm, st)
-			if ended(st.State) {
+			if vmworkers.Ended(st.State) {
 				p.mu.Lock()
-				c.vm.exit = vmEndText(st)
+				c.vm.Exit = vmworkers.EndText(st)
 				p.mu.Unlock()
 				failures = append(failures, failure{c, nil})
 			}
@@ -100,7 +101,7 @@ func (p *project) superviseTick(ctx context.Context, reconnected, connected bool
 				for _, c := range waiting {
 					name, ns := c.key, p.ns
 					if c.adapter != nil {
-						name, ns = c.adapter.name, c.adapter.ns
+						name, ns = c.adapter.Name, c.adapter.NS
 					}
 					seen := false
 					for _, w := range live {
@@ -153,12 +154,12 @@ func (p *project) takeDown(ctx context.Context, c *container, reason *compose.Er
 		switch {
 		case c.proc != nil:
 			status = "exited (" + exitText(c.proc) + ")"
-		case vm != nil && vm.exit != "":
-			status = "stopped running: its VM (vm_id " + vm.id + ") " + vm.exit
+		case vm != nil && vm.Exit != "":
+			status = "stopped running: its VM (vm_id " + vm.ID + ") " + vm.Exit
 		}
 		p.mu.Unlock()
 		if vm != nil {
-			tail = p.vmTail(ctx, vm)
+			tail = p.d.vms().Tail(ctx, vm)
 		} else {
 			tail = p.tail(c.key)
 		}
@@ -205,7 +206,7 @@ func (p *project) reviveAdapter(ctx context.Context, f *composefile.File, c *con
 	if err != nil {
 		return err
 	}
-	p.d.log.Info("the engine came back without this project's sandbox adapter process: starting it again", "container", c.key, "adapter", c.adapter.name, "namespace", c.adapter.ns)
+	p.d.log.Info("the engine came back without this project's sandbox adapter process: starting it again", "container", c.key, "adapter", c.adapter.Name, "namespace", c.adapter.NS)
 	fmt.Fprintf(p.d.out, "compose: %s: the engine restarted; starting the adapter again from its package (it adopts its sandboxes and VM workers)\n", c.key)
 	return p.startAdapter(ctx, f, c, pi)
 }

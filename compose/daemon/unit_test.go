@@ -13,6 +13,7 @@ import (
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/lockfile"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -45,7 +46,7 @@ func TestAdapterConfigLayers(t *testing.T) {
 	p := &project{d: d, ns: "shop"}
 	decl := &composefile.Container{Key: "sandbox-libkrun", ConfigOverride: map[string]any{"image_allowlist": []any{"python", "node", "myimg"},
 		"custom_images": map[string]any{"myimg": "ghcr.io/acme/my-app:1.2.3"}}}
-	ref := &adapterRef{name: "sandbox-libkrun", ns: "shop"}
+	ref := &vmworkers.Adapter{Name: "sandbox-libkrun", NS: "shop"}
 	f := &composefile.File{Namespace: "shop", Dir: "/p", Path: "/p/worker-compose.yaml", Containers: map[string]*composefile.Container{}}
 
 	cfg, err := lockfile.ConfigFromJSON([]byte(`{"auto_install":true,"default_cpus":1,"default_idle_timeout_secs":300,"default_memory_mb":512,"image_allowlist":["python","node"],"max_concurrent_sandboxes":32}`))
@@ -70,7 +71,7 @@ func TestAdapterConfigLayers(t *testing.T) {
 
 	// A package whose default_config is null has no default layer.
 	d.eng = &fakeEngine{entries: map[string]string{}}
-	got, err = p.adapterConfig(context.Background(), f, &adapterRef{name: "sandbox-hostdir", ns: "shop"}, &composefile.Container{Key: "sandbox-hostdir"},
+	got, err = p.adapterConfig(context.Background(), f, &vmworkers.Adapter{Name: "sandbox-hostdir", NS: "shop"}, &composefile.Container{Key: "sandbox-hostdir"},
 		&pkgInfo{entry: &lockfile.Entry{}})
 	assert.NilError(t, err)
 	assert.DeepEqual(t, got, map[string]any{})

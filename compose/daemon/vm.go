@@ -2,25 +2,21 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/lockfile"
 	"github.com/iii-sandbox/iii/compose/proc"
 	"github.com/iii-sandbox/iii/compose/registry"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 	"github.com/iii-sandbox/iii/contract"
-	"github.com/iii-sandbox/iii/protocol"
 )
 
 // Worker VMs: registry bundles (unless runtime: host) and path:// workers
@@ -28,88 +24,8 @@ import (
 // adapter boots through <adapter>::worker::* in its namespace
 // (docs/vm-workers.md). Compose keeps no process for them: the adapter
 // owns the VM and its state directory, Compose owns the decision to start,
-// watch and stop it.
-
-const (
-	// vmIDHashedPrefix is how much of a long vm_id is kept before "-" and
-	// 8 hex digits of its hash: 39 + 1 + 8 = contract.MaxVMIDLen.
-	vmIDHashedPrefix = contract.MaxVMIDLen - 9
-	// vmLogTailLines is how much of worker::logs a start failure quotes:
-	// the adapter's own notes (copy, install, exit) come with the output.
-	vmLogTailLines = 10
-	// vmCallTimeout bounds the quick worker::* calls (status, logs).
-	vmCallTimeout = 30 * time.Second
-	// vmStopMargin is added to stop_timeout for worker::stop: the adapter
-	// also powers the VM off after the grace.
-	vmStopMargin = 30 * time.Second
-)
-
-// vmRef is a container's worker VM: the adapter that runs it and its
-// vm_id.
-type vmRef struct {
-	id      string
-	adapter *adapterRef
-	// adapterKey is the adapter's container in this project; "" when it
-	// runs elsewhere (engine.sandbox.namespace names another namespace).
-	adapterKey string
-	hostDir    string
-	// stateDir is <state_dir>/workers/<vm_id> as the adapter reported it
-	// (guarded by the project's mu); "" until then.
-	stateDir string
-	// exit says how the VM's command ended, for WORKER_EXITED.
-	exit string
-}
-
-// VMID is the vm_id of a project's VM container: <slug>-<namespace>-<key>,
-// lower-cased, with anything outside [a-z0-9._-] turned into '-' and
-// leading characters other than a letter or digit dropped; longer than 48
-// characters, its first 39, '-' and the first 8 hex digits of the SHA-256
-// of the whole. The slug is the project's (state.LocationSlug), so the id is
-// stable across runs (the VM's disk is reused) and changes when the project
-// directory moves or is renamed, or III_COMPOSE_STATE_DIR changes.
-func VMID(composePath, ns, key string, getenv func(string) string) string {
-	raw := strings.ToLower(state.LocationSlug(composePath, getenv) + "-" + ns + "-" + key)
-	b := []byte(raw)
-	for i, c := range b {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '.' && c != '_' && c != '-' {
-			b[i] = '-'
-		}
-	}
-	id := strings.TrimLeft(string(b), "._-")
-	if id == "" {
-		id = "project"
-	}
-	if len(id) > contract.MaxVMIDLen {
-		sum := sha256.Sum256([]byte(id))
-		id = id[:vmIDHashedPrefix] + "-" + hex.EncodeToString(sum[:])[:8]
-	}
-	return id
-}
-
-// vmAdapterOf is the adapter that boots f's worker VMs and the namespace it
-// runs in: the adapter engine.sandbox binds, else sandbox-libkrun; its
-// namespace, else the project's.
-func vmAdapterOf(f *composefile.File) (name, ns string) {
-	name, ns = composefile.AdapterPackage, f.Namespace
-	if e := f.Engine; e != nil && !e.Empty && e.Sandbox != nil {
-		name = e.Sandbox.Adapter
-		if e.Sandbox.Namespace != "" {
-			ns = e.Sandbox.Namespace
-		}
-	}
-	return name, ns
-}
-
-// adapterKeyIn is the container of f that is the package adapter name
-// ("" when f declares none).
-func adapterKeyIn(f *composefile.File, name string) string {
-	for _, key := range f.Order {
-		if f.Containers[key].IsAdapter(name) {
-			return key
-		}
-	}
-	return ""
-}
+// watch and stop it: this file plans, starts, waits for and stops them;
+// compose/vmworkers names the VMs and makes the worker::* calls.
 
 // isVMContainer reports whether key runs in a VM: a path:// worker whose
 // manifest sets runtime.base_image, or a bundle (from the lock, l may be
@@ -142,12 +58,12 @@ func vmContainers(f *composefile.File, l *lockfile.Lock) []string {
 
 // vmRefFor is the worker VM of f's container key as the file says it
 // would run (the host directory is filled in by the start).
-func (d *Daemon) vmRefFor(f *composefile.File, key string) *vmRef {
-	name, ns := vmAdapterOf(f)
-	ref := &vmRef{id: VMID(f.Path, f.Namespace, key, d.getenv), adapter: &adapterRef{name: name, ns: ns}}
-	if k := adapterKeyIn(f, name); k != "" {
-		ref.adapterKey = k
-		ref.adapter = adapterRefIn(f, f.Containers[k])
+func (d *Daemon) vmRefFor(f *composefile.File, key string) *vmworkers.Ref {
+	name, ns := vmworkers.AdapterOf(f)
+	ref := &vmworkers.Ref{ID: vmworkers.VMID(f.Path, f.Namespace, key, d.getenv), Adapter: &vmworkers.Adapter{Name: name, NS: ns}}
+	if k := vmworkers.AdapterKeyIn(f, name); k != "" {
+		ref.AdapterKey = k
+		ref.Adapter = adapterRefIn(f, f.Containers[k])
 	}
 	return ref
 }
@@ -175,8 +91,8 @@ func (p *project) augment(f *composefile.File) (*composefile.File, error) {
 	l := p.lockOf(f)
 	edges := map[string][]string{}
 	for _, key := range vmContainers(f, l) {
-		if ref := p.d.vmRefFor(f, key); ref.adapterKey != "" {
-			edges[key] = []string{ref.adapterKey}
+		if ref := p.d.vmRefFor(f, key); ref.AdapterKey != "" {
+			edges[key] = []string{ref.AdapterKey}
 		}
 	}
 	return f.WithImplicitStartAfter(edges)
@@ -184,7 +100,7 @@ func (p *project) augment(f *composefile.File) (*composefile.File, error) {
 
 // vmPlan is how one VM container starts.
 type vmPlan struct {
-	ref                    *vmRef
+	ref                    *vmworkers.Ref
 	image, install, cmd    string
 	workdir                string
 	exclude, include       []string
@@ -242,7 +158,7 @@ func (p *project) planVM(f *composefile.File, decl *composefile.Container, pi *p
 			pl.hookDir = decl.WorkingDir
 		}
 	}
-	pl.ref.hostDir = dir
+	pl.ref.HostDir = dir
 	pl.holdsComposeFile = pathUnder(f.Path, dir)
 	// Compose's state (the project token among it) never enters a VM: the
 	// adapter leaves every .iii out, and a state directory moved under
@@ -307,7 +223,7 @@ func (p *project) startVM(ctx context.Context, f *composefile.File, c *container
 		// A worker of that name runs. When it is this very VM (the adapter
 		// still runs it, e.g. after Compose was restarted), the start
 		// below takes it over; otherwise the name is taken.
-		if st, err := p.d.vmStatus(ctx, ref); err == nil && (st.State == contract.WorkerRunning || st.State == contract.WorkerStarting) {
+		if st, err := p.d.vms().Status(ctx, ref); err == nil && (st.State == contract.WorkerRunning || st.State == contract.WorkerStarting) {
 			delete(baseline, w.ID)
 			continue
 		}
@@ -366,16 +282,16 @@ func (p *project) startVM(ctx context.Context, f *composefile.File, c *container
 	p.recordVMRun(ctx, key, pl)
 	cred, err := p.issueVMCredential(ctx, key, ref)
 	if err != nil {
-		return vmCallFailed(key, ref, contract.OpWorkerStart, "could not give it an engine credential", err)
+		return vmworkers.CallFailed(key, ref, contract.OpWorkerStart, "could not give it an engine credential", err)
 	}
 	req := contract.WorkerStartRequest{
-		VMID: ref.id, Name: key, Namespace: p.ns, Image: pl.image, HostDir: pl.ref.hostDir,
+		VMID: ref.ID, Name: key, Namespace: p.ns, Image: pl.image, HostDir: pl.ref.HostDir,
 		Workdir: pl.workdir, Install: pl.install, Command: pl.cmd, Env: env, Config: cfg,
 		EngineURL: p.d.url, Exclude: pl.exclude, Include: pl.include, EngineCredential: cred,
 	}
-	_ = log.Write(proc.Stderr, []byte(fmt.Sprintf("[compose] starting %s in a VM: %s::worker::start vm_id %s, image %s, %s", key, ref.adapter.name, ref.id, pl.image, pl.cmd)))
-	if _, err := p.d.vmCall(ctx, ref.adapter, contract.OpWorkerStart, req, adapterStartTimeout); err != nil {
-		return vmCallFailed(key, ref, contract.OpWorkerStart, "did not boot it", err)
+	_ = log.Write(proc.Stderr, []byte(fmt.Sprintf("[compose] starting %s in a VM: %s::worker::start vm_id %s, image %s, %s", key, ref.Adapter.Name, ref.ID, pl.image, pl.cmd)))
+	if _, err := p.d.vms().Call(ctx, ref.Adapter, contract.OpWorkerStart, req, adapterStartTimeout); err != nil {
+		return vmworkers.CallFailed(key, ref, contract.OpWorkerStart, "did not boot it", err)
 	}
 	p.mu.Lock()
 	c.vm, c.owned = ref, true
@@ -385,12 +301,12 @@ func (p *project) startVM(ctx context.Context, f *composefile.File, c *container
 
 // adapterReady checks that the adapter container that boots key's VM runs
 // (it starts first: an implicit start_after).
-func (p *project) adapterReady(key string, ref *vmRef) error {
-	if ref.adapterKey == "" {
+func (p *project) adapterReady(key string, ref *vmworkers.Ref) error {
+	if ref.AdapterKey == "" {
 		return nil
 	}
 	p.mu.Lock()
-	ac := p.cs[ref.adapterKey]
+	ac := p.cs[ref.AdapterKey]
 	ready := ac != nil && ac.state == state.StatusReady
 	var why string
 	if ac != nil && ac.lastErr != nil {
@@ -402,7 +318,7 @@ func (p *project) adapterReady(key string, ref *vmRef) error {
 	}
 	return compose.New(compose.CodeSpawnFailed, fmt.Sprintf(
 		"container %q runs in a VM that the sandbox adapter %s (container %q) boots, and that adapter is not running%s; start it with `iii call compose::up`",
-		key, ref.adapter.name, ref.adapterKey, why))
+		key, ref.Adapter.Name, ref.AdapterKey, why))
 }
 
 // recordVMRun notes in <state>/vm-workers.json which adapter version runs
@@ -411,20 +327,20 @@ func (p *project) adapterReady(key string, ref *vmRef) error {
 // 0.3.1 did).
 func (p *project) recordVMRun(ctx context.Context, key string, pl *vmPlan) {
 	version := ""
-	if pl.ref.adapterKey != "" {
+	if pl.ref.AdapterKey != "" {
 		p.mu.Lock()
-		if pi := p.pkgs[pl.ref.adapterKey]; pi != nil {
+		if pi := p.pkgs[pl.ref.AdapterKey]; pi != nil {
 			version = pi.entry.Resolved.Version
 		}
 		p.mu.Unlock()
 	}
 	if version == "" {
-		if st, found, err := adapterState(ctx, p.d.eng, pl.ref.adapter); err == nil && found {
+		if st, found, err := adapterState(ctx, p.d.eng, pl.ref.Adapter); err == nil && found {
 			version = st.AdapterVersion
 		}
 	}
-	run := state.VMRun{Container: key, VMID: pl.ref.id, Adapter: pl.ref.adapter.name, AdapterVersion: version,
-		HostDir: pl.ref.hostDir, HoldsComposeFile: pl.holdsComposeFile, At: time.Now().UTC()}
+	run := state.VMRun{Container: key, VMID: pl.ref.ID, Adapter: pl.ref.Adapter.Name, AdapterVersion: version,
+		HostDir: pl.ref.HostDir, HoldsComposeFile: pl.holdsComposeFile, At: time.Now().UTC()}
 	if err := p.store.RecordVMRun(run); err != nil {
 		p.d.log.Error("cannot record the VM worker's run", "container", key, "error", err)
 	}
@@ -434,7 +350,7 @@ func (p *project) recordVMRun(ctx context.Context, key string, pl *vmPlan) {
 // registers in the project namespace, and worker::status for a VM whose
 // command ended first (CHILD_EXITED_BEFORE_REGISTRATION, with the tail of
 // worker::logs).
-func (p *project) waitReadyVM(ctx context.Context, c *container, ref *vmRef, baseline map[string]bool, timeout time.Duration) error {
+func (p *project) waitReadyVM(ctx context.Context, c *container, ref *vmworkers.Ref, baseline map[string]bool, timeout time.Duration) error {
 	key := c.key
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -454,18 +370,18 @@ func (p *project) waitReadyVM(ctx context.Context, c *container, ref *vmRef, bas
 					key, key, w.Namespace, p.ns))
 			}
 		}
-		st, err := p.d.vmStatus(ctx, ref)
+		st, err := p.d.vms().Status(ctx, ref)
 		switch {
 		case err == nil:
 			p.noteStateDir(ref, st)
-			if ended(st.State) {
+			if vmworkers.Ended(st.State) {
 				return compose.New(compose.CodeChildExitedBeforeRegistration, fmt.Sprintf(
 					"container %q: its VM (vm_id %s) %s before it registered as worker %q in namespace %q%s",
-					key, ref.id, vmEndText(st), key, p.ns, p.vmTail(ctx, ref)))
+					key, ref.ID, vmworkers.EndText(st), key, p.ns, p.d.vms().Tail(ctx, ref)))
 			}
-		case sandboxCodeOf(err) == string(contract.S301):
+		case vmworkers.CodeOf(err) == string(contract.S301):
 			return compose.New(compose.CodeSpawnFailed, fmt.Sprintf("container %q: the sandbox adapter %s stopped while its VM started: %s",
-				key, ref.adapter.name, sandboxErrorText(err)))
+				key, ref.Adapter.Name, vmworkers.ErrorText(err)))
 		}
 		select {
 		case <-ctx.Done():
@@ -473,74 +389,36 @@ func (p *project) waitReadyVM(ctx context.Context, c *container, ref *vmRef, bas
 		case <-deadline.C:
 			return compose.New(compose.CodeStartupTimeout, fmt.Sprintf(
 				"container %q did not register as worker %q in namespace %q within %s (startup_timeout); its VM (vm_id %s) boots, copies the worker and runs its install step first, so a first start can take a while: raise startup_timeout, or check that it connects to $III_URL and registers with $III_WORKER_NAME in $III_NAMESPACE%s",
-				key, key, p.ns, timeout, ref.id, p.vmTail(ctx, ref)))
+				key, key, p.ns, timeout, ref.ID, p.d.vms().Tail(ctx, ref)))
 		case <-tick.C:
 		}
 	}
 }
 
-// ended reports a worker::status state in which the command no longer runs.
-func ended(s string) bool {
-	return s == contract.WorkerExited || s == contract.WorkerFailed || s == contract.WorkerStopped
-}
-
-// vmEndText says how a worker VM's command ended.
-func vmEndText(st *contract.WorkerStatus) string {
-	var b strings.Builder
-	switch st.State {
-	case contract.WorkerExited:
-		b.WriteString("exited")
-	case contract.WorkerStopped:
-		b.WriteString("was stopped by its adapter")
-	default:
-		b.WriteString("failed")
-	}
-	if st.ExitCode != nil {
-		fmt.Fprintf(&b, " (status %d)", *st.ExitCode)
-	}
-	if st.LastError != "" {
-		b.WriteString(": " + clip(st.LastError, 400))
-	}
-	return b.String()
-}
-
 // noteStateDir keeps the state directory the adapter reported.
-func (p *project) noteStateDir(ref *vmRef, st *contract.WorkerStatus) {
+func (p *project) noteStateDir(ref *vmworkers.Ref, st *contract.WorkerStatus) {
 	if st.StateDir == "" {
 		return
 	}
 	p.mu.Lock()
-	ref.stateDir = st.StateDir
+	ref.StateDir = st.StateDir
 	p.mu.Unlock()
-}
-
-// vmTail formats the last lines of worker::logs for a message.
-func (p *project) vmTail(ctx context.Context, ref *vmRef) string {
-	entries, _, _, err := p.d.vmLogs(ctx, ref, vmLogTailLines, nil, "")
-	if err != nil || len(entries) == 0 {
-		return ""
-	}
-	lines := make([]string, 0, len(entries))
-	for _, e := range entries {
-		lines = append(lines, clip(e.Message, 400))
-	}
-	return "; last output:\n  " + strings.Join(lines, "\n  ")
 }
 
 // stopVM stops a VM container's worker: SIGTERM, stop_timeout, SIGKILL,
 // power off (worker::stop). Its state directory stays.
-func (p *project) stopVM(ctx context.Context, c *container, ref *vmRef, grace time.Duration) {
+func (p *project) stopVM(ctx context.Context, c *container, ref *vmworkers.Ref, grace time.Duration) {
 	ms := min(uint64(grace/time.Millisecond), contract.MaxWorkerStopTimeoutMS)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+vmStopMargin)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+vmworkers.StopMargin)
 	defer cancel()
-	raw, err := p.d.vmCall(sctx, ref.adapter, contract.OpWorkerStop, contract.WorkerStopRequest{VMID: ref.id, TimeoutMS: ms}, grace+vmStopMargin)
-	p.forgetVMCredential(sctx, ref.id)
+	raw, err := p.d.vms().Call(sctx, ref.Adapter, contract.OpWorkerStop, contract.WorkerStopRequest{VMID: ref.ID, TimeoutMS: ms}, grace+vmworkers.StopMargin)
+	p.forgetVMCredential(sctx, ref.ID)
 	text := "stopped"
 	if err != nil {
-		if sandboxCodeOf(err) != string(contract.S002) {
-			p.d.log.Error("cannot stop a worker VM", "container", c.key, "vm_id", ref.id, "adapter", ref.adapter.name, "error", sandboxErrorText(err))
+		if vmworkers.CodeOf(err) != string(contract.S002) {
+			p.d.log.Error("cannot stop a worker VM", "container", c.key, "vm_id", ref.ID, "adapter", ref.Adapter.Name, "error", vmworkers.ErrorText(err))
 		}
-		text = "not stopped by its adapter: " + sandboxErrorText(err)
+		text = "not stopped by its adapter: " + vmworkers.ErrorText(err)
 	} else {
 		var st contract.WorkerStatus
 		if json.Unmarshal(raw, &st) == nil {
@@ -551,94 +429,10 @@ func (p *project) stopVM(ctx context.Context, c *container, ref *vmRef, grace ti
 		}
 	}
 	if l := c.log; l != nil {
-		_ = l.Write(proc.Stderr, []byte(fmt.Sprintf("[compose] %s %s (vm_id %s)", c.key, text, ref.id)))
+		_ = l.Write(proc.Stderr, []byte(fmt.Sprintf("[compose] %s %s (vm_id %s)", c.key, text, ref.ID)))
 	}
 }
 
-// vmCall calls <adapter>::<op> in the adapter's namespace.
-func (d *Daemon) vmCall(ctx context.Context, ref *adapterRef, op string, req any, timeout time.Duration) (json.RawMessage, error) {
-	return d.eng.Call(ctx, ref.name+"::"+op, req, client.WithNamespace(ref.ns), callTimeout(timeout))
-}
-
-// vmStatus is worker::status of ref.
-func (d *Daemon) vmStatus(ctx context.Context, ref *vmRef) (*contract.WorkerStatus, error) {
-	raw, err := d.vmCall(ctx, ref.adapter, contract.OpWorkerStatus, contract.WorkerStatusRequest{VMID: ref.id}, vmCallTimeout)
-	if err != nil {
-		return nil, err
-	}
-	var st contract.WorkerStatus
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, fmt.Errorf("%s::%s returned an unexpected reply: %v", ref.adapter.name, contract.OpWorkerStatus, err)
-	}
-	return &st, nil
-}
-
-// vmLogs reads worker::logs of ref as compose::logs entries: the
-// adapter's own notes (stream system) come as stderr lines prefixed with
-// the adapter's name. A cursor is {generation: 0, offset: the seq of the
-// last entry read}.
-func (d *Daemon) vmLogs(ctx context.Context, ref *vmRef, tail int, cur *proc.Cursor, stream proc.Stream) ([]proc.Entry, proc.Cursor, bool, error) {
-	req := contract.WorkerLogsRequest{VMID: ref.id, Tail: uint64(max(tail, 1))}
-	if cur != nil {
-		seq := uint64(max(cur.Offset, 0))
-		req.Cursor, req.Tail = &seq, contract.MaxWorkerLogsTail
-	}
-	next := proc.Cursor{}
-	if cur != nil {
-		next = *cur
-	}
-	raw, err := d.vmCall(ctx, ref.adapter, contract.OpWorkerLogs, req, vmCallTimeout)
-	if err != nil {
-		return nil, next, false, err
-	}
-	var rep contract.WorkerLogsResponse
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		return nil, next, false, fmt.Errorf("%s::%s returned an unexpected reply: %v", ref.adapter.name, contract.OpWorkerLogs, err)
-	}
-	entries := []proc.Entry{}
-	if tail > 0 || cur != nil {
-		for _, e := range rep.Entries {
-			s, msg := proc.Stream(e.Stream), e.Message
-			if e.Stream != contract.LogStdout && e.Stream != contract.LogStderr {
-				s, msg = proc.Stderr, "["+ref.adapter.name+"] "+msg
-			}
-			if stream != "" && s != stream {
-				continue
-			}
-			entries = append(entries, proc.Entry{Stream: s, Message: msg})
-		}
-	}
-	return entries, proc.Cursor{Offset: int64(rep.Cursor)}, rep.Truncated, nil
-}
-
-// vmCallFailed is SPAWN_FAILED for a worker::* call the adapter refused,
-// carrying its S-code and message (S501 names the host roots and how to
-// restart the adapter).
-func vmCallFailed(key string, ref *vmRef, op, what string, err error) error {
-	return compose.New(compose.CodeSpawnFailed, fmt.Sprintf("container %q: %s::%s in namespace %q %s: %s",
-		key, ref.adapter.name, op, ref.adapter.ns, what, sandboxErrorText(err)))
-}
-
-// sandboxCodeOf is the S-code of an adapter's error ("" for another error).
-func sandboxCodeOf(err error) string {
-	var eb *protocol.ErrorBody
-	if !errors.As(err, &eb) {
-		return ""
-	}
-	if se, ok := contract.FromErrorBody(eb); ok {
-		return string(se.Code)
-	}
-	return eb.Code
-}
-
-// sandboxErrorText words an adapter's error as "S501: message".
-func sandboxErrorText(err error) string {
-	var eb *protocol.ErrorBody
-	if errors.As(err, &eb) {
-		if se, ok := contract.FromErrorBody(eb); ok {
-			return string(se.Code) + ": " + se.Message
-		}
-		return eb.Code + ": " + eb.Message
-	}
-	return err.Error()
-}
+// vms calls the adapters that run the worker VMs through the daemon's
+// engine connection.
+func (d *Daemon) vms() vmworkers.Client { return vmworkers.Client{Eng: d.eng} }

@@ -20,6 +20,7 @@ import (
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
@@ -184,7 +185,7 @@ func TestVMWorkerPathDot(t *testing.T) {
 		assert.Check(t, code == "UNAUTHORIZED" || code == "FORBIDDEN", "%s from inside the VM answered %q", fn, code)
 	}
 
-	vmID := VMID(filepath.Join(dir, "worker-compose.yaml"), "vmp", "vmtest", func(string) string { return "" })
+	vmID := vmworkers.VMID(filepath.Join(dir, "worker-compose.yaml"), "vmp", "vmtest", func(string) string { return "" })
 	stateDir := filepath.Join(sbState, "workers", vmID)
 	var st statusReply
 	assert.NilError(t, call(t, c, "vmp", "compose::status", nil, &st))

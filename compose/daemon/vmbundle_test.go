@@ -15,6 +15,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/lockfile"
 	"github.com/iii-sandbox/iii/compose/packages"
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 )
@@ -118,7 +119,7 @@ func TestVMBundleWorker(t *testing.T) {
 	assert.Check(t, !got.ComposeFile, "a bundle's VM holds the bundle, not the project")
 	assert.Equal(t, got.Cwd, "/workspace")
 
-	vmID := VMID(filepath.Join(dir, "worker-compose.yaml"), "vmb", vmBundleName, func(string) string { return "" })
+	vmID := vmworkers.VMID(filepath.Join(dir, "worker-compose.yaml"), "vmb", vmBundleName, func(string) string { return "" })
 	stateDir := filepath.Join(home, ".iii", "sandbox", "workers", vmID)
 	var st statusReply
 	assert.NilError(t, call(t, c, "vmb", "compose::status", nil, &st))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/compose/vmworkers"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 )
 
@@ -52,7 +53,7 @@ func TestRemoveVMStateWarnings(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(dir, "worker-compose.yaml"))
 			assert.NilError(t, err)
 			assert.Check(t, !strings.Contains(string(data), "path://./w"), "the container left the file")
-			vmID := VMID(filepath.Join(dir, "worker-compose.yaml"), ns, "w", func(string) string { return "" })
+			vmID := vmworkers.VMID(filepath.Join(dir, "worker-compose.yaml"), ns, "w", func(string) string { return "" })
 			assert.Assert(t, is.Len(rm.Warnings, 1), "%+v", rm)
 			w := rm.Warnings[0]
 			assert.Equal(t, w.Code, CodeVMStateLeft)
@@ -148,37 +149,4 @@ func TestEngineTokenHidden(t *testing.T) {
 	assert.DeepEqual(t, d.withToken(map[string]any{"adapter": "a"}), map[string]any{"adapter": "a", "token": "t"})
 	d.token = ""
 	assert.DeepEqual(t, d.withToken(map[string]any{"adapter": "a"}), map[string]any{"adapter": "a"})
-}
-
-// vm_ids are what worker::start accepts (1 to 48 of a-z 0-9 . _ -,
-// starting with a letter or digit), stable, and distinct per container.
-func TestVMID(t *testing.T) {
-	none := func(string) string { return "" }
-	id := VMID("/srv/My Shop/worker-compose.yaml", "Dev", "API", none)
-	assert.Check(t, strings.HasPrefix(id, "my-shop-"), id)
-	assert.Check(t, strings.HasSuffix(id, "-dev-api"), id)
-	assert.Equal(t, VMID("/srv/My Shop/worker-compose.yaml", "Dev", "API", none), id)
-	assert.Check(t, VMID("/srv/My Shop/worker-compose.yaml", "Dev", "web", none) != id)
-	assert.Check(t, VMID("/moved/My Shop/worker-compose.yaml", "Dev", "API", none) != id, "a moved project gets new vm_ids")
-	long := VMID("/srv/"+strings.Repeat("x", 80)+"/worker-compose.yaml", "ns", "api", none)
-	assert.Equal(t, len(long), 48)
-	assert.Check(t, long != VMID("/srv/"+strings.Repeat("x", 80)+"/worker-compose.yaml", "ns", "web", none), "the hash keeps long ids apart")
-}
-
-func FuzzVMID(f *testing.F) {
-	f.Add("/srv/shop/worker-compose.yaml", "default", "api")
-	f.Add("/_/worker-compose.yaml", "", "")
-	f.Add("/srv/"+strings.Repeat("é", 40)+"/worker-compose.yaml", "ns", "k")
-	f.Fuzz(func(t *testing.T, path, ns, key string) {
-		id := VMID(path, ns, key, func(string) string { return "" })
-		if len(id) < 1 || len(id) > 48 {
-			t.Fatalf("vm_id %q has %d characters", id, len(id))
-		}
-		for i, c := range []byte(id) {
-			ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || (i > 0 && (c == '.' || c == '_' || c == '-'))
-			if !ok {
-				t.Fatalf("vm_id %q: character %q at %d", id, c, i)
-			}
-		}
-	})
 }
