@@ -19,11 +19,13 @@ import (
 const module = "github.com/iii-sandbox/iii/"
 
 // rule: packages under From may import packages of the module only under
-// one of Allow (their own tree always).
+// one of Allow (their own tree always), and never under one of Deny.
 type rule struct {
 	From  string
 	Allow []string
-	Why   string
+	// Deny are trees inside Allow that From still may not import.
+	Deny []string
+	Why  string
 }
 
 // layerRules are the lines docs/architecture.md ("Layers") draws.
@@ -38,6 +40,18 @@ func layerRules() []rule {
 			Why: "adapters are built with the SDK and the contract, never against the engine's insides"},
 		{From: "compose/", Allow: []string{"contract", "protocol", "client", "internal/", "compose/"},
 			Why: "Compose is an ordinary worker of the engine"},
+		// compose/daemon orchestrates the file editor, the managed engine
+		// and the VM workers; each does one job, so none of them imports
+		// the daemon or another of them.
+		{From: "compose/fileedit", Allow: []string{"contract", "protocol", "client", "internal/", "compose"},
+			Deny: []string{"compose/daemon", "compose/engineproc", "compose/vmworkers"},
+			Why:  "the compose file editor is a part compose/daemon uses, not a user of it"},
+		{From: "compose/engineproc", Allow: []string{"contract", "protocol", "client", "internal/", "compose"},
+			Deny: []string{"compose/daemon", "compose/fileedit", "compose/vmworkers"},
+			Why:  "the managed engine is a part compose/daemon uses, not a user of it"},
+		{From: "compose/vmworkers", Allow: []string{"contract", "protocol", "client", "internal/", "compose"},
+			Deny: []string{"compose/daemon", "compose/fileedit", "compose/engineproc"},
+			Why:  "the VM workers are a part compose/daemon uses, not a user of it"},
 		{From: "workers/", Allow: []string{"protocol", "client", "internal/", "workers/"},
 			Why: "the registry workers are ordinary workers of the engine"},
 	}
@@ -85,6 +99,9 @@ func crossings(pkgs []pkg, rules []rule) map[string]string {
 				ok := under(to, strings.TrimSuffix(r.From, "/"))
 				for _, a := range r.Allow {
 					ok = ok || under(to, a)
+				}
+				for _, dn := range r.Deny {
+					ok = ok && !under(to, dn)
 				}
 				if !ok {
 					found[from+" -> "+to] = r.Why
@@ -171,7 +188,20 @@ func TestCheckerCatchesWrongImports(t *testing.T) {
 		{"engine imports the HTTP-function invoker", "host/engine", "host/httpfn", true},
 		{"engine imports a host package", "host/engine", "host/rbac", true},
 		{"the engine's benchmark imports a host package", "host/engine/enginebench", "host/config", true},
+		{"the file editor imports the daemon", "compose/fileedit", "compose/daemon", true},
+		{"the managed engine imports the daemon", "compose/engineproc", "compose/daemon", true},
+		{"the VM workers import the daemon", "compose/vmworkers", "compose/daemon", true},
+		{"the VM workers import the engine", "compose/vmworkers", "host/engine", true},
+		{"the managed engine imports the engine's config", "compose/engineproc", "host/config", true},
+		{"the managed engine imports the file editor", "compose/engineproc", "compose/fileedit", true},
+		{"the file editor imports the VM workers", "compose/fileedit", "compose/vmworkers", true},
 		{"sdk imports the contract's schemas", "plugins/sdk", "contract/schema", false},
+		{"the daemon imports the VM workers", "compose/daemon", "compose/vmworkers", false},
+		{"the daemon imports the managed engine", "compose/daemon", "compose/engineproc", false},
+		{"the file editor imports the compose file model", "compose/fileedit", "compose/composefile", false},
+		{"the managed engine imports the process tools", "compose/engineproc", "compose/proc", false},
+		{"the VM workers import the contract", "compose/vmworkers", "contract", false},
+		{"the VM workers import the Compose errors", "compose/vmworkers", "compose", false},
 		{"compose imports protocol", "compose/daemon", "protocol", false},
 		{"compose imports internal", "compose/composefile", "internal/envexpand", false},
 		{"an adapter imports internal", "plugins/sandbox-libkrun/images", "internal/tarextract", false},
