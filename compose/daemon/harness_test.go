@@ -111,7 +111,9 @@ func startDaemon(t *testing.T, opts Options) *testDaemon {
 		cancel()
 		t.Fatalf("the daemon did not start in time\n%s", td.out.String())
 	}
-	t.Cleanup(func() { td.stop(t) })
+	// A daemon the test did not stop ends here; its shutdown must be clean
+	// too (one the test stopped returns nil again).
+	t.Cleanup(func() { assert.Check(t, td.stop(t), "the daemon's shutdown at the test's end") })
 	return td
 }
 
