@@ -7,8 +7,9 @@ import (
 
 // Adapter is the sandbox contract as a Go interface: one method per
 // operation, plus Info and Configure. An adapter implements it and serves
-// it with go-plugin (see VersionedPlugins); the engine's plugin host holds
-// the GRPCClient implementation of it.
+// it with go-plugin (package adapterrpc, which runs package adapterjson's
+// mapping of the JSON calls against it); Go code that talks to an adapter
+// process holds adapterrpc.Client, which implements it over the same JSON.
 //
 // Requests arrive decoded and validated (see the Decode functions): ids are
 // canonical UUIDs, defaults are applied and exec's command is resolved into

@@ -4,15 +4,15 @@
 // <adapter>::worker::* functions of adapters that run Compose's worker
 // VMs, worker.go), the shared decoding and
 // validation of their JSON payloads, the table of S-codes and the error wire
-// object, the Adapter interface an adapter implements, and the gRPC glue
-// (proto in contract/proto, client, server, go-plugin plugin) that carries
-// the contract between the engine's plugin host and an adapter subprocess.
+// object, the Adapter interface an adapter implements, and the go-plugin
+// handshake.
 //
-// The layout follows the go-plugin practice of keeping the interface and
-// plain structs in one package with the wire code beside them: hosts and
-// adapters import this package, never the generated code directly.
-//
-// JSON is the contract users see (docs/sandbox-contract.md); the gRPC
-// service is an internal transport between the engine and its adapter
-// subprocesses and may only grow additively within a contract major.
+// JSON is the contract, and the only wire form: the engine hands an
+// adapter the caller's JSON untouched, and inside the adapter package
+// adapterjson decodes and validates it once with this package's decoders
+// and calls the Adapter, whichever transport carried it. Package
+// adapterrpc is the go-plugin transport (one generic Invoke of
+// contract/proto, plus the engine's channels served back to the adapter
+// through go-plugin's broker); the SDK's WebSocket transport is the other.
+// Both may only grow additively within a contract major.
 package contract

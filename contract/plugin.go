@@ -1,15 +1,12 @@
 package contract
 
 import (
-	"context"
-	"errors"
-
 	"github.com/hashicorp/go-plugin"
-	pb "github.com/iii-sandbox/iii/contract/proto"
-	"google.golang.org/grpc"
 )
 
-// go-plugin glue shared by the engine's plugin host and every adapter.
+// go-plugin handshake shared by the engine's plugin host and every adapter;
+// the plugin itself (one generic JSON invoke and the engine's channels) is
+// package adapterrpc.
 
 const (
 	// PluginName is the one plugin an adapter binary serves.
@@ -36,35 +33,10 @@ func Handshake() plugin.HandshakeConfig {
 	}
 }
 
-// GRPCPlugin is the go-plugin plugin of the sandbox contract. Impl is the
-// adapter an adapter binary serves; hosts leave it nil and dispense a
-// *GRPCClient.
-type GRPCPlugin struct {
-	plugin.NetRPCUnsupportedPlugin
-	Impl Adapter
-}
+// OpConfigure is the transport's name of Adapter.Configure: not a function
+// callers can reach, only the host's call right after start (and on a
+// reload).
+const OpConfigure = "configure"
 
-var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
-
-// GRPCServer registers the adapter's service.
-func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	if p.Impl == nil {
-		return errors.New("sandbox plugin: no adapter to serve")
-	}
-	pb.RegisterSandboxAdapterServer(s, NewGRPCServer(p.Impl))
-	return nil
-}
-
-// GRPCClient returns the Adapter that calls the plugin.
-func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return NewGRPCClient(conn), nil
-}
-
-// VersionedPlugins is the plugin set keyed by contract major, for both
-// plugin.ServeConfig (impl set) and plugin.ClientConfig (impl nil). A host
-// and an adapter with no major in common fail the go-plugin handshake.
-func VersionedPlugins(impl Adapter) map[int]plugin.PluginSet {
-	return map[int]plugin.PluginSet{
-		Major: {PluginName: &GRPCPlugin{Impl: impl}},
-	}
-}
+// FallbackCode is the code a plain (non-*Error) failure of op gets.
+func FallbackCode(op string) Code { return fallbackCode(op) }

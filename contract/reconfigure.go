@@ -34,7 +34,7 @@ func RestartRequired(keys []string) *Error {
 }
 
 // IsRestartRequired reports whether err is RestartRequired's refusal, as
-// the adapter returned it or as a host's GRPCClient received it (inside a
+// the adapter returned it or as a host's adapterrpc.Client received it (inside a
 // *ConfigRejectedError).
 func IsRestartRequired(err error) bool {
 	var rej *ConfigRejectedError

@@ -1,7 +1,6 @@
 package contract
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -11,8 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
-
-	pb "github.com/iii-sandbox/iii/contract/proto"
 )
 
 const fullWorkerStart = `{"vm_id":"shop-3f2a1b9c-default-api","name":"api","namespace":"shop","image":"node",
@@ -159,42 +156,6 @@ func FuzzDecodeWorker(f *testing.F) {
 	})
 }
 
-func TestWorkerConvertRoundTrip(t *testing.T) {
-	one, two := uint32(1), uint32(2)
-	pid, code, cur := 7, -1, uint64(3)
-	start := &WorkerStartRequest{VMID: "v", Name: "n", Namespace: "ns", Image: "i", HostDir: "/h", Workdir: "/w", Install: "in",
-		Command: "c", Env: []string{"A=1"}, Config: &WorkerConfigFile{FileName: "f", Content: "x"}, CPUs: &one, MemoryMB: &two,
-		EngineURL: "ws://e", Exclude: []string{"/x"}, Include: []string{"dist"}, Wait: true, EngineCredential: "c0ffee"}
-	assertEveryFieldSet(t, start)
-	assert.DeepEqual(t, roundTrip(t, start, workerStartRequestToProto, workerStartRequestFromProto, func() *pb.WorkerStartRequest { return &pb.WorkerStartRequest{} }), start)
-
-	resp := &WorkerStartResponse{VMID: "v", State: WorkerRunning, PID: &pid}
-	assertEveryFieldSet(t, resp)
-	assert.DeepEqual(t, roundTrip(t, resp, workerStartResponseToProto, workerStartResponseFromProto, func() *pb.WorkerStartResponse { return &pb.WorkerStartResponse{} }), resp)
-
-	st := &WorkerStatus{VMID: "v", Name: "n", Namespace: "ns", Image: "i", State: WorkerFailed, PID: &pid, ExitCode: &code,
-		StartedAt: "2026-01-01T00:00:00Z", Restarts: 2, LastError: "e", StateDir: "/s"}
-	assertEveryFieldSet(t, st)
-	assert.DeepEqual(t, roundTrip(t, st, workerStatusToProto, workerStatusFromProto, func() *pb.WorkerStatusResponse { return &pb.WorkerStatusResponse{} }), st)
-
-	list := &WorkerListResponse{Workers: []WorkerStatus{*st, {VMID: "b", State: WorkerStopped}}}
-	assert.DeepEqual(t, roundTrip(t, list, workerListResponseToProto, workerListResponseFromProto, func() *pb.WorkerListResponse { return &pb.WorkerListResponse{} }), list)
-
-	lreq := &WorkerLogsRequest{VMID: "v", Tail: 4, Cursor: &cur}
-	assertEveryFieldSet(t, lreq)
-	assert.DeepEqual(t, roundTrip(t, lreq, workerLogsRequestToProto, workerLogsRequestFromProto, func() *pb.WorkerLogsRequest { return &pb.WorkerLogsRequest{} }), lreq)
-
-	// Output that is not UTF-8 crosses as bytes.
-	lresp := &WorkerLogsResponse{VMID: "v", Entries: []WorkerLogEntry{{Seq: 1, Time: "t", Stream: LogStdout, Message: "caf\xe9"}}, Cursor: 1, Truncated: true, More: true}
-	assertEveryFieldSet(t, lresp)
-	assert.DeepEqual(t, roundTrip(t, lresp, workerLogsResponseToProto, workerLogsResponseFromProto, func() *pb.WorkerLogsResponse { return &pb.WorkerLogsResponse{} }), lresp)
-
-	stop := &WorkerStopRequest{VMID: "v", TimeoutMS: 9}
-	assert.DeepEqual(t, roundTrip(t, stop, workerStopRequestToProto, workerStopRequestFromProto, func() *pb.WorkerStopRequest { return &pb.WorkerStopRequest{} }), stop)
-	rm := &WorkerRemoveResponse{VMID: "v", Removed: true, StateDir: "/s"}
-	assert.DeepEqual(t, roundTrip(t, rm, workerRemoveResponseToProto, workerRemoveResponseFromProto, func() *pb.WorkerRemoveResponse { return &pb.WorkerRemoveResponse{} }), rm)
-}
-
 func TestWorkerJSON(t *testing.T) {
 	b, err := EncodeJSON(WorkerListResponse{})
 	assert.NilError(t, err)
@@ -217,82 +178,16 @@ func TestWorkerJSON(t *testing.T) {
 	assert.Check(t, is.Contains(e.FixNote, "worker::list"))
 }
 
-// workerMem is memAdapter with a worker side that remembers one request.
-type workerMem struct {
-	*memAdapter
-	last *WorkerStartRequest
-}
-
-func (w *workerMem) WorkerStart(_ context.Context, req *WorkerStartRequest) (*WorkerStartResponse, error) {
-	w.last = req
-	if req.VMID == "outside" {
-		return nil, HostRootRefused(req.HostDir, []string{"/srv"})
-	}
-	pid := 12
-	return &WorkerStartResponse{VMID: req.VMID, State: WorkerRunning, PID: &pid}, nil
-}
-
-func (w *workerMem) WorkerStop(_ context.Context, req *WorkerStopRequest) (*WorkerStatus, error) {
-	return &WorkerStatus{VMID: req.VMID, State: WorkerStopped}, nil
-}
-
-func (w *workerMem) WorkerStatus(_ context.Context, req *WorkerStatusRequest) (*WorkerStatus, error) {
-	return nil, UnknownWorker(req.VMID)
-}
-
-func (w *workerMem) WorkerList(context.Context, *WorkerListRequest) (*WorkerListResponse, error) {
-	return &WorkerListResponse{Workers: []WorkerStatus{{VMID: "a", State: WorkerRunning}}}, nil
-}
-
-func (w *workerMem) WorkerLogs(_ context.Context, req *WorkerLogsRequest) (*WorkerLogsResponse, error) {
-	return &WorkerLogsResponse{VMID: req.VMID, Entries: []WorkerLogEntry{{Seq: 1, Stream: LogStdout, Message: "hi"}}, Cursor: 1}, nil
-}
-
-func (w *workerMem) WorkerRemove(_ context.Context, req *WorkerRemoveRequest) (*WorkerRemoveResponse, error) {
-	return &WorkerRemoveResponse{VMID: req.VMID, Removed: true, StateDir: "/s/" + req.VMID}, nil
-}
-
-func TestWireWorkerOperations(t *testing.T) {
-	impl := &workerMem{memAdapter: newMemAdapter()}
-	a := wire(t, impl)
-	w, ok := a.(WorkerAdapter)
-	assert.Assert(t, ok, "the gRPC client has a worker side")
-	ctx := context.Background()
-
-	req, err := DecodeWorkerStartRequest(json.RawMessage(fullWorkerStart))
-	assert.NilError(t, err)
-	started, err := w.WorkerStart(ctx, req)
-	assert.NilError(t, err)
-	assert.Equal(t, *started.PID, 12)
-	assert.DeepEqual(t, impl.last, req)
-
-	req.VMID = "outside"
-	_, err = w.WorkerStart(ctx, req)
-	e := sandboxErr(t, err, S501)
-	assert.Check(t, is.Contains(e.Message, "compose::restart worker=sandbox-libkrun"))
-
-	st, err := w.WorkerStop(ctx, &WorkerStopRequest{VMID: "a", TimeoutMS: 1})
-	assert.NilError(t, err)
-	assert.Equal(t, st.State, WorkerStopped)
-	_, err = w.WorkerStatus(ctx, &WorkerStatusRequest{VMID: "gone"})
-	sandboxErr(t, err, S002)
-	list, err := w.WorkerList(ctx, &WorkerListRequest{})
-	assert.NilError(t, err)
-	assert.Equal(t, len(list.Workers), 1)
-	logs, err := w.WorkerLogs(ctx, &WorkerLogsRequest{VMID: "a", Tail: 1})
-	assert.NilError(t, err)
-	assert.Equal(t, logs.Entries[0].Message, "hi")
-	rm, err := w.WorkerRemove(ctx, &WorkerRemoveRequest{VMID: "a"})
-	assert.NilError(t, err)
-	assert.Equal(t, rm.StateDir, "/s/a")
-}
-
-// TestWireWorkerUnsupported: an adapter without a worker side answers every
-// worker call with S300 saying so, rather than gRPC's Unimplemented.
-func TestWireWorkerUnsupported(t *testing.T) {
-	a := wire(t, newMemAdapter())
-	w := a.(WorkerAdapter)
-	_, err := w.WorkerList(context.Background(), &WorkerListRequest{})
-	e := sandboxErr(t, err, S300)
-	assert.Check(t, is.Contains(e.Message, "does not run worker VMs"))
+// sandboxErr asserts err is a sandbox error of code and returns it.
+func sandboxErr(t *testing.T, err error, code Code) *Error {
+	t.Helper()
+	var e *Error
+	assert.Assert(t, errors.As(err, &e), "want a sandbox error %s, got %T: %v", code, err, err)
+	assert.Equal(t, e.Code, code, "message: %s", e.Message)
+	info, ok := LookupCode(code)
+	assert.Assert(t, ok)
+	assert.Equal(t, e.Type, info.Type)
+	assert.Equal(t, e.Retryable, info.Retryable)
+	assert.Equal(t, e.DocsURL, DocsURL(code))
+	return e
 }

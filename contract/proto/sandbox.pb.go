@@ -1,8 +1,10 @@
-// The sandbox contract 1.1 as a gRPC service between the engine's plugin host
-// and an adapter subprocess (go-plugin). The JSON contract users see is
-// defined by the Go types in package contract; this service carries the same
-// fields, resolved by the host's decoders (defaults applied, exec's command
-// shapes resolved into argv).
+// The engine↔adapter transport of the sandbox contract over go-plugin: one
+// generic call that carries the contract's public JSON, and the engine's
+// streaming channels served back to the adapter through go-plugin's broker.
+// The JSON contract (docs/sandbox-contract.md, the Go types and decoders of
+// package contract) is the only mapping: the engine forwards the caller's
+// bytes untouched and the adapter decodes and validates them once, with
+// package adapterjson, the same code its WebSocket transport runs.
 //
 // Versioning: the package version (v1) is the contract major. Within a major
 // the service only grows: new fields take new numbers, new RPCs are added,
@@ -31,27 +33,33 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-type PauseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+type InvokeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// op is the operation without its adapter prefix.
+	Op string `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	// payload is the caller's JSON request exactly as the engine received it.
+	Payload []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// channels is the go-plugin broker id of the host's Channels service,
+	// through which the operation reaches the channels its request names.
+	Channels      uint32 `protobuf:"varint,3,opt,name=channels,proto3" json:"channels,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *PauseRequest) Reset() {
-	*x = PauseRequest{}
+func (x *InvokeRequest) Reset() {
+	*x = InvokeRequest{}
 	mi := &file_sandbox_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *PauseRequest) String() string {
+func (x *InvokeRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*PauseRequest) ProtoMessage() {}
+func (*InvokeRequest) ProtoMessage() {}
 
-func (x *PauseRequest) ProtoReflect() protoreflect.Message {
+func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_sandbox_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -63,39 +71,65 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
-func (*PauseRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use InvokeRequest.ProtoReflect.Descriptor instead.
+func (*InvokeRequest) Descriptor() ([]byte, []int) {
 	return file_sandbox_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *PauseRequest) GetSandboxId() string {
+func (x *InvokeRequest) GetOp() string {
 	if x != nil {
-		return x.SandboxId
+		return x.Op
 	}
 	return ""
 }
 
-type ResumeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+func (x *InvokeRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *InvokeRequest) GetChannels() uint32 {
+	if x != nil {
+		return x.Channels
+	}
+	return 0
+}
+
+type InvokeReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// result is the reply's JSON when the operation succeeded.
+	Result []byte `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// error is the contract's error wire object (contract.Error as JSON)
+	// when it failed; then result is empty.
+	Error []byte `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// rejected marks a failed "configure": the adapter refused its
+	// configuration. error then holds a sandbox error, or is empty and
+	// reason says why.
+	Rejected bool   `protobuf:"varint,3,opt,name=rejected,proto3" json:"rejected,omitempty"`
+	Reason   string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// code is error's S-code, so the engine can hand the error on as the
+	// invocation's error body without decoding it.
+	Code          string `protobuf:"bytes,5,opt,name=code,proto3" json:"code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ResumeRequest) Reset() {
-	*x = ResumeRequest{}
+func (x *InvokeReply) Reset() {
+	*x = InvokeReply{}
 	mi := &file_sandbox_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ResumeRequest) String() string {
+func (x *InvokeReply) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ResumeRequest) ProtoMessage() {}
+func (*InvokeReply) ProtoMessage() {}
 
-func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+func (x *InvokeReply) ProtoReflect() protoreflect.Message {
 	mi := &file_sandbox_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -107,3595 +141,156 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
-func (*ResumeRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use InvokeReply.ProtoReflect.Descriptor instead.
+func (*InvokeReply) Descriptor() ([]byte, []int) {
 	return file_sandbox_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *ResumeRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-type SandboxStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SandboxStatusResponse) Reset() {
-	*x = SandboxStatusResponse{}
-	mi := &file_sandbox_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SandboxStatusResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SandboxStatusResponse) ProtoMessage() {}
-
-func (x *SandboxStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SandboxStatusResponse.ProtoReflect.Descriptor instead.
-func (*SandboxStatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *SandboxStatusResponse) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *SandboxStatusResponse) GetStatus() string {
-	if x != nil {
-		return x.Status
-	}
-	return ""
-}
-
-// SandboxError travels in the details of a failed call's gRPC status; it
-// holds every field of the JSON error wire object.
-type SandboxError struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Type      string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	Code      string                 `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
-	Message   string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	DocsUrl   string                 `protobuf:"bytes,4,opt,name=docs_url,json=docsUrl,proto3" json:"docs_url,omitempty"`
-	Retryable bool                   `protobuf:"varint,5,opt,name=retryable,proto3" json:"retryable,omitempty"`
-	// The JSON object of `fix`; absent means null.
-	FixJson       []byte `protobuf:"bytes,6,opt,name=fix_json,json=fixJson,proto3,oneof" json:"fix_json,omitempty"`
-	FixNote       string `protobuf:"bytes,7,opt,name=fix_note,json=fixNote,proto3" json:"fix_note,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SandboxError) Reset() {
-	*x = SandboxError{}
-	mi := &file_sandbox_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SandboxError) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SandboxError) ProtoMessage() {}
-
-func (x *SandboxError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SandboxError.ProtoReflect.Descriptor instead.
-func (*SandboxError) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *SandboxError) GetType() string {
-	if x != nil {
-		return x.Type
-	}
-	return ""
-}
-
-func (x *SandboxError) GetCode() string {
-	if x != nil {
-		return x.Code
-	}
-	return ""
-}
-
-func (x *SandboxError) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
-func (x *SandboxError) GetDocsUrl() string {
-	if x != nil {
-		return x.DocsUrl
-	}
-	return ""
-}
-
-func (x *SandboxError) GetRetryable() bool {
-	if x != nil {
-		return x.Retryable
-	}
-	return false
-}
-
-func (x *SandboxError) GetFixJson() []byte {
-	if x != nil {
-		return x.FixJson
-	}
-	return nil
-}
-
-func (x *SandboxError) GetFixNote() string {
-	if x != nil {
-		return x.FixNote
-	}
-	return ""
-}
-
-type ContractVersion struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Major         uint32                 `protobuf:"varint,1,opt,name=major,proto3" json:"major,omitempty"`
-	Minor         uint32                 `protobuf:"varint,2,opt,name=minor,proto3" json:"minor,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ContractVersion) Reset() {
-	*x = ContractVersion{}
-	mi := &file_sandbox_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ContractVersion) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ContractVersion) ProtoMessage() {}
-
-func (x *ContractVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ContractVersion.ProtoReflect.Descriptor instead.
-func (*ContractVersion) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *ContractVersion) GetMajor() uint32 {
-	if x != nil {
-		return x.Major
-	}
-	return 0
-}
-
-func (x *ContractVersion) GetMinor() uint32 {
-	if x != nil {
-		return x.Minor
-	}
-	return 0
-}
-
-type InfoRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *InfoRequest) Reset() {
-	*x = InfoRequest{}
-	mi := &file_sandbox_proto_msgTypes[5]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *InfoRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*InfoRequest) ProtoMessage() {}
-
-func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[5]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
-func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{5}
-}
-
-type InfoResponse struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Adapter        string                 `protobuf:"bytes,1,opt,name=adapter,proto3" json:"adapter,omitempty"`
-	AdapterVersion string                 `protobuf:"bytes,2,opt,name=adapter_version,json=adapterVersion,proto3" json:"adapter_version,omitempty"`
-	Contract       *ContractVersion       `protobuf:"bytes,3,opt,name=contract,proto3" json:"contract,omitempty"`
-	// Back-end facts as one JSON object; its keys become extra top-level keys
-	// of adapter::info.
-	FactsJson []byte `protobuf:"bytes,4,opt,name=facts_json,json=factsJson,proto3" json:"facts_json,omitempty"`
-	// Optional function sets beyond the contract's operations, e.g.
-	// "worker" for worker::*.
-	Capabilities  []string `protobuf:"bytes,10,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *InfoResponse) Reset() {
-	*x = InfoResponse{}
-	mi := &file_sandbox_proto_msgTypes[6]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *InfoResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*InfoResponse) ProtoMessage() {}
-
-func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[6]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
-func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{6}
-}
-
-func (x *InfoResponse) GetAdapter() string {
-	if x != nil {
-		return x.Adapter
-	}
-	return ""
-}
-
-func (x *InfoResponse) GetAdapterVersion() string {
-	if x != nil {
-		return x.AdapterVersion
-	}
-	return ""
-}
-
-func (x *InfoResponse) GetContract() *ContractVersion {
-	if x != nil {
-		return x.Contract
-	}
-	return nil
-}
-
-func (x *InfoResponse) GetFactsJson() []byte {
-	if x != nil {
-		return x.FactsJson
-	}
-	return nil
-}
-
-func (x *InfoResponse) GetCapabilities() []string {
-	if x != nil {
-		return x.Capabilities
-	}
-	return nil
-}
-
-type ConfigureRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The adapter's configuration as a JSON object.
-	ConfigJson    []byte `protobuf:"bytes,1,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ConfigureRequest) Reset() {
-	*x = ConfigureRequest{}
-	mi := &file_sandbox_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ConfigureRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ConfigureRequest) ProtoMessage() {}
-
-func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
-func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *ConfigureRequest) GetConfigJson() []byte {
-	if x != nil {
-		return x.ConfigJson
-	}
-	return nil
-}
-
-type ConfigureResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ConfigureResponse) Reset() {
-	*x = ConfigureResponse{}
-	mi := &file_sandbox_proto_msgTypes[8]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ConfigureResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ConfigureResponse) ProtoMessage() {}
-
-func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[8]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
-func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{8}
-}
-
-type CreateRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Image string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
-	// Absent: the adapter's configured default.
-	Cpus            *uint32 `protobuf:"varint,2,opt,name=cpus,proto3,oneof" json:"cpus,omitempty"`
-	MemoryMb        *uint32 `protobuf:"varint,3,opt,name=memory_mb,json=memoryMb,proto3,oneof" json:"memory_mb,omitempty"`
-	Name            string  `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
-	Network         bool    `protobuf:"varint,5,opt,name=network,proto3" json:"network,omitempty"`
-	IdleTimeoutSecs *uint64 `protobuf:"varint,6,opt,name=idle_timeout_secs,json=idleTimeoutSecs,proto3,oneof" json:"idle_timeout_secs,omitempty"`
-	// "K=V" entries.
-	Env           []string `protobuf:"bytes,7,rep,name=env,proto3" json:"env,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CreateRequest) Reset() {
-	*x = CreateRequest{}
-	mi := &file_sandbox_proto_msgTypes[9]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CreateRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CreateRequest) ProtoMessage() {}
-
-func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[9]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
-func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{9}
-}
-
-func (x *CreateRequest) GetImage() string {
-	if x != nil {
-		return x.Image
-	}
-	return ""
-}
-
-func (x *CreateRequest) GetCpus() uint32 {
-	if x != nil && x.Cpus != nil {
-		return *x.Cpus
-	}
-	return 0
-}
-
-func (x *CreateRequest) GetMemoryMb() uint32 {
-	if x != nil && x.MemoryMb != nil {
-		return *x.MemoryMb
-	}
-	return 0
-}
-
-func (x *CreateRequest) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *CreateRequest) GetNetwork() bool {
-	if x != nil {
-		return x.Network
-	}
-	return false
-}
-
-func (x *CreateRequest) GetIdleTimeoutSecs() uint64 {
-	if x != nil && x.IdleTimeoutSecs != nil {
-		return *x.IdleTimeoutSecs
-	}
-	return 0
-}
-
-func (x *CreateRequest) GetEnv() []string {
-	if x != nil {
-		return x.Env
-	}
-	return nil
-}
-
-type CreateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Image         string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CreateResponse) Reset() {
-	*x = CreateResponse{}
-	mi := &file_sandbox_proto_msgTypes[10]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CreateResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CreateResponse) ProtoMessage() {}
-
-func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[10]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
-func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{10}
-}
-
-func (x *CreateResponse) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *CreateResponse) GetImage() string {
-	if x != nil {
-		return x.Image
-	}
-	return ""
-}
-
-type ExecRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	// The binary and its arguments, whichever shape the caller used.
-	Argv      []string `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
-	Stdin     []byte   `protobuf:"bytes,3,opt,name=stdin,proto3" json:"stdin,omitempty"`
-	Env       []string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty"`
-	TimeoutMs uint64   `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	// Empty: the image's default working directory.
-	Workdir       string `protobuf:"bytes,6,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ExecRequest) Reset() {
-	*x = ExecRequest{}
-	mi := &file_sandbox_proto_msgTypes[11]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ExecRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ExecRequest) ProtoMessage() {}
-
-func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[11]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
-func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{11}
-}
-
-func (x *ExecRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *ExecRequest) GetArgv() []string {
-	if x != nil {
-		return x.Argv
-	}
-	return nil
-}
-
-func (x *ExecRequest) GetStdin() []byte {
-	if x != nil {
-		return x.Stdin
-	}
-	return nil
-}
-
-func (x *ExecRequest) GetEnv() []string {
-	if x != nil {
-		return x.Env
-	}
-	return nil
-}
-
-func (x *ExecRequest) GetTimeoutMs() uint64 {
-	if x != nil {
-		return x.TimeoutMs
-	}
-	return 0
-}
-
-func (x *ExecRequest) GetWorkdir() string {
-	if x != nil {
-		return x.Workdir
-	}
-	return ""
-}
-
-type ExecResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Bytes, not strings: process output need not be UTF-8.
-	Stdout []byte `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr []byte `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	// Absent: the process did not exit normally (JSON null).
-	ExitCode        *int32 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
-	TimedOut        bool   `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
-	DurationMs      uint64 `protobuf:"varint,5,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	Success         bool   `protobuf:"varint,6,opt,name=success,proto3" json:"success,omitempty"`
-	StdoutTruncated bool   `protobuf:"varint,7,opt,name=stdout_truncated,json=stdoutTruncated,proto3" json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `protobuf:"varint,8,opt,name=stderr_truncated,json=stderrTruncated,proto3" json:"stderr_truncated,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
-}
-
-func (x *ExecResponse) Reset() {
-	*x = ExecResponse{}
-	mi := &file_sandbox_proto_msgTypes[12]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ExecResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ExecResponse) ProtoMessage() {}
-
-func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[12]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
-func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{12}
-}
-
-func (x *ExecResponse) GetStdout() []byte {
-	if x != nil {
-		return x.Stdout
-	}
-	return nil
-}
-
-func (x *ExecResponse) GetStderr() []byte {
-	if x != nil {
-		return x.Stderr
-	}
-	return nil
-}
-
-func (x *ExecResponse) GetExitCode() int32 {
-	if x != nil && x.ExitCode != nil {
-		return *x.ExitCode
-	}
-	return 0
-}
-
-func (x *ExecResponse) GetTimedOut() bool {
-	if x != nil {
-		return x.TimedOut
-	}
-	return false
-}
-
-func (x *ExecResponse) GetDurationMs() uint64 {
-	if x != nil {
-		return x.DurationMs
-	}
-	return 0
-}
-
-func (x *ExecResponse) GetSuccess() bool {
-	if x != nil {
-		return x.Success
-	}
-	return false
-}
-
-func (x *ExecResponse) GetStdoutTruncated() bool {
-	if x != nil {
-		return x.StdoutTruncated
-	}
-	return false
-}
-
-func (x *ExecResponse) GetStderrTruncated() bool {
-	if x != nil {
-		return x.StderrTruncated
-	}
-	return false
-}
-
-type RunFile struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Content       string                 `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RunFile) Reset() {
-	*x = RunFile{}
-	mi := &file_sandbox_proto_msgTypes[13]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RunFile) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RunFile) ProtoMessage() {}
-
-func (x *RunFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[13]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RunFile.ProtoReflect.Descriptor instead.
-func (*RunFile) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{13}
-}
-
-func (x *RunFile) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *RunFile) GetContent() string {
-	if x != nil {
-		return x.Content
-	}
-	return ""
-}
-
-type RunRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Image         string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
-	Code          string                 `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
-	Lang          string                 `protobuf:"bytes,3,opt,name=lang,proto3" json:"lang,omitempty"`
-	Files         []*RunFile             `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
-	Env           []string               `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty"`
-	Stdin         []byte                 `protobuf:"bytes,6,opt,name=stdin,proto3" json:"stdin,omitempty"`
-	TimeoutMs     uint64                 `protobuf:"varint,7,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	KeepSandbox   bool                   `protobuf:"varint,8,opt,name=keep_sandbox,json=keepSandbox,proto3" json:"keep_sandbox,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RunRequest) Reset() {
-	*x = RunRequest{}
-	mi := &file_sandbox_proto_msgTypes[14]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RunRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RunRequest) ProtoMessage() {}
-
-func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[14]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
-func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{14}
-}
-
-func (x *RunRequest) GetImage() string {
-	if x != nil {
-		return x.Image
-	}
-	return ""
-}
-
-func (x *RunRequest) GetCode() string {
-	if x != nil {
-		return x.Code
-	}
-	return ""
-}
-
-func (x *RunRequest) GetLang() string {
-	if x != nil {
-		return x.Lang
-	}
-	return ""
-}
-
-func (x *RunRequest) GetFiles() []*RunFile {
-	if x != nil {
-		return x.Files
-	}
-	return nil
-}
-
-func (x *RunRequest) GetEnv() []string {
-	if x != nil {
-		return x.Env
-	}
-	return nil
-}
-
-func (x *RunRequest) GetStdin() []byte {
-	if x != nil {
-		return x.Stdin
-	}
-	return nil
-}
-
-func (x *RunRequest) GetTimeoutMs() uint64 {
-	if x != nil {
-		return x.TimeoutMs
-	}
-	return 0
-}
-
-func (x *RunRequest) GetKeepSandbox() bool {
-	if x != nil {
-		return x.KeepSandbox
-	}
-	return false
-}
-
-type RunResponse struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Result *ExecResponse          `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
-	// Set only when the request kept the sandbox.
-	SandboxId     string `protobuf:"bytes,2,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RunResponse) Reset() {
-	*x = RunResponse{}
-	mi := &file_sandbox_proto_msgTypes[15]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RunResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RunResponse) ProtoMessage() {}
-
-func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[15]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
-func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{15}
-}
-
-func (x *RunResponse) GetResult() *ExecResponse {
+func (x *InvokeReply) GetResult() []byte {
 	if x != nil {
 		return x.Result
 	}
 	return nil
 }
 
-func (x *RunResponse) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-type ListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ListRequest) Reset() {
-	*x = ListRequest{}
-	mi := &file_sandbox_proto_msgTypes[16]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ListRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ListRequest) ProtoMessage() {}
-
-func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[16]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
-func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{16}
-}
-
-type ListEntry struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId      string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Name           string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Image          string                 `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
-	AgeSecs        uint64                 `protobuf:"varint,4,opt,name=age_secs,json=ageSecs,proto3" json:"age_secs,omitempty"`
-	ExecInProgress bool                   `protobuf:"varint,5,opt,name=exec_in_progress,json=execInProgress,proto3" json:"exec_in_progress,omitempty"`
-	ExecInFlight   uint32                 `protobuf:"varint,6,opt,name=exec_in_flight,json=execInFlight,proto3" json:"exec_in_flight,omitempty"`
-	ExecSlotsFree  uint32                 `protobuf:"varint,7,opt,name=exec_slots_free,json=execSlotsFree,proto3" json:"exec_slots_free,omitempty"`
-	Stopped        bool                   `protobuf:"varint,8,opt,name=stopped,proto3" json:"stopped,omitempty"`
-	Paused         bool                   `protobuf:"varint,9,opt,name=paused,proto3" json:"paused,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
-}
-
-func (x *ListEntry) Reset() {
-	*x = ListEntry{}
-	mi := &file_sandbox_proto_msgTypes[17]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ListEntry) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ListEntry) ProtoMessage() {}
-
-func (x *ListEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[17]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ListEntry.ProtoReflect.Descriptor instead.
-func (*ListEntry) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{17}
-}
-
-func (x *ListEntry) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *ListEntry) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *ListEntry) GetImage() string {
-	if x != nil {
-		return x.Image
-	}
-	return ""
-}
-
-func (x *ListEntry) GetAgeSecs() uint64 {
-	if x != nil {
-		return x.AgeSecs
-	}
-	return 0
-}
-
-func (x *ListEntry) GetExecInProgress() bool {
-	if x != nil {
-		return x.ExecInProgress
-	}
-	return false
-}
-
-func (x *ListEntry) GetExecInFlight() uint32 {
-	if x != nil {
-		return x.ExecInFlight
-	}
-	return 0
-}
-
-func (x *ListEntry) GetExecSlotsFree() uint32 {
-	if x != nil {
-		return x.ExecSlotsFree
-	}
-	return 0
-}
-
-func (x *ListEntry) GetStopped() bool {
-	if x != nil {
-		return x.Stopped
-	}
-	return false
-}
-
-func (x *ListEntry) GetPaused() bool {
-	if x != nil {
-		return x.Paused
-	}
-	return false
-}
-
-type ListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sandboxes     []*ListEntry           `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ListResponse) Reset() {
-	*x = ListResponse{}
-	mi := &file_sandbox_proto_msgTypes[18]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ListResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ListResponse) ProtoMessage() {}
-
-func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[18]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
-func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{18}
-}
-
-func (x *ListResponse) GetSandboxes() []*ListEntry {
-	if x != nil {
-		return x.Sandboxes
-	}
-	return nil
-}
-
-type StopRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Wait          bool                   `protobuf:"varint,2,opt,name=wait,proto3" json:"wait,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *StopRequest) Reset() {
-	*x = StopRequest{}
-	mi := &file_sandbox_proto_msgTypes[19]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StopRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StopRequest) ProtoMessage() {}
-
-func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[19]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
-func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{19}
-}
-
-func (x *StopRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *StopRequest) GetWait() bool {
-	if x != nil {
-		return x.Wait
-	}
-	return false
-}
-
-type StopResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Stopped       bool                   `protobuf:"varint,2,opt,name=stopped,proto3" json:"stopped,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *StopResponse) Reset() {
-	*x = StopResponse{}
-	mi := &file_sandbox_proto_msgTypes[20]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StopResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StopResponse) ProtoMessage() {}
-
-func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[20]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
-func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{20}
-}
-
-func (x *StopResponse) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *StopResponse) GetStopped() bool {
-	if x != nil {
-		return x.Stopped
-	}
-	return false
-}
-
-type CatalogListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CatalogListRequest) Reset() {
-	*x = CatalogListRequest{}
-	mi := &file_sandbox_proto_msgTypes[21]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CatalogListRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CatalogListRequest) ProtoMessage() {}
-
-func (x *CatalogListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[21]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CatalogListRequest.ProtoReflect.Descriptor instead.
-func (*CatalogListRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{21}
-}
-
-type CatalogImage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	OciRef        string                 `protobuf:"bytes,2,opt,name=oci_ref,json=ociRef,proto3" json:"oci_ref,omitempty"`
-	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CatalogImage) Reset() {
-	*x = CatalogImage{}
-	mi := &file_sandbox_proto_msgTypes[22]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CatalogImage) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CatalogImage) ProtoMessage() {}
-
-func (x *CatalogImage) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[22]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CatalogImage.ProtoReflect.Descriptor instead.
-func (*CatalogImage) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{22}
-}
-
-func (x *CatalogImage) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *CatalogImage) GetOciRef() string {
-	if x != nil {
-		return x.OciRef
-	}
-	return ""
-}
-
-func (x *CatalogImage) GetKind() string {
-	if x != nil {
-		return x.Kind
-	}
-	return ""
-}
-
-type CatalogListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Images        []*CatalogImage        `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CatalogListResponse) Reset() {
-	*x = CatalogListResponse{}
-	mi := &file_sandbox_proto_msgTypes[23]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CatalogListResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CatalogListResponse) ProtoMessage() {}
-
-func (x *CatalogListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[23]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CatalogListResponse.ProtoReflect.Descriptor instead.
-func (*CatalogListResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{23}
-}
-
-func (x *CatalogListResponse) GetImages() []*CatalogImage {
-	if x != nil {
-		return x.Images
-	}
-	return nil
-}
-
-type FsEntry struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	IsDir bool                   `protobuf:"varint,2,opt,name=is_dir,json=isDir,proto3" json:"is_dir,omitempty"`
-	Size  uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	// Permission bits (JSON renders them as a "0644" octal string).
-	Mode          uint32 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
-	Mtime         int64  `protobuf:"varint,5,opt,name=mtime,proto3" json:"mtime,omitempty"`
-	IsSymlink     bool   `protobuf:"varint,6,opt,name=is_symlink,json=isSymlink,proto3" json:"is_symlink,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsEntry) Reset() {
-	*x = FsEntry{}
-	mi := &file_sandbox_proto_msgTypes[24]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsEntry) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsEntry) ProtoMessage() {}
-
-func (x *FsEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[24]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsEntry.ProtoReflect.Descriptor instead.
-func (*FsEntry) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{24}
-}
-
-func (x *FsEntry) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *FsEntry) GetIsDir() bool {
-	if x != nil {
-		return x.IsDir
-	}
-	return false
-}
-
-func (x *FsEntry) GetSize() uint64 {
-	if x != nil {
-		return x.Size
-	}
-	return 0
-}
-
-func (x *FsEntry) GetMode() uint32 {
-	if x != nil {
-		return x.Mode
-	}
-	return 0
-}
-
-func (x *FsEntry) GetMtime() int64 {
-	if x != nil {
-		return x.Mtime
-	}
-	return 0
-}
-
-func (x *FsEntry) GetIsSymlink() bool {
-	if x != nil {
-		return x.IsSymlink
-	}
-	return false
-}
-
-type FsLsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsLsRequest) Reset() {
-	*x = FsLsRequest{}
-	mi := &file_sandbox_proto_msgTypes[25]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsLsRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsLsRequest) ProtoMessage() {}
-
-func (x *FsLsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[25]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsLsRequest.ProtoReflect.Descriptor instead.
-func (*FsLsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{25}
-}
-
-func (x *FsLsRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *FsLsRequest) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-type FsLsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*FsEntry             `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsLsResponse) Reset() {
-	*x = FsLsResponse{}
-	mi := &file_sandbox_proto_msgTypes[26]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsLsResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsLsResponse) ProtoMessage() {}
-
-func (x *FsLsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[26]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsLsResponse.ProtoReflect.Descriptor instead.
-func (*FsLsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{26}
-}
-
-func (x *FsLsResponse) GetEntries() []*FsEntry {
-	if x != nil {
-		return x.Entries
-	}
-	return nil
-}
-
-type FsStatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsStatRequest) Reset() {
-	*x = FsStatRequest{}
-	mi := &file_sandbox_proto_msgTypes[27]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsStatRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsStatRequest) ProtoMessage() {}
-
-func (x *FsStatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[27]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsStatRequest.ProtoReflect.Descriptor instead.
-func (*FsStatRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{27}
-}
-
-func (x *FsStatRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *FsStatRequest) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-type FsStatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entry         *FsEntry               `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsStatResponse) Reset() {
-	*x = FsStatResponse{}
-	mi := &file_sandbox_proto_msgTypes[28]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsStatResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsStatResponse) ProtoMessage() {}
-
-func (x *FsStatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[28]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsStatResponse.ProtoReflect.Descriptor instead.
-func (*FsStatResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{28}
-}
-
-func (x *FsStatResponse) GetEntry() *FsEntry {
-	if x != nil {
-		return x.Entry
-	}
-	return nil
-}
-
-type FsMkdirRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
-	Parents       bool                   `protobuf:"varint,4,opt,name=parents,proto3" json:"parents,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsMkdirRequest) Reset() {
-	*x = FsMkdirRequest{}
-	mi := &file_sandbox_proto_msgTypes[29]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsMkdirRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsMkdirRequest) ProtoMessage() {}
-
-func (x *FsMkdirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[29]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsMkdirRequest.ProtoReflect.Descriptor instead.
-func (*FsMkdirRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{29}
-}
-
-func (x *FsMkdirRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *FsMkdirRequest) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *FsMkdirRequest) GetMode() uint32 {
-	if x != nil {
-		return x.Mode
-	}
-	return 0
-}
-
-func (x *FsMkdirRequest) GetParents() bool {
-	if x != nil {
-		return x.Parents
-	}
-	return false
-}
-
-type FsMkdirResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Created       bool                   `protobuf:"varint,1,opt,name=created,proto3" json:"created,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsMkdirResponse) Reset() {
-	*x = FsMkdirResponse{}
-	mi := &file_sandbox_proto_msgTypes[30]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsMkdirResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsMkdirResponse) ProtoMessage() {}
-
-func (x *FsMkdirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[30]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsMkdirResponse.ProtoReflect.Descriptor instead.
-func (*FsMkdirResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{30}
-}
-
-func (x *FsMkdirResponse) GetCreated() bool {
-	if x != nil {
-		return x.Created
-	}
-	return false
-}
-
-type FsWriteHeader struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
-	Parents       bool                   `protobuf:"varint,4,opt,name=parents,proto3" json:"parents,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsWriteHeader) Reset() {
-	*x = FsWriteHeader{}
-	mi := &file_sandbox_proto_msgTypes[31]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsWriteHeader) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsWriteHeader) ProtoMessage() {}
-
-func (x *FsWriteHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[31]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsWriteHeader.ProtoReflect.Descriptor instead.
-func (*FsWriteHeader) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{31}
-}
-
-func (x *FsWriteHeader) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *FsWriteHeader) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *FsWriteHeader) GetMode() uint32 {
-	if x != nil {
-		return x.Mode
-	}
-	return 0
-}
-
-func (x *FsWriteHeader) GetParents() bool {
-	if x != nil {
-		return x.Parents
-	}
-	return false
-}
-
-type FsWriteChunk struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Types that are valid to be assigned to Payload:
-	//
-	//	*FsWriteChunk_Header
-	//	*FsWriteChunk_Data
-	Payload       isFsWriteChunk_Payload `protobuf_oneof:"payload"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsWriteChunk) Reset() {
-	*x = FsWriteChunk{}
-	mi := &file_sandbox_proto_msgTypes[32]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsWriteChunk) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsWriteChunk) ProtoMessage() {}
-
-func (x *FsWriteChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[32]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsWriteChunk.ProtoReflect.Descriptor instead.
-func (*FsWriteChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{32}
-}
-
-func (x *FsWriteChunk) GetPayload() isFsWriteChunk_Payload {
-	if x != nil {
-		return x.Payload
-	}
-	return nil
-}
-
-func (x *FsWriteChunk) GetHeader() *FsWriteHeader {
-	if x != nil {
-		if x, ok := x.Payload.(*FsWriteChunk_Header); ok {
-			return x.Header
-		}
-	}
-	return nil
-}
-
-func (x *FsWriteChunk) GetData() []byte {
-	if x != nil {
-		if x, ok := x.Payload.(*FsWriteChunk_Data); ok {
-			return x.Data
-		}
-	}
-	return nil
-}
-
-type isFsWriteChunk_Payload interface {
-	isFsWriteChunk_Payload()
-}
-
-type FsWriteChunk_Header struct {
-	Header *FsWriteHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
-}
-
-type FsWriteChunk_Data struct {
-	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
-}
-
-func (*FsWriteChunk_Header) isFsWriteChunk_Payload() {}
-
-func (*FsWriteChunk_Data) isFsWriteChunk_Payload() {}
-
-type FsWriteResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BytesWritten  uint64                 `protobuf:"varint,1,opt,name=bytes_written,json=bytesWritten,proto3" json:"bytes_written,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsWriteResponse) Reset() {
-	*x = FsWriteResponse{}
-	mi := &file_sandbox_proto_msgTypes[33]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsWriteResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsWriteResponse) ProtoMessage() {}
-
-func (x *FsWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[33]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsWriteResponse.ProtoReflect.Descriptor instead.
-func (*FsWriteResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{33}
-}
-
-func (x *FsWriteResponse) GetBytesWritten() uint64 {
-	if x != nil {
-		return x.BytesWritten
-	}
-	return 0
-}
-
-func (x *FsWriteResponse) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-type FsReadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsReadRequest) Reset() {
-	*x = FsReadRequest{}
-	mi := &file_sandbox_proto_msgTypes[34]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsReadRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsReadRequest) ProtoMessage() {}
-
-func (x *FsReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[34]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsReadRequest.ProtoReflect.Descriptor instead.
-func (*FsReadRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{34}
-}
-
-func (x *FsReadRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *FsReadRequest) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-type FsReadMeta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Size          uint64                 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
-	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
-	Mtime         int64                  `protobuf:"varint,3,opt,name=mtime,proto3" json:"mtime,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsReadMeta) Reset() {
-	*x = FsReadMeta{}
-	mi := &file_sandbox_proto_msgTypes[35]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsReadMeta) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsReadMeta) ProtoMessage() {}
-
-func (x *FsReadMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[35]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsReadMeta.ProtoReflect.Descriptor instead.
-func (*FsReadMeta) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{35}
-}
-
-func (x *FsReadMeta) GetSize() uint64 {
-	if x != nil {
-		return x.Size
-	}
-	return 0
-}
-
-func (x *FsReadMeta) GetMode() uint32 {
-	if x != nil {
-		return x.Mode
-	}
-	return 0
-}
-
-func (x *FsReadMeta) GetMtime() int64 {
-	if x != nil {
-		return x.Mtime
-	}
-	return 0
-}
-
-type FsReadChunk struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Types that are valid to be assigned to Payload:
-	//
-	//	*FsReadChunk_Meta
-	//	*FsReadChunk_Data
-	Payload       isFsReadChunk_Payload `protobuf_oneof:"payload"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsReadChunk) Reset() {
-	*x = FsReadChunk{}
-	mi := &file_sandbox_proto_msgTypes[36]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsReadChunk) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsReadChunk) ProtoMessage() {}
-
-func (x *FsReadChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[36]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsReadChunk.ProtoReflect.Descriptor instead.
-func (*FsReadChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{36}
-}
-
-func (x *FsReadChunk) GetPayload() isFsReadChunk_Payload {
-	if x != nil {
-		return x.Payload
-	}
-	return nil
-}
-
-func (x *FsReadChunk) GetMeta() *FsReadMeta {
-	if x != nil {
-		if x, ok := x.Payload.(*FsReadChunk_Meta); ok {
-			return x.Meta
-		}
-	}
-	return nil
-}
-
-func (x *FsReadChunk) GetData() []byte {
-	if x != nil {
-		if x, ok := x.Payload.(*FsReadChunk_Data); ok {
-			return x.Data
-		}
-	}
-	return nil
-}
-
-type isFsReadChunk_Payload interface {
-	isFsReadChunk_Payload()
-}
-
-type FsReadChunk_Meta struct {
-	Meta *FsReadMeta `protobuf:"bytes,1,opt,name=meta,proto3,oneof"`
-}
-
-type FsReadChunk_Data struct {
-	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
-}
-
-func (*FsReadChunk_Meta) isFsReadChunk_Payload() {}
-
-func (*FsReadChunk_Data) isFsReadChunk_Payload() {}
-
-type FsRmRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	Recursive     bool                   `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsRmRequest) Reset() {
-	*x = FsRmRequest{}
-	mi := &file_sandbox_proto_msgTypes[37]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsRmRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsRmRequest) ProtoMessage() {}
-
-func (x *FsRmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[37]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsRmRequest.ProtoReflect.Descriptor instead.
-func (*FsRmRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{37}
-}
-
-func (x *FsRmRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *FsRmRequest) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *FsRmRequest) GetRecursive() bool {
-	if x != nil {
-		return x.Recursive
-	}
-	return false
-}
-
-type FsRmResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Removed       bool                   `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsRmResponse) Reset() {
-	*x = FsRmResponse{}
-	mi := &file_sandbox_proto_msgTypes[38]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsRmResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsRmResponse) ProtoMessage() {}
-
-func (x *FsRmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[38]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsRmResponse.ProtoReflect.Descriptor instead.
-func (*FsRmResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{38}
-}
-
-func (x *FsRmResponse) GetRemoved() bool {
-	if x != nil {
-		return x.Removed
-	}
-	return false
-}
-
-type FsChmodRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Path      string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	Mode      uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
-	// Absent: leave the owner as it is (0 is root).
-	Uid           *uint32 `protobuf:"varint,4,opt,name=uid,proto3,oneof" json:"uid,omitempty"`
-	Gid           *uint32 `protobuf:"varint,5,opt,name=gid,proto3,oneof" json:"gid,omitempty"`
-	Recursive     bool    `protobuf:"varint,6,opt,name=recursive,proto3" json:"recursive,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsChmodRequest) Reset() {
-	*x = FsChmodRequest{}
-	mi := &file_sandbox_proto_msgTypes[39]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsChmodRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsChmodRequest) ProtoMessage() {}
-
-func (x *FsChmodRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[39]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsChmodRequest.ProtoReflect.Descriptor instead.
-func (*FsChmodRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{39}
-}
-
-func (x *FsChmodRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *FsChmodRequest) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *FsChmodRequest) GetMode() uint32 {
-	if x != nil {
-		return x.Mode
-	}
-	return 0
-}
-
-func (x *FsChmodRequest) GetUid() uint32 {
-	if x != nil && x.Uid != nil {
-		return *x.Uid
-	}
-	return 0
-}
-
-func (x *FsChmodRequest) GetGid() uint32 {
-	if x != nil && x.Gid != nil {
-		return *x.Gid
-	}
-	return 0
-}
-
-func (x *FsChmodRequest) GetRecursive() bool {
-	if x != nil {
-		return x.Recursive
-	}
-	return false
-}
-
-type FsChmodResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Updated       uint64                 `protobuf:"varint,1,opt,name=updated,proto3" json:"updated,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsChmodResponse) Reset() {
-	*x = FsChmodResponse{}
-	mi := &file_sandbox_proto_msgTypes[40]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsChmodResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsChmodResponse) ProtoMessage() {}
-
-func (x *FsChmodResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[40]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsChmodResponse.ProtoReflect.Descriptor instead.
-func (*FsChmodResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{40}
-}
-
-func (x *FsChmodResponse) GetUpdated() uint64 {
-	if x != nil {
-		return x.Updated
-	}
-	return 0
-}
-
-type FsMvRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Src           string                 `protobuf:"bytes,2,opt,name=src,proto3" json:"src,omitempty"`
-	Dst           string                 `protobuf:"bytes,3,opt,name=dst,proto3" json:"dst,omitempty"`
-	Overwrite     bool                   `protobuf:"varint,4,opt,name=overwrite,proto3" json:"overwrite,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsMvRequest) Reset() {
-	*x = FsMvRequest{}
-	mi := &file_sandbox_proto_msgTypes[41]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsMvRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsMvRequest) ProtoMessage() {}
-
-func (x *FsMvRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[41]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsMvRequest.ProtoReflect.Descriptor instead.
-func (*FsMvRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{41}
-}
-
-func (x *FsMvRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *FsMvRequest) GetSrc() string {
-	if x != nil {
-		return x.Src
-	}
-	return ""
-}
-
-func (x *FsMvRequest) GetDst() string {
-	if x != nil {
-		return x.Dst
-	}
-	return ""
-}
-
-func (x *FsMvRequest) GetOverwrite() bool {
-	if x != nil {
-		return x.Overwrite
-	}
-	return false
-}
-
-type FsMvResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Moved         bool                   `protobuf:"varint,1,opt,name=moved,proto3" json:"moved,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsMvResponse) Reset() {
-	*x = FsMvResponse{}
-	mi := &file_sandbox_proto_msgTypes[42]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsMvResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsMvResponse) ProtoMessage() {}
-
-func (x *FsMvResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[42]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsMvResponse.ProtoReflect.Descriptor instead.
-func (*FsMvResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{42}
-}
-
-func (x *FsMvResponse) GetMoved() bool {
-	if x != nil {
-		return x.Moved
-	}
-	return false
-}
-
-type FsGrepRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	Pattern       string                 `protobuf:"bytes,3,opt,name=pattern,proto3" json:"pattern,omitempty"`
-	Recursive     bool                   `protobuf:"varint,4,opt,name=recursive,proto3" json:"recursive,omitempty"`
-	IgnoreCase    bool                   `protobuf:"varint,5,opt,name=ignore_case,json=ignoreCase,proto3" json:"ignore_case,omitempty"`
-	IncludeGlob   []string               `protobuf:"bytes,6,rep,name=include_glob,json=includeGlob,proto3" json:"include_glob,omitempty"`
-	ExcludeGlob   []string               `protobuf:"bytes,7,rep,name=exclude_glob,json=excludeGlob,proto3" json:"exclude_glob,omitempty"`
-	MaxMatches    uint64                 `protobuf:"varint,8,opt,name=max_matches,json=maxMatches,proto3" json:"max_matches,omitempty"`
-	MaxLineBytes  uint64                 `protobuf:"varint,9,opt,name=max_line_bytes,json=maxLineBytes,proto3" json:"max_line_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsGrepRequest) Reset() {
-	*x = FsGrepRequest{}
-	mi := &file_sandbox_proto_msgTypes[43]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsGrepRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsGrepRequest) ProtoMessage() {}
-
-func (x *FsGrepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[43]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsGrepRequest.ProtoReflect.Descriptor instead.
-func (*FsGrepRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{43}
-}
-
-func (x *FsGrepRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *FsGrepRequest) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *FsGrepRequest) GetPattern() string {
-	if x != nil {
-		return x.Pattern
-	}
-	return ""
-}
-
-func (x *FsGrepRequest) GetRecursive() bool {
-	if x != nil {
-		return x.Recursive
-	}
-	return false
-}
-
-func (x *FsGrepRequest) GetIgnoreCase() bool {
-	if x != nil {
-		return x.IgnoreCase
-	}
-	return false
-}
-
-func (x *FsGrepRequest) GetIncludeGlob() []string {
-	if x != nil {
-		return x.IncludeGlob
-	}
-	return nil
-}
-
-func (x *FsGrepRequest) GetExcludeGlob() []string {
-	if x != nil {
-		return x.ExcludeGlob
-	}
-	return nil
-}
-
-func (x *FsGrepRequest) GetMaxMatches() uint64 {
-	if x != nil {
-		return x.MaxMatches
-	}
-	return 0
-}
-
-func (x *FsGrepRequest) GetMaxLineBytes() uint64 {
-	if x != nil {
-		return x.MaxLineBytes
-	}
-	return 0
-}
-
-type GrepMatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Line          uint64                 `protobuf:"varint,2,opt,name=line,proto3" json:"line,omitempty"`
-	Content       string                 `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *GrepMatch) Reset() {
-	*x = GrepMatch{}
-	mi := &file_sandbox_proto_msgTypes[44]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *GrepMatch) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*GrepMatch) ProtoMessage() {}
-
-func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[44]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
-func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{44}
-}
-
-func (x *GrepMatch) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *GrepMatch) GetLine() uint64 {
-	if x != nil {
-		return x.Line
-	}
-	return 0
-}
-
-func (x *GrepMatch) GetContent() string {
-	if x != nil {
-		return x.Content
-	}
-	return ""
-}
-
-type FsGrepResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Matches       []*GrepMatch           `protobuf:"bytes,1,rep,name=matches,proto3" json:"matches,omitempty"`
-	Truncated     bool                   `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsGrepResponse) Reset() {
-	*x = FsGrepResponse{}
-	mi := &file_sandbox_proto_msgTypes[45]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsGrepResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsGrepResponse) ProtoMessage() {}
-
-func (x *FsGrepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[45]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsGrepResponse.ProtoReflect.Descriptor instead.
-func (*FsGrepResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{45}
-}
-
-func (x *FsGrepResponse) GetMatches() []*GrepMatch {
-	if x != nil {
-		return x.Matches
-	}
-	return nil
-}
-
-func (x *FsGrepResponse) GetTruncated() bool {
-	if x != nil {
-		return x.Truncated
-	}
-	return false
-}
-
-type FsSedRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	// Exactly one of files and path is set.
-	Files         []string `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
-	Path          string   `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
-	Recursive     bool     `protobuf:"varint,4,opt,name=recursive,proto3" json:"recursive,omitempty"`
-	IncludeGlob   []string `protobuf:"bytes,5,rep,name=include_glob,json=includeGlob,proto3" json:"include_glob,omitempty"`
-	ExcludeGlob   []string `protobuf:"bytes,6,rep,name=exclude_glob,json=excludeGlob,proto3" json:"exclude_glob,omitempty"`
-	Pattern       string   `protobuf:"bytes,7,opt,name=pattern,proto3" json:"pattern,omitempty"`
-	Replacement   string   `protobuf:"bytes,8,opt,name=replacement,proto3" json:"replacement,omitempty"`
-	Regex         bool     `protobuf:"varint,9,opt,name=regex,proto3" json:"regex,omitempty"`
-	FirstOnly     bool     `protobuf:"varint,10,opt,name=first_only,json=firstOnly,proto3" json:"first_only,omitempty"`
-	IgnoreCase    bool     `protobuf:"varint,11,opt,name=ignore_case,json=ignoreCase,proto3" json:"ignore_case,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FsSedRequest) Reset() {
-	*x = FsSedRequest{}
-	mi := &file_sandbox_proto_msgTypes[46]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsSedRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsSedRequest) ProtoMessage() {}
-
-func (x *FsSedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[46]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsSedRequest.ProtoReflect.Descriptor instead.
-func (*FsSedRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{46}
-}
-
-func (x *FsSedRequest) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-func (x *FsSedRequest) GetFiles() []string {
-	if x != nil {
-		return x.Files
-	}
-	return nil
-}
-
-func (x *FsSedRequest) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *FsSedRequest) GetRecursive() bool {
-	if x != nil {
-		return x.Recursive
-	}
-	return false
-}
-
-func (x *FsSedRequest) GetIncludeGlob() []string {
-	if x != nil {
-		return x.IncludeGlob
-	}
-	return nil
-}
-
-func (x *FsSedRequest) GetExcludeGlob() []string {
-	if x != nil {
-		return x.ExcludeGlob
-	}
-	return nil
-}
-
-func (x *FsSedRequest) GetPattern() string {
-	if x != nil {
-		return x.Pattern
-	}
-	return ""
-}
-
-func (x *FsSedRequest) GetReplacement() string {
-	if x != nil {
-		return x.Replacement
-	}
-	return ""
-}
-
-func (x *FsSedRequest) GetRegex() bool {
-	if x != nil {
-		return x.Regex
-	}
-	return false
-}
-
-func (x *FsSedRequest) GetFirstOnly() bool {
-	if x != nil {
-		return x.FirstOnly
-	}
-	return false
-}
-
-func (x *FsSedRequest) GetIgnoreCase() bool {
-	if x != nil {
-		return x.IgnoreCase
-	}
-	return false
-}
-
-type SedResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Replacements  uint64                 `protobuf:"varint,2,opt,name=replacements,proto3" json:"replacements,omitempty"`
-	Success       bool                   `protobuf:"varint,3,opt,name=success,proto3" json:"success,omitempty"`
-	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SedResult) Reset() {
-	*x = SedResult{}
-	mi := &file_sandbox_proto_msgTypes[47]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SedResult) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SedResult) ProtoMessage() {}
-
-func (x *SedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[47]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SedResult.ProtoReflect.Descriptor instead.
-func (*SedResult) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{47}
-}
-
-func (x *SedResult) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *SedResult) GetReplacements() uint64 {
-	if x != nil {
-		return x.Replacements
-	}
-	return 0
-}
-
-func (x *SedResult) GetSuccess() bool {
-	if x != nil {
-		return x.Success
-	}
-	return false
-}
-
-func (x *SedResult) GetError() string {
+func (x *InvokeReply) GetError() []byte {
 	if x != nil {
 		return x.Error
 	}
-	return ""
-}
-
-type FsSedResponse struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	Results           []*SedResult           `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	TotalReplacements uint64                 `protobuf:"varint,2,opt,name=total_replacements,json=totalReplacements,proto3" json:"total_replacements,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
-}
-
-func (x *FsSedResponse) Reset() {
-	*x = FsSedResponse{}
-	mi := &file_sandbox_proto_msgTypes[48]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FsSedResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FsSedResponse) ProtoMessage() {}
-
-func (x *FsSedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[48]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FsSedResponse.ProtoReflect.Descriptor instead.
-func (*FsSedResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{48}
-}
-
-func (x *FsSedResponse) GetResults() []*SedResult {
-	if x != nil {
-		return x.Results
-	}
 	return nil
 }
 
-func (x *FsSedResponse) GetTotalReplacements() uint64 {
+func (x *InvokeReply) GetRejected() bool {
 	if x != nil {
-		return x.TotalReplacements
-	}
-	return 0
-}
-
-type WorkerConfigFile struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	FileName      string                 `protobuf:"bytes,1,opt,name=file_name,json=fileName,proto3" json:"file_name,omitempty"`
-	Content       string                 `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WorkerConfigFile) Reset() {
-	*x = WorkerConfigFile{}
-	mi := &file_sandbox_proto_msgTypes[49]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerConfigFile) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerConfigFile) ProtoMessage() {}
-
-func (x *WorkerConfigFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[49]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerConfigFile.ProtoReflect.Descriptor instead.
-func (*WorkerConfigFile) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{49}
-}
-
-func (x *WorkerConfigFile) GetFileName() string {
-	if x != nil {
-		return x.FileName
-	}
-	return ""
-}
-
-func (x *WorkerConfigFile) GetContent() string {
-	if x != nil {
-		return x.Content
-	}
-	return ""
-}
-
-type WorkerStartRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	VmId      string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
-	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Namespace string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Image     string                 `protobuf:"bytes,4,opt,name=image,proto3" json:"image,omitempty"`
-	HostDir   string                 `protobuf:"bytes,5,opt,name=host_dir,json=hostDir,proto3" json:"host_dir,omitempty"`
-	Workdir   string                 `protobuf:"bytes,6,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	Install   string                 `protobuf:"bytes,7,opt,name=install,proto3" json:"install,omitempty"`
-	Command   string                 `protobuf:"bytes,8,opt,name=command,proto3" json:"command,omitempty"`
-	// "K=V" entries.
-	Env []string `protobuf:"bytes,9,rep,name=env,proto3" json:"env,omitempty"`
-	// Absent: no config file is published.
-	Config    *WorkerConfigFile `protobuf:"bytes,10,opt,name=config,proto3" json:"config,omitempty"`
-	Cpus      *uint32           `protobuf:"varint,11,opt,name=cpus,proto3,oneof" json:"cpus,omitempty"`
-	MemoryMb  *uint32           `protobuf:"varint,12,opt,name=memory_mb,json=memoryMb,proto3,oneof" json:"memory_mb,omitempty"`
-	EngineUrl string            `protobuf:"bytes,13,opt,name=engine_url,json=engineUrl,proto3" json:"engine_url,omitempty"`
-	Exclude   []string          `protobuf:"bytes,14,rep,name=exclude,proto3" json:"exclude,omitempty"`
-	Wait      bool              `protobuf:"varint,15,opt,name=wait,proto3" json:"wait,omitempty"`
-	// A credential the engine issued for this worker (engine::credentials::issue).
-	// The adapter presents it on the worker's connection to the engine from the
-	// host side; it never enters the VM.
-	EngineCredential string `protobuf:"bytes,16,opt,name=engine_credential,json=engineCredential,proto3" json:"engine_credential,omitempty"`
-	// Top-level names of host_dir the copy would leave out by default and
-	// copies all the same (vendored dependencies).
-	Include       []string `protobuf:"bytes,17,rep,name=include,proto3" json:"include,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WorkerStartRequest) Reset() {
-	*x = WorkerStartRequest{}
-	mi := &file_sandbox_proto_msgTypes[50]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerStartRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerStartRequest) ProtoMessage() {}
-
-func (x *WorkerStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[50]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerStartRequest.ProtoReflect.Descriptor instead.
-func (*WorkerStartRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{50}
-}
-
-func (x *WorkerStartRequest) GetVmId() string {
-	if x != nil {
-		return x.VmId
-	}
-	return ""
-}
-
-func (x *WorkerStartRequest) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *WorkerStartRequest) GetNamespace() string {
-	if x != nil {
-		return x.Namespace
-	}
-	return ""
-}
-
-func (x *WorkerStartRequest) GetImage() string {
-	if x != nil {
-		return x.Image
-	}
-	return ""
-}
-
-func (x *WorkerStartRequest) GetHostDir() string {
-	if x != nil {
-		return x.HostDir
-	}
-	return ""
-}
-
-func (x *WorkerStartRequest) GetWorkdir() string {
-	if x != nil {
-		return x.Workdir
-	}
-	return ""
-}
-
-func (x *WorkerStartRequest) GetInstall() string {
-	if x != nil {
-		return x.Install
-	}
-	return ""
-}
-
-func (x *WorkerStartRequest) GetCommand() string {
-	if x != nil {
-		return x.Command
-	}
-	return ""
-}
-
-func (x *WorkerStartRequest) GetEnv() []string {
-	if x != nil {
-		return x.Env
-	}
-	return nil
-}
-
-func (x *WorkerStartRequest) GetConfig() *WorkerConfigFile {
-	if x != nil {
-		return x.Config
-	}
-	return nil
-}
-
-func (x *WorkerStartRequest) GetCpus() uint32 {
-	if x != nil && x.Cpus != nil {
-		return *x.Cpus
-	}
-	return 0
-}
-
-func (x *WorkerStartRequest) GetMemoryMb() uint32 {
-	if x != nil && x.MemoryMb != nil {
-		return *x.MemoryMb
-	}
-	return 0
-}
-
-func (x *WorkerStartRequest) GetEngineUrl() string {
-	if x != nil {
-		return x.EngineUrl
-	}
-	return ""
-}
-
-func (x *WorkerStartRequest) GetExclude() []string {
-	if x != nil {
-		return x.Exclude
-	}
-	return nil
-}
-
-func (x *WorkerStartRequest) GetWait() bool {
-	if x != nil {
-		return x.Wait
+		return x.Rejected
 	}
 	return false
 }
 
-func (x *WorkerStartRequest) GetEngineCredential() string {
+func (x *InvokeReply) GetReason() string {
 	if x != nil {
-		return x.EngineCredential
+		return x.Reason
 	}
 	return ""
 }
 
-func (x *WorkerStartRequest) GetInclude() []string {
+func (x *InvokeReply) GetCode() string {
 	if x != nil {
-		return x.Include
+		return x.Code
+	}
+	return ""
+}
+
+type CreateChannelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateChannelRequest) Reset() {
+	*x = CreateChannelRequest{}
+	mi := &file_sandbox_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateChannelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateChannelRequest) ProtoMessage() {}
+
+func (x *CreateChannelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateChannelRequest.ProtoReflect.Descriptor instead.
+func (*CreateChannelRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{2}
+}
+
+type CreateChannelReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Writer        []byte                 `protobuf:"bytes,1,opt,name=writer,proto3" json:"writer,omitempty"`
+	Reader        []byte                 `protobuf:"bytes,2,opt,name=reader,proto3" json:"reader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateChannelReply) Reset() {
+	*x = CreateChannelReply{}
+	mi := &file_sandbox_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateChannelReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateChannelReply) ProtoMessage() {}
+
+func (x *CreateChannelReply) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateChannelReply.ProtoReflect.Descriptor instead.
+func (*CreateChannelReply) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CreateChannelReply) GetWriter() []byte {
+	if x != nil {
+		return x.Writer
 	}
 	return nil
 }
 
-type WorkerStartResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
-	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	Pid           *int32                 `protobuf:"varint,3,opt,name=pid,proto3,oneof" json:"pid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WorkerStartResponse) Reset() {
-	*x = WorkerStartResponse{}
-	mi := &file_sandbox_proto_msgTypes[51]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerStartResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerStartResponse) ProtoMessage() {}
-
-func (x *WorkerStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[51]
+func (x *CreateChannelReply) GetReader() []byte {
 	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerStartResponse.ProtoReflect.Descriptor instead.
-func (*WorkerStartResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{51}
-}
-
-func (x *WorkerStartResponse) GetVmId() string {
-	if x != nil {
-		return x.VmId
-	}
-	return ""
-}
-
-func (x *WorkerStartResponse) GetState() string {
-	if x != nil {
-		return x.State
-	}
-	return ""
-}
-
-func (x *WorkerStartResponse) GetPid() int32 {
-	if x != nil && x.Pid != nil {
-		return *x.Pid
-	}
-	return 0
-}
-
-type WorkerStopRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
-	TimeoutMs     uint64                 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WorkerStopRequest) Reset() {
-	*x = WorkerStopRequest{}
-	mi := &file_sandbox_proto_msgTypes[52]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerStopRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerStopRequest) ProtoMessage() {}
-
-func (x *WorkerStopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[52]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerStopRequest.ProtoReflect.Descriptor instead.
-func (*WorkerStopRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{52}
-}
-
-func (x *WorkerStopRequest) GetVmId() string {
-	if x != nil {
-		return x.VmId
-	}
-	return ""
-}
-
-func (x *WorkerStopRequest) GetTimeoutMs() uint64 {
-	if x != nil {
-		return x.TimeoutMs
-	}
-	return 0
-}
-
-type WorkerStatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WorkerStatusRequest) Reset() {
-	*x = WorkerStatusRequest{}
-	mi := &file_sandbox_proto_msgTypes[53]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerStatusRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerStatusRequest) ProtoMessage() {}
-
-func (x *WorkerStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[53]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerStatusRequest.ProtoReflect.Descriptor instead.
-func (*WorkerStatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{53}
-}
-
-func (x *WorkerStatusRequest) GetVmId() string {
-	if x != nil {
-		return x.VmId
-	}
-	return ""
-}
-
-type WorkerStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Namespace     string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Image         string                 `protobuf:"bytes,4,opt,name=image,proto3" json:"image,omitempty"`
-	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
-	Pid           *int32                 `protobuf:"varint,6,opt,name=pid,proto3,oneof" json:"pid,omitempty"`
-	ExitCode      *int32                 `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
-	StartedAt     string                 `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	Restarts      uint64                 `protobuf:"varint,9,opt,name=restarts,proto3" json:"restarts,omitempty"`
-	LastError     string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	StateDir      string                 `protobuf:"bytes,11,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WorkerStatusResponse) Reset() {
-	*x = WorkerStatusResponse{}
-	mi := &file_sandbox_proto_msgTypes[54]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerStatusResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerStatusResponse) ProtoMessage() {}
-
-func (x *WorkerStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[54]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerStatusResponse.ProtoReflect.Descriptor instead.
-func (*WorkerStatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{54}
-}
-
-func (x *WorkerStatusResponse) GetVmId() string {
-	if x != nil {
-		return x.VmId
-	}
-	return ""
-}
-
-func (x *WorkerStatusResponse) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *WorkerStatusResponse) GetNamespace() string {
-	if x != nil {
-		return x.Namespace
-	}
-	return ""
-}
-
-func (x *WorkerStatusResponse) GetImage() string {
-	if x != nil {
-		return x.Image
-	}
-	return ""
-}
-
-func (x *WorkerStatusResponse) GetState() string {
-	if x != nil {
-		return x.State
-	}
-	return ""
-}
-
-func (x *WorkerStatusResponse) GetPid() int32 {
-	if x != nil && x.Pid != nil {
-		return *x.Pid
-	}
-	return 0
-}
-
-func (x *WorkerStatusResponse) GetExitCode() int32 {
-	if x != nil && x.ExitCode != nil {
-		return *x.ExitCode
-	}
-	return 0
-}
-
-func (x *WorkerStatusResponse) GetStartedAt() string {
-	if x != nil {
-		return x.StartedAt
-	}
-	return ""
-}
-
-func (x *WorkerStatusResponse) GetRestarts() uint64 {
-	if x != nil {
-		return x.Restarts
-	}
-	return 0
-}
-
-func (x *WorkerStatusResponse) GetLastError() string {
-	if x != nil {
-		return x.LastError
-	}
-	return ""
-}
-
-func (x *WorkerStatusResponse) GetStateDir() string {
-	if x != nil {
-		return x.StateDir
-	}
-	return ""
-}
-
-type WorkerListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WorkerListRequest) Reset() {
-	*x = WorkerListRequest{}
-	mi := &file_sandbox_proto_msgTypes[55]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerListRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerListRequest) ProtoMessage() {}
-
-func (x *WorkerListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[55]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerListRequest.ProtoReflect.Descriptor instead.
-func (*WorkerListRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{55}
-}
-
-type WorkerListResponse struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Workers       []*WorkerStatusResponse `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WorkerListResponse) Reset() {
-	*x = WorkerListResponse{}
-	mi := &file_sandbox_proto_msgTypes[56]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerListResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerListResponse) ProtoMessage() {}
-
-func (x *WorkerListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[56]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerListResponse.ProtoReflect.Descriptor instead.
-func (*WorkerListResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{56}
-}
-
-func (x *WorkerListResponse) GetWorkers() []*WorkerStatusResponse {
-	if x != nil {
-		return x.Workers
+		return x.Reader
 	}
 	return nil
 }
 
-type WorkerLogsRequest struct {
+type ReadChannelRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
-	Tail          uint64                 `protobuf:"varint,2,opt,name=tail,proto3" json:"tail,omitempty"`
-	Cursor        *uint64                `protobuf:"varint,3,opt,name=cursor,proto3,oneof" json:"cursor,omitempty"`
+	Ref           []byte                 `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *WorkerLogsRequest) Reset() {
-	*x = WorkerLogsRequest{}
-	mi := &file_sandbox_proto_msgTypes[57]
+func (x *ReadChannelRequest) Reset() {
+	*x = ReadChannelRequest{}
+	mi := &file_sandbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *WorkerLogsRequest) String() string {
+func (x *ReadChannelRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*WorkerLogsRequest) ProtoMessage() {}
+func (*ReadChannelRequest) ProtoMessage() {}
 
-func (x *WorkerLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[57]
+func (x *ReadChannelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3706,127 +301,40 @@ func (x *WorkerLogsRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use WorkerLogsRequest.ProtoReflect.Descriptor instead.
-func (*WorkerLogsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{57}
+// Deprecated: Use ReadChannelRequest.ProtoReflect.Descriptor instead.
+func (*ReadChannelRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *WorkerLogsRequest) GetVmId() string {
+func (x *ReadChannelRequest) GetRef() []byte {
 	if x != nil {
-		return x.VmId
-	}
-	return ""
-}
-
-func (x *WorkerLogsRequest) GetTail() uint64 {
-	if x != nil {
-		return x.Tail
-	}
-	return 0
-}
-
-func (x *WorkerLogsRequest) GetCursor() uint64 {
-	if x != nil && x.Cursor != nil {
-		return *x.Cursor
-	}
-	return 0
-}
-
-type WorkerLogEntry struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Seq    uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Time   string                 `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
-	Stream string                 `protobuf:"bytes,3,opt,name=stream,proto3" json:"stream,omitempty"`
-	// Bytes, not a string: a worker's output need not be UTF-8.
-	Message       []byte `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WorkerLogEntry) Reset() {
-	*x = WorkerLogEntry{}
-	mi := &file_sandbox_proto_msgTypes[58]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerLogEntry) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerLogEntry) ProtoMessage() {}
-
-func (x *WorkerLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[58]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerLogEntry.ProtoReflect.Descriptor instead.
-func (*WorkerLogEntry) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{58}
-}
-
-func (x *WorkerLogEntry) GetSeq() uint64 {
-	if x != nil {
-		return x.Seq
-	}
-	return 0
-}
-
-func (x *WorkerLogEntry) GetTime() string {
-	if x != nil {
-		return x.Time
-	}
-	return ""
-}
-
-func (x *WorkerLogEntry) GetStream() string {
-	if x != nil {
-		return x.Stream
-	}
-	return ""
-}
-
-func (x *WorkerLogEntry) GetMessage() []byte {
-	if x != nil {
-		return x.Message
+		return x.Ref
 	}
 	return nil
 }
 
-type WorkerLogsResponse struct {
+type ChannelData struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
-	Entries       []*WorkerLogEntry      `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
-	Cursor        uint64                 `protobuf:"varint,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
-	Truncated     bool                   `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
-	More          bool                   `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *WorkerLogsResponse) Reset() {
-	*x = WorkerLogsResponse{}
-	mi := &file_sandbox_proto_msgTypes[59]
+func (x *ChannelData) Reset() {
+	*x = ChannelData{}
+	mi := &file_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *WorkerLogsResponse) String() string {
+func (x *ChannelData) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*WorkerLogsResponse) ProtoMessage() {}
+func (*ChannelData) ProtoMessage() {}
 
-func (x *WorkerLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[59]
+func (x *ChannelData) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3837,267 +345,46 @@ func (x *WorkerLogsResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use WorkerLogsResponse.ProtoReflect.Descriptor instead.
-func (*WorkerLogsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{59}
+// Deprecated: Use ChannelData.ProtoReflect.Descriptor instead.
+func (*ChannelData) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
-func (x *WorkerLogsResponse) GetVmId() string {
+func (x *ChannelData) GetData() []byte {
 	if x != nil {
-		return x.VmId
-	}
-	return ""
-}
-
-func (x *WorkerLogsResponse) GetEntries() []*WorkerLogEntry {
-	if x != nil {
-		return x.Entries
+		return x.Data
 	}
 	return nil
 }
 
-func (x *WorkerLogsResponse) GetCursor() uint64 {
-	if x != nil {
-		return x.Cursor
-	}
-	return 0
-}
-
-func (x *WorkerLogsResponse) GetTruncated() bool {
-	if x != nil {
-		return x.Truncated
-	}
-	return false
-}
-
-func (x *WorkerLogsResponse) GetMore() bool {
-	if x != nil {
-		return x.More
-	}
-	return false
-}
-
-type WorkerRemoveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WorkerRemoveRequest) Reset() {
-	*x = WorkerRemoveRequest{}
-	mi := &file_sandbox_proto_msgTypes[60]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerRemoveRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerRemoveRequest) ProtoMessage() {}
-
-func (x *WorkerRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[60]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerRemoveRequest.ProtoReflect.Descriptor instead.
-func (*WorkerRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{60}
-}
-
-func (x *WorkerRemoveRequest) GetVmId() string {
-	if x != nil {
-		return x.VmId
-	}
-	return ""
-}
-
-type WorkerRemoveResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	VmId          string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
-	Removed       bool                   `protobuf:"varint,2,opt,name=removed,proto3" json:"removed,omitempty"`
-	StateDir      string                 `protobuf:"bytes,3,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WorkerRemoveResponse) Reset() {
-	*x = WorkerRemoveResponse{}
-	mi := &file_sandbox_proto_msgTypes[61]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerRemoveResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerRemoveResponse) ProtoMessage() {}
-
-func (x *WorkerRemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[61]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerRemoveResponse.ProtoReflect.Descriptor instead.
-func (*WorkerRemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{61}
-}
-
-func (x *WorkerRemoveResponse) GetVmId() string {
-	if x != nil {
-		return x.VmId
-	}
-	return ""
-}
-
-func (x *WorkerRemoveResponse) GetRemoved() bool {
-	if x != nil {
-		return x.Removed
-	}
-	return false
-}
-
-func (x *WorkerRemoveResponse) GetStateDir() string {
-	if x != nil {
-		return x.StateDir
-	}
-	return ""
-}
-
-// ProgressEvent is one report of a create or run under way; JSON callers
-// receive it as {phase, image, image_ref, bytes_done?, bytes_total?,
-// sandbox_id?}.
-type ProgressEvent struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// pulling, unpacking, building, booting or ready.
-	Phase string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
-	// The catalog name and the OCI reference it stands for.
-	Image    string `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
-	ImageRef string `protobuf:"bytes,3,opt,name=image_ref,json=imageRef,proto3" json:"image_ref,omitempty"`
-	// Absent: the phase does not count bytes, or not yet.
-	BytesDone  *uint64 `protobuf:"varint,4,opt,name=bytes_done,json=bytesDone,proto3,oneof" json:"bytes_done,omitempty"`
-	BytesTotal *uint64 `protobuf:"varint,5,opt,name=bytes_total,json=bytesTotal,proto3,oneof" json:"bytes_total,omitempty"`
-	// Set on ready.
-	SandboxId     string `protobuf:"bytes,6,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ProgressEvent) Reset() {
-	*x = ProgressEvent{}
-	mi := &file_sandbox_proto_msgTypes[62]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ProgressEvent) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ProgressEvent) ProtoMessage() {}
-
-func (x *ProgressEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[62]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ProgressEvent.ProtoReflect.Descriptor instead.
-func (*ProgressEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{62}
-}
-
-func (x *ProgressEvent) GetPhase() string {
-	if x != nil {
-		return x.Phase
-	}
-	return ""
-}
-
-func (x *ProgressEvent) GetImage() string {
-	if x != nil {
-		return x.Image
-	}
-	return ""
-}
-
-func (x *ProgressEvent) GetImageRef() string {
-	if x != nil {
-		return x.ImageRef
-	}
-	return ""
-}
-
-func (x *ProgressEvent) GetBytesDone() uint64 {
-	if x != nil && x.BytesDone != nil {
-		return *x.BytesDone
-	}
-	return 0
-}
-
-func (x *ProgressEvent) GetBytesTotal() uint64 {
-	if x != nil && x.BytesTotal != nil {
-		return *x.BytesTotal
-	}
-	return 0
-}
-
-func (x *ProgressEvent) GetSandboxId() string {
-	if x != nil {
-		return x.SandboxId
-	}
-	return ""
-}
-
-type CreateStreamMessage struct {
+type ChannelWrite struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Payload:
 	//
-	//	*CreateStreamMessage_Progress
-	//	*CreateStreamMessage_Response
-	Payload       isCreateStreamMessage_Payload `protobuf_oneof:"payload"`
+	//	*ChannelWrite_Open
+	//	*ChannelWrite_Data
+	//	*ChannelWrite_Text
+	//	*ChannelWrite_Abort
+	Payload       isChannelWrite_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *CreateStreamMessage) Reset() {
-	*x = CreateStreamMessage{}
-	mi := &file_sandbox_proto_msgTypes[63]
+func (x *ChannelWrite) Reset() {
+	*x = ChannelWrite{}
+	mi := &file_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *CreateStreamMessage) String() string {
+func (x *ChannelWrite) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*CreateStreamMessage) ProtoMessage() {}
+func (*ChannelWrite) ProtoMessage() {}
 
-func (x *CreateStreamMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[63]
+func (x *ChannelWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4108,78 +395,103 @@ func (x *CreateStreamMessage) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use CreateStreamMessage.ProtoReflect.Descriptor instead.
-func (*CreateStreamMessage) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{63}
+// Deprecated: Use ChannelWrite.ProtoReflect.Descriptor instead.
+func (*ChannelWrite) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
-func (x *CreateStreamMessage) GetPayload() isCreateStreamMessage_Payload {
+func (x *ChannelWrite) GetPayload() isChannelWrite_Payload {
 	if x != nil {
 		return x.Payload
 	}
 	return nil
 }
 
-func (x *CreateStreamMessage) GetProgress() *ProgressEvent {
+func (x *ChannelWrite) GetOpen() []byte {
 	if x != nil {
-		if x, ok := x.Payload.(*CreateStreamMessage_Progress); ok {
-			return x.Progress
+		if x, ok := x.Payload.(*ChannelWrite_Open); ok {
+			return x.Open
 		}
 	}
 	return nil
 }
 
-func (x *CreateStreamMessage) GetResponse() *CreateResponse {
+func (x *ChannelWrite) GetData() []byte {
 	if x != nil {
-		if x, ok := x.Payload.(*CreateStreamMessage_Response); ok {
-			return x.Response
+		if x, ok := x.Payload.(*ChannelWrite_Data); ok {
+			return x.Data
 		}
 	}
 	return nil
 }
 
-type isCreateStreamMessage_Payload interface {
-	isCreateStreamMessage_Payload()
+func (x *ChannelWrite) GetText() string {
+	if x != nil {
+		if x, ok := x.Payload.(*ChannelWrite_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
 }
 
-type CreateStreamMessage_Progress struct {
-	Progress *ProgressEvent `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+func (x *ChannelWrite) GetAbort() bool {
+	if x != nil {
+		if x, ok := x.Payload.(*ChannelWrite_Abort); ok {
+			return x.Abort
+		}
+	}
+	return false
 }
 
-type CreateStreamMessage_Response struct {
-	Response *CreateResponse `protobuf:"bytes,2,opt,name=response,proto3,oneof"`
+type isChannelWrite_Payload interface {
+	isChannelWrite_Payload()
 }
 
-func (*CreateStreamMessage_Progress) isCreateStreamMessage_Payload() {}
+type ChannelWrite_Open struct {
+	Open []byte `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
+}
 
-func (*CreateStreamMessage_Response) isCreateStreamMessage_Payload() {}
+type ChannelWrite_Data struct {
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
 
-type RunStreamMessage struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Types that are valid to be assigned to Payload:
-	//
-	//	*RunStreamMessage_Progress
-	//	*RunStreamMessage_Response
-	Payload       isRunStreamMessage_Payload `protobuf_oneof:"payload"`
+type ChannelWrite_Text struct {
+	Text string `protobuf:"bytes,3,opt,name=text,proto3,oneof"`
+}
+
+type ChannelWrite_Abort struct {
+	Abort bool `protobuf:"varint,4,opt,name=abort,proto3,oneof"`
+}
+
+func (*ChannelWrite_Open) isChannelWrite_Payload() {}
+
+func (*ChannelWrite_Data) isChannelWrite_Payload() {}
+
+func (*ChannelWrite_Text) isChannelWrite_Payload() {}
+
+func (*ChannelWrite_Abort) isChannelWrite_Payload() {}
+
+type ChannelWriteReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *RunStreamMessage) Reset() {
-	*x = RunStreamMessage{}
-	mi := &file_sandbox_proto_msgTypes[64]
+func (x *ChannelWriteReply) Reset() {
+	*x = ChannelWriteReply{}
+	mi := &file_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *RunStreamMessage) String() string {
+func (x *ChannelWriteReply) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*RunStreamMessage) ProtoMessage() {}
+func (*ChannelWriteReply) ProtoMessage() {}
 
-func (x *RunStreamMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_proto_msgTypes[64]
+func (x *ChannelWriteReply) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4190,433 +502,47 @@ func (x *RunStreamMessage) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use RunStreamMessage.ProtoReflect.Descriptor instead.
-func (*RunStreamMessage) Descriptor() ([]byte, []int) {
-	return file_sandbox_proto_rawDescGZIP(), []int{64}
+// Deprecated: Use ChannelWriteReply.ProtoReflect.Descriptor instead.
+func (*ChannelWriteReply) Descriptor() ([]byte, []int) {
+	return file_sandbox_proto_rawDescGZIP(), []int{7}
 }
-
-func (x *RunStreamMessage) GetPayload() isRunStreamMessage_Payload {
-	if x != nil {
-		return x.Payload
-	}
-	return nil
-}
-
-func (x *RunStreamMessage) GetProgress() *ProgressEvent {
-	if x != nil {
-		if x, ok := x.Payload.(*RunStreamMessage_Progress); ok {
-			return x.Progress
-		}
-	}
-	return nil
-}
-
-func (x *RunStreamMessage) GetResponse() *RunResponse {
-	if x != nil {
-		if x, ok := x.Payload.(*RunStreamMessage_Response); ok {
-			return x.Response
-		}
-	}
-	return nil
-}
-
-type isRunStreamMessage_Payload interface {
-	isRunStreamMessage_Payload()
-}
-
-type RunStreamMessage_Progress struct {
-	Progress *ProgressEvent `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
-}
-
-type RunStreamMessage_Response struct {
-	Response *RunResponse `protobuf:"bytes,2,opt,name=response,proto3,oneof"`
-}
-
-func (*RunStreamMessage_Progress) isRunStreamMessage_Payload() {}
-
-func (*RunStreamMessage_Response) isRunStreamMessage_Payload() {}
 
 var File_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"\rsandbox.proto\x12\x0eiii.sandbox.v1\"-\n" +
-	"\fPauseRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\".\n" +
-	"\rResumeRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"N\n" +
-	"\x15SandboxStatusResponse\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\xd1\x01\n" +
-	"\fSandboxError\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
-	"\x04code\x18\x02 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\x12\x19\n" +
-	"\bdocs_url\x18\x04 \x01(\tR\adocsUrl\x12\x1c\n" +
-	"\tretryable\x18\x05 \x01(\bR\tretryable\x12\x1e\n" +
-	"\bfix_json\x18\x06 \x01(\fH\x00R\afixJson\x88\x01\x01\x12\x19\n" +
-	"\bfix_note\x18\a \x01(\tR\afixNoteB\v\n" +
-	"\t_fix_json\"=\n" +
-	"\x0fContractVersion\x12\x14\n" +
-	"\x05major\x18\x01 \x01(\rR\x05major\x12\x14\n" +
-	"\x05minor\x18\x02 \x01(\rR\x05minor\"\r\n" +
-	"\vInfoRequest\"\xd7\x01\n" +
-	"\fInfoResponse\x12\x18\n" +
-	"\aadapter\x18\x01 \x01(\tR\aadapter\x12'\n" +
-	"\x0fadapter_version\x18\x02 \x01(\tR\x0eadapterVersion\x12;\n" +
-	"\bcontract\x18\x03 \x01(\v2\x1f.iii.sandbox.v1.ContractVersionR\bcontract\x12\x1d\n" +
-	"\n" +
-	"facts_json\x18\x04 \x01(\fR\tfactsJson\x12\"\n" +
-	"\fcapabilities\x18\n" +
-	" \x03(\tR\fcapabilitiesJ\x04\b\v\x10\x14\"3\n" +
-	"\x10ConfigureRequest\x12\x1f\n" +
-	"\vconfig_json\x18\x01 \x01(\fR\n" +
-	"configJson\"\x13\n" +
-	"\x11ConfigureResponse\"\xfe\x01\n" +
-	"\rCreateRequest\x12\x14\n" +
-	"\x05image\x18\x01 \x01(\tR\x05image\x12\x17\n" +
-	"\x04cpus\x18\x02 \x01(\rH\x00R\x04cpus\x88\x01\x01\x12 \n" +
-	"\tmemory_mb\x18\x03 \x01(\rH\x01R\bmemoryMb\x88\x01\x01\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\x12\x18\n" +
-	"\anetwork\x18\x05 \x01(\bR\anetwork\x12/\n" +
-	"\x11idle_timeout_secs\x18\x06 \x01(\x04H\x02R\x0fidleTimeoutSecs\x88\x01\x01\x12\x10\n" +
-	"\x03env\x18\a \x03(\tR\x03envB\a\n" +
-	"\x05_cpusB\f\n" +
-	"\n" +
-	"_memory_mbB\x14\n" +
-	"\x12_idle_timeout_secs\"E\n" +
-	"\x0eCreateResponse\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x14\n" +
-	"\x05image\x18\x02 \x01(\tR\x05image\"\xa1\x01\n" +
-	"\vExecRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x14\n" +
-	"\x05stdin\x18\x03 \x01(\fR\x05stdin\x12\x10\n" +
-	"\x03env\x18\x04 \x03(\tR\x03env\x12\x1d\n" +
-	"\n" +
-	"timeout_ms\x18\x05 \x01(\x04R\ttimeoutMs\x12\x18\n" +
-	"\aworkdir\x18\x06 \x01(\tR\aworkdir\"\x9c\x02\n" +
-	"\fExecResponse\x12\x16\n" +
-	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
-	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12 \n" +
-	"\texit_code\x18\x03 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x1b\n" +
-	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\x12\x1f\n" +
-	"\vduration_ms\x18\x05 \x01(\x04R\n" +
-	"durationMs\x12\x18\n" +
-	"\asuccess\x18\x06 \x01(\bR\asuccess\x12)\n" +
-	"\x10stdout_truncated\x18\a \x01(\bR\x0fstdoutTruncated\x12)\n" +
-	"\x10stderr_truncated\x18\b \x01(\bR\x0fstderrTruncatedB\f\n" +
-	"\n" +
-	"_exit_code\"7\n" +
-	"\aRunFile\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xe3\x01\n" +
-	"\n" +
-	"RunRequest\x12\x14\n" +
-	"\x05image\x18\x01 \x01(\tR\x05image\x12\x12\n" +
-	"\x04code\x18\x02 \x01(\tR\x04code\x12\x12\n" +
-	"\x04lang\x18\x03 \x01(\tR\x04lang\x12-\n" +
-	"\x05files\x18\x04 \x03(\v2\x17.iii.sandbox.v1.RunFileR\x05files\x12\x10\n" +
-	"\x03env\x18\x05 \x03(\tR\x03env\x12\x14\n" +
-	"\x05stdin\x18\x06 \x01(\fR\x05stdin\x12\x1d\n" +
-	"\n" +
-	"timeout_ms\x18\a \x01(\x04R\ttimeoutMs\x12!\n" +
-	"\fkeep_sandbox\x18\b \x01(\bR\vkeepSandbox\"b\n" +
-	"\vRunResponse\x124\n" +
-	"\x06result\x18\x01 \x01(\v2\x1c.iii.sandbox.v1.ExecResponseR\x06result\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\"\r\n" +
-	"\vListRequest\"\x99\x02\n" +
-	"\tListEntry\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
-	"\x05image\x18\x03 \x01(\tR\x05image\x12\x19\n" +
-	"\bage_secs\x18\x04 \x01(\x04R\aageSecs\x12(\n" +
-	"\x10exec_in_progress\x18\x05 \x01(\bR\x0eexecInProgress\x12$\n" +
-	"\x0eexec_in_flight\x18\x06 \x01(\rR\fexecInFlight\x12&\n" +
-	"\x0fexec_slots_free\x18\a \x01(\rR\rexecSlotsFree\x12\x18\n" +
-	"\astopped\x18\b \x01(\bR\astopped\x12\x16\n" +
-	"\x06paused\x18\t \x01(\bR\x06paused\"G\n" +
-	"\fListResponse\x127\n" +
-	"\tsandboxes\x18\x01 \x03(\v2\x19.iii.sandbox.v1.ListEntryR\tsandboxes\"@\n" +
-	"\vStopRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04wait\x18\x02 \x01(\bR\x04wait\"G\n" +
-	"\fStopResponse\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x18\n" +
-	"\astopped\x18\x02 \x01(\bR\astopped\"\x14\n" +
-	"\x12CatalogListRequest\"O\n" +
-	"\fCatalogImage\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
-	"\aoci_ref\x18\x02 \x01(\tR\x06ociRef\x12\x12\n" +
-	"\x04kind\x18\x03 \x01(\tR\x04kind\"K\n" +
-	"\x13CatalogListResponse\x124\n" +
-	"\x06images\x18\x01 \x03(\v2\x1c.iii.sandbox.v1.CatalogImageR\x06images\"\x91\x01\n" +
-	"\aFsEntry\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
-	"\x06is_dir\x18\x02 \x01(\bR\x05isDir\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x14\n" +
-	"\x05mtime\x18\x05 \x01(\x03R\x05mtime\x12\x1d\n" +
-	"\n" +
-	"is_symlink\x18\x06 \x01(\bR\tisSymlink\"@\n" +
-	"\vFsLsRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"A\n" +
-	"\fFsLsResponse\x121\n" +
-	"\aentries\x18\x01 \x03(\v2\x17.iii.sandbox.v1.FsEntryR\aentries\"B\n" +
-	"\rFsStatRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"?\n" +
-	"\x0eFsStatResponse\x12-\n" +
-	"\x05entry\x18\x01 \x01(\v2\x17.iii.sandbox.v1.FsEntryR\x05entry\"q\n" +
-	"\x0eFsMkdirRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
-	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x18\n" +
-	"\aparents\x18\x04 \x01(\bR\aparents\"+\n" +
-	"\x0fFsMkdirResponse\x12\x18\n" +
-	"\acreated\x18\x01 \x01(\bR\acreated\"p\n" +
-	"\rFsWriteHeader\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
-	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x18\n" +
-	"\aparents\x18\x04 \x01(\bR\aparents\"h\n" +
-	"\fFsWriteChunk\x127\n" +
-	"\x06header\x18\x01 \x01(\v2\x1d.iii.sandbox.v1.FsWriteHeaderH\x00R\x06header\x12\x14\n" +
-	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\t\n" +
-	"\apayload\"J\n" +
-	"\x0fFsWriteResponse\x12#\n" +
-	"\rbytes_written\x18\x01 \x01(\x04R\fbytesWritten\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"B\n" +
-	"\rFsReadRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"J\n" +
-	"\n" +
-	"FsReadMeta\x12\x12\n" +
-	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x14\n" +
-	"\x05mtime\x18\x03 \x01(\x03R\x05mtime\"`\n" +
-	"\vFsReadChunk\x120\n" +
-	"\x04meta\x18\x01 \x01(\v2\x1a.iii.sandbox.v1.FsReadMetaH\x00R\x04meta\x12\x14\n" +
-	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\t\n" +
-	"\apayload\"^\n" +
-	"\vFsRmRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
-	"\trecursive\x18\x03 \x01(\bR\trecursive\"(\n" +
-	"\fFsRmResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\bR\aremoved\"\xb3\x01\n" +
-	"\x0eFsChmodRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
-	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x15\n" +
-	"\x03uid\x18\x04 \x01(\rH\x00R\x03uid\x88\x01\x01\x12\x15\n" +
-	"\x03gid\x18\x05 \x01(\rH\x01R\x03gid\x88\x01\x01\x12\x1c\n" +
-	"\trecursive\x18\x06 \x01(\bR\trecursiveB\x06\n" +
-	"\x04_uidB\x06\n" +
-	"\x04_gid\"+\n" +
-	"\x0fFsChmodResponse\x12\x18\n" +
-	"\aupdated\x18\x01 \x01(\x04R\aupdated\"n\n" +
-	"\vFsMvRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x10\n" +
-	"\x03src\x18\x02 \x01(\tR\x03src\x12\x10\n" +
-	"\x03dst\x18\x03 \x01(\tR\x03dst\x12\x1c\n" +
-	"\toverwrite\x18\x04 \x01(\bR\toverwrite\"$\n" +
-	"\fFsMvResponse\x12\x14\n" +
-	"\x05moved\x18\x01 \x01(\bR\x05moved\"\xa8\x02\n" +
-	"\rFsGrepRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
-	"\apattern\x18\x03 \x01(\tR\apattern\x12\x1c\n" +
-	"\trecursive\x18\x04 \x01(\bR\trecursive\x12\x1f\n" +
-	"\vignore_case\x18\x05 \x01(\bR\n" +
-	"ignoreCase\x12!\n" +
-	"\finclude_glob\x18\x06 \x03(\tR\vincludeGlob\x12!\n" +
-	"\fexclude_glob\x18\a \x03(\tR\vexcludeGlob\x12\x1f\n" +
-	"\vmax_matches\x18\b \x01(\x04R\n" +
-	"maxMatches\x12$\n" +
-	"\x0emax_line_bytes\x18\t \x01(\x04R\fmaxLineBytes\"M\n" +
-	"\tGrepMatch\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04line\x18\x02 \x01(\x04R\x04line\x12\x18\n" +
-	"\acontent\x18\x03 \x01(\tR\acontent\"c\n" +
-	"\x0eFsGrepResponse\x123\n" +
-	"\amatches\x18\x01 \x03(\v2\x19.iii.sandbox.v1.GrepMatchR\amatches\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xcd\x02\n" +
-	"\fFsSedRequest\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x14\n" +
-	"\x05files\x18\x02 \x03(\tR\x05files\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\x12\x1c\n" +
-	"\trecursive\x18\x04 \x01(\bR\trecursive\x12!\n" +
-	"\finclude_glob\x18\x05 \x03(\tR\vincludeGlob\x12!\n" +
-	"\fexclude_glob\x18\x06 \x03(\tR\vexcludeGlob\x12\x18\n" +
-	"\apattern\x18\a \x01(\tR\apattern\x12 \n" +
-	"\vreplacement\x18\b \x01(\tR\vreplacement\x12\x14\n" +
-	"\x05regex\x18\t \x01(\bR\x05regex\x12\x1d\n" +
-	"\n" +
-	"first_only\x18\n" +
-	" \x01(\bR\tfirstOnly\x12\x1f\n" +
-	"\vignore_case\x18\v \x01(\bR\n" +
-	"ignoreCase\"s\n" +
-	"\tSedResult\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x12\"\n" +
-	"\freplacements\x18\x02 \x01(\x04R\freplacements\x12\x18\n" +
-	"\asuccess\x18\x03 \x01(\bR\asuccess\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"s\n" +
-	"\rFsSedResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.iii.sandbox.v1.SedResultR\aresults\x12-\n" +
-	"\x12total_replacements\x18\x02 \x01(\x04R\x11totalReplacements\"I\n" +
-	"\x10WorkerConfigFile\x12\x1b\n" +
-	"\tfile_name\x18\x01 \x01(\tR\bfileName\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\x8c\x04\n" +
-	"\x12WorkerStartRequest\x12\x13\n" +
-	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x14\n" +
-	"\x05image\x18\x04 \x01(\tR\x05image\x12\x19\n" +
-	"\bhost_dir\x18\x05 \x01(\tR\ahostDir\x12\x18\n" +
-	"\aworkdir\x18\x06 \x01(\tR\aworkdir\x12\x18\n" +
-	"\ainstall\x18\a \x01(\tR\ainstall\x12\x18\n" +
-	"\acommand\x18\b \x01(\tR\acommand\x12\x10\n" +
-	"\x03env\x18\t \x03(\tR\x03env\x128\n" +
-	"\x06config\x18\n" +
-	" \x01(\v2 .iii.sandbox.v1.WorkerConfigFileR\x06config\x12\x17\n" +
-	"\x04cpus\x18\v \x01(\rH\x00R\x04cpus\x88\x01\x01\x12 \n" +
-	"\tmemory_mb\x18\f \x01(\rH\x01R\bmemoryMb\x88\x01\x01\x12\x1d\n" +
-	"\n" +
-	"engine_url\x18\r \x01(\tR\tengineUrl\x12\x18\n" +
-	"\aexclude\x18\x0e \x03(\tR\aexclude\x12\x12\n" +
-	"\x04wait\x18\x0f \x01(\bR\x04wait\x12+\n" +
-	"\x11engine_credential\x18\x10 \x01(\tR\x10engineCredential\x12\x18\n" +
-	"\ainclude\x18\x11 \x03(\tR\aincludeB\a\n" +
-	"\x05_cpusB\f\n" +
-	"\n" +
-	"_memory_mb\"_\n" +
-	"\x13WorkerStartResponse\x12\x13\n" +
-	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\x12\x15\n" +
-	"\x03pid\x18\x03 \x01(\x05H\x00R\x03pid\x88\x01\x01B\x06\n" +
-	"\x04_pid\"G\n" +
-	"\x11WorkerStopRequest\x12\x13\n" +
-	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x1d\n" +
-	"\n" +
-	"timeout_ms\x18\x02 \x01(\x04R\ttimeoutMs\"*\n" +
-	"\x13WorkerStatusRequest\x12\x13\n" +
-	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\"\xcf\x02\n" +
-	"\x14WorkerStatusResponse\x12\x13\n" +
-	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x14\n" +
-	"\x05image\x18\x04 \x01(\tR\x05image\x12\x14\n" +
-	"\x05state\x18\x05 \x01(\tR\x05state\x12\x15\n" +
-	"\x03pid\x18\x06 \x01(\x05H\x00R\x03pid\x88\x01\x01\x12 \n" +
-	"\texit_code\x18\a \x01(\x05H\x01R\bexitCode\x88\x01\x01\x12\x1d\n" +
-	"\n" +
-	"started_at\x18\b \x01(\tR\tstartedAt\x12\x1a\n" +
-	"\brestarts\x18\t \x01(\x04R\brestarts\x12\x1d\n" +
-	"\n" +
-	"last_error\x18\n" +
-	" \x01(\tR\tlastError\x12\x1b\n" +
-	"\tstate_dir\x18\v \x01(\tR\bstateDirB\x06\n" +
-	"\x04_pidB\f\n" +
-	"\n" +
-	"_exit_code\"\x13\n" +
-	"\x11WorkerListRequest\"T\n" +
-	"\x12WorkerListResponse\x12>\n" +
-	"\aworkers\x18\x01 \x03(\v2$.iii.sandbox.v1.WorkerStatusResponseR\aworkers\"d\n" +
-	"\x11WorkerLogsRequest\x12\x13\n" +
-	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x12\n" +
-	"\x04tail\x18\x02 \x01(\x04R\x04tail\x12\x1b\n" +
-	"\x06cursor\x18\x03 \x01(\x04H\x00R\x06cursor\x88\x01\x01B\t\n" +
-	"\a_cursor\"h\n" +
-	"\x0eWorkerLogEntry\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
-	"\x04time\x18\x02 \x01(\tR\x04time\x12\x16\n" +
-	"\x06stream\x18\x03 \x01(\tR\x06stream\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\fR\amessage\"\xad\x01\n" +
-	"\x12WorkerLogsResponse\x12\x13\n" +
-	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x128\n" +
-	"\aentries\x18\x02 \x03(\v2\x1e.iii.sandbox.v1.WorkerLogEntryR\aentries\x12\x16\n" +
-	"\x06cursor\x18\x03 \x01(\x04R\x06cursor\x12\x1c\n" +
-	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x12\x12\n" +
-	"\x04more\x18\x05 \x01(\bR\x04more\"*\n" +
-	"\x13WorkerRemoveRequest\x12\x13\n" +
-	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\"b\n" +
-	"\x14WorkerRemoveResponse\x12\x13\n" +
-	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12\x18\n" +
-	"\aremoved\x18\x02 \x01(\bR\aremoved\x12\x1b\n" +
-	"\tstate_dir\x18\x03 \x01(\tR\bstateDir\"\xe0\x01\n" +
-	"\rProgressEvent\x12\x14\n" +
-	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
-	"\x05image\x18\x02 \x01(\tR\x05image\x12\x1b\n" +
-	"\timage_ref\x18\x03 \x01(\tR\bimageRef\x12\"\n" +
-	"\n" +
-	"bytes_done\x18\x04 \x01(\x04H\x00R\tbytesDone\x88\x01\x01\x12$\n" +
-	"\vbytes_total\x18\x05 \x01(\x04H\x01R\n" +
-	"bytesTotal\x88\x01\x01\x12\x1d\n" +
-	"\n" +
-	"sandbox_id\x18\x06 \x01(\tR\tsandboxIdB\r\n" +
-	"\v_bytes_doneB\x0e\n" +
-	"\f_bytes_total\"\x9b\x01\n" +
-	"\x13CreateStreamMessage\x12;\n" +
-	"\bprogress\x18\x01 \x01(\v2\x1d.iii.sandbox.v1.ProgressEventH\x00R\bprogress\x12<\n" +
-	"\bresponse\x18\x02 \x01(\v2\x1e.iii.sandbox.v1.CreateResponseH\x00R\bresponseB\t\n" +
-	"\apayload\"\x95\x01\n" +
-	"\x10RunStreamMessage\x12;\n" +
-	"\bprogress\x18\x01 \x01(\v2\x1d.iii.sandbox.v1.ProgressEventH\x00R\bprogress\x129\n" +
-	"\bresponse\x18\x02 \x01(\v2\x1b.iii.sandbox.v1.RunResponseH\x00R\bresponseB\t\n" +
-	"\apayload2\xec\x10\n" +
-	"\x0eSandboxAdapter\x12A\n" +
-	"\x04Info\x12\x1b.iii.sandbox.v1.InfoRequest\x1a\x1c.iii.sandbox.v1.InfoResponse\x12P\n" +
-	"\tConfigure\x12 .iii.sandbox.v1.ConfigureRequest\x1a!.iii.sandbox.v1.ConfigureResponse\x12G\n" +
-	"\x06Create\x12\x1d.iii.sandbox.v1.CreateRequest\x1a\x1e.iii.sandbox.v1.CreateResponse\x12A\n" +
-	"\x04Exec\x12\x1b.iii.sandbox.v1.ExecRequest\x1a\x1c.iii.sandbox.v1.ExecResponse\x12>\n" +
-	"\x03Run\x12\x1a.iii.sandbox.v1.RunRequest\x1a\x1b.iii.sandbox.v1.RunResponse\x12A\n" +
-	"\x04List\x12\x1b.iii.sandbox.v1.ListRequest\x1a\x1c.iii.sandbox.v1.ListResponse\x12A\n" +
-	"\x04Stop\x12\x1b.iii.sandbox.v1.StopRequest\x1a\x1c.iii.sandbox.v1.StopResponse\x12V\n" +
-	"\vCatalogList\x12\".iii.sandbox.v1.CatalogListRequest\x1a#.iii.sandbox.v1.CatalogListResponse\x12A\n" +
-	"\x04FsLs\x12\x1b.iii.sandbox.v1.FsLsRequest\x1a\x1c.iii.sandbox.v1.FsLsResponse\x12G\n" +
-	"\x06FsStat\x12\x1d.iii.sandbox.v1.FsStatRequest\x1a\x1e.iii.sandbox.v1.FsStatResponse\x12J\n" +
-	"\aFsMkdir\x12\x1e.iii.sandbox.v1.FsMkdirRequest\x1a\x1f.iii.sandbox.v1.FsMkdirResponse\x12J\n" +
-	"\aFsWrite\x12\x1c.iii.sandbox.v1.FsWriteChunk\x1a\x1f.iii.sandbox.v1.FsWriteResponse(\x01\x12F\n" +
-	"\x06FsRead\x12\x1d.iii.sandbox.v1.FsReadRequest\x1a\x1b.iii.sandbox.v1.FsReadChunk0\x01\x12A\n" +
-	"\x04FsRm\x12\x1b.iii.sandbox.v1.FsRmRequest\x1a\x1c.iii.sandbox.v1.FsRmResponse\x12J\n" +
-	"\aFsChmod\x12\x1e.iii.sandbox.v1.FsChmodRequest\x1a\x1f.iii.sandbox.v1.FsChmodResponse\x12A\n" +
-	"\x04FsMv\x12\x1b.iii.sandbox.v1.FsMvRequest\x1a\x1c.iii.sandbox.v1.FsMvResponse\x12G\n" +
-	"\x06FsGrep\x12\x1d.iii.sandbox.v1.FsGrepRequest\x1a\x1e.iii.sandbox.v1.FsGrepResponse\x12D\n" +
-	"\x05FsSed\x12\x1c.iii.sandbox.v1.FsSedRequest\x1a\x1d.iii.sandbox.v1.FsSedResponse\x12V\n" +
-	"\vWorkerStart\x12\".iii.sandbox.v1.WorkerStartRequest\x1a#.iii.sandbox.v1.WorkerStartResponse\x12U\n" +
-	"\n" +
-	"WorkerStop\x12!.iii.sandbox.v1.WorkerStopRequest\x1a$.iii.sandbox.v1.WorkerStatusResponse\x12Y\n" +
-	"\fWorkerStatus\x12#.iii.sandbox.v1.WorkerStatusRequest\x1a$.iii.sandbox.v1.WorkerStatusResponse\x12S\n" +
-	"\n" +
-	"WorkerList\x12!.iii.sandbox.v1.WorkerListRequest\x1a\".iii.sandbox.v1.WorkerListResponse\x12S\n" +
-	"\n" +
-	"WorkerLogs\x12!.iii.sandbox.v1.WorkerLogsRequest\x1a\".iii.sandbox.v1.WorkerLogsResponse\x12Y\n" +
-	"\fWorkerRemove\x12#.iii.sandbox.v1.WorkerRemoveRequest\x1a$.iii.sandbox.v1.WorkerRemoveResponse\x12T\n" +
-	"\fCreateStream\x12\x1d.iii.sandbox.v1.CreateRequest\x1a#.iii.sandbox.v1.CreateStreamMessage0\x01\x12K\n" +
-	"\tRunStream\x12\x1a.iii.sandbox.v1.RunRequest\x1a .iii.sandbox.v1.RunStreamMessage0\x01\x12L\n" +
-	"\x05Pause\x12\x1c.iii.sandbox.v1.PauseRequest\x1a%.iii.sandbox.v1.SandboxStatusResponse\x12N\n" +
-	"\x06Resume\x12\x1d.iii.sandbox.v1.ResumeRequest\x1a%.iii.sandbox.v1.SandboxStatusResponseB5Z3github.com/iii-sandbox/iii/contract/proto;sandboxpbb\x06proto3"
+	"\rsandbox.proto\x12\x0eiii.sandbox.v1\"U\n" +
+	"\rInvokeRequest\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
+	"\bchannels\x18\x03 \x01(\rR\bchannels\"\x83\x01\n" +
+	"\vInvokeReply\x12\x16\n" +
+	"\x06result\x18\x01 \x01(\fR\x06result\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\fR\x05error\x12\x1a\n" +
+	"\brejected\x18\x03 \x01(\bR\brejected\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04code\x18\x05 \x01(\tR\x04code\"\x16\n" +
+	"\x14CreateChannelRequest\"D\n" +
+	"\x12CreateChannelReply\x12\x16\n" +
+	"\x06writer\x18\x01 \x01(\fR\x06writer\x12\x16\n" +
+	"\x06reader\x18\x02 \x01(\fR\x06reader\"&\n" +
+	"\x12ReadChannelRequest\x12\x10\n" +
+	"\x03ref\x18\x01 \x01(\fR\x03ref\"!\n" +
+	"\vChannelData\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"s\n" +
+	"\fChannelWrite\x12\x14\n" +
+	"\x04open\x18\x01 \x01(\fH\x00R\x04open\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x14\n" +
+	"\x04text\x18\x03 \x01(\tH\x00R\x04text\x12\x16\n" +
+	"\x05abort\x18\x04 \x01(\bH\x00R\x05abortB\t\n" +
+	"\apayload\"\x13\n" +
+	"\x11ChannelWriteReply2V\n" +
+	"\x0eSandboxAdapter\x12D\n" +
+	"\x06Invoke\x12\x1d.iii.sandbox.v1.InvokeRequest\x1a\x1b.iii.sandbox.v1.InvokeReply2\xf5\x01\n" +
+	"\bChannels\x12R\n" +
+	"\x06Create\x12$.iii.sandbox.v1.CreateChannelRequest\x1a\".iii.sandbox.v1.CreateChannelReply\x12I\n" +
+	"\x04Read\x12\".iii.sandbox.v1.ReadChannelRequest\x1a\x1b.iii.sandbox.v1.ChannelData0\x01\x12J\n" +
+	"\x05Write\x12\x1c.iii.sandbox.v1.ChannelWrite\x1a!.iii.sandbox.v1.ChannelWriteReply(\x01B5Z3github.com/iii-sandbox/iii/contract/proto;sandboxpbb\x06proto3"
 
 var (
 	file_sandbox_proto_rawDescOnce sync.Once
@@ -4630,154 +556,31 @@ func file_sandbox_proto_rawDescGZIP() []byte {
 	return file_sandbox_proto_rawDescData
 }
 
-var file_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_sandbox_proto_goTypes = []any{
-	(*PauseRequest)(nil),          // 0: iii.sandbox.v1.PauseRequest
-	(*ResumeRequest)(nil),         // 1: iii.sandbox.v1.ResumeRequest
-	(*SandboxStatusResponse)(nil), // 2: iii.sandbox.v1.SandboxStatusResponse
-	(*SandboxError)(nil),          // 3: iii.sandbox.v1.SandboxError
-	(*ContractVersion)(nil),       // 4: iii.sandbox.v1.ContractVersion
-	(*InfoRequest)(nil),           // 5: iii.sandbox.v1.InfoRequest
-	(*InfoResponse)(nil),          // 6: iii.sandbox.v1.InfoResponse
-	(*ConfigureRequest)(nil),      // 7: iii.sandbox.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),     // 8: iii.sandbox.v1.ConfigureResponse
-	(*CreateRequest)(nil),         // 9: iii.sandbox.v1.CreateRequest
-	(*CreateResponse)(nil),        // 10: iii.sandbox.v1.CreateResponse
-	(*ExecRequest)(nil),           // 11: iii.sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 12: iii.sandbox.v1.ExecResponse
-	(*RunFile)(nil),               // 13: iii.sandbox.v1.RunFile
-	(*RunRequest)(nil),            // 14: iii.sandbox.v1.RunRequest
-	(*RunResponse)(nil),           // 15: iii.sandbox.v1.RunResponse
-	(*ListRequest)(nil),           // 16: iii.sandbox.v1.ListRequest
-	(*ListEntry)(nil),             // 17: iii.sandbox.v1.ListEntry
-	(*ListResponse)(nil),          // 18: iii.sandbox.v1.ListResponse
-	(*StopRequest)(nil),           // 19: iii.sandbox.v1.StopRequest
-	(*StopResponse)(nil),          // 20: iii.sandbox.v1.StopResponse
-	(*CatalogListRequest)(nil),    // 21: iii.sandbox.v1.CatalogListRequest
-	(*CatalogImage)(nil),          // 22: iii.sandbox.v1.CatalogImage
-	(*CatalogListResponse)(nil),   // 23: iii.sandbox.v1.CatalogListResponse
-	(*FsEntry)(nil),               // 24: iii.sandbox.v1.FsEntry
-	(*FsLsRequest)(nil),           // 25: iii.sandbox.v1.FsLsRequest
-	(*FsLsResponse)(nil),          // 26: iii.sandbox.v1.FsLsResponse
-	(*FsStatRequest)(nil),         // 27: iii.sandbox.v1.FsStatRequest
-	(*FsStatResponse)(nil),        // 28: iii.sandbox.v1.FsStatResponse
-	(*FsMkdirRequest)(nil),        // 29: iii.sandbox.v1.FsMkdirRequest
-	(*FsMkdirResponse)(nil),       // 30: iii.sandbox.v1.FsMkdirResponse
-	(*FsWriteHeader)(nil),         // 31: iii.sandbox.v1.FsWriteHeader
-	(*FsWriteChunk)(nil),          // 32: iii.sandbox.v1.FsWriteChunk
-	(*FsWriteResponse)(nil),       // 33: iii.sandbox.v1.FsWriteResponse
-	(*FsReadRequest)(nil),         // 34: iii.sandbox.v1.FsReadRequest
-	(*FsReadMeta)(nil),            // 35: iii.sandbox.v1.FsReadMeta
-	(*FsReadChunk)(nil),           // 36: iii.sandbox.v1.FsReadChunk
-	(*FsRmRequest)(nil),           // 37: iii.sandbox.v1.FsRmRequest
-	(*FsRmResponse)(nil),          // 38: iii.sandbox.v1.FsRmResponse
-	(*FsChmodRequest)(nil),        // 39: iii.sandbox.v1.FsChmodRequest
-	(*FsChmodResponse)(nil),       // 40: iii.sandbox.v1.FsChmodResponse
-	(*FsMvRequest)(nil),           // 41: iii.sandbox.v1.FsMvRequest
-	(*FsMvResponse)(nil),          // 42: iii.sandbox.v1.FsMvResponse
-	(*FsGrepRequest)(nil),         // 43: iii.sandbox.v1.FsGrepRequest
-	(*GrepMatch)(nil),             // 44: iii.sandbox.v1.GrepMatch
-	(*FsGrepResponse)(nil),        // 45: iii.sandbox.v1.FsGrepResponse
-	(*FsSedRequest)(nil),          // 46: iii.sandbox.v1.FsSedRequest
-	(*SedResult)(nil),             // 47: iii.sandbox.v1.SedResult
-	(*FsSedResponse)(nil),         // 48: iii.sandbox.v1.FsSedResponse
-	(*WorkerConfigFile)(nil),      // 49: iii.sandbox.v1.WorkerConfigFile
-	(*WorkerStartRequest)(nil),    // 50: iii.sandbox.v1.WorkerStartRequest
-	(*WorkerStartResponse)(nil),   // 51: iii.sandbox.v1.WorkerStartResponse
-	(*WorkerStopRequest)(nil),     // 52: iii.sandbox.v1.WorkerStopRequest
-	(*WorkerStatusRequest)(nil),   // 53: iii.sandbox.v1.WorkerStatusRequest
-	(*WorkerStatusResponse)(nil),  // 54: iii.sandbox.v1.WorkerStatusResponse
-	(*WorkerListRequest)(nil),     // 55: iii.sandbox.v1.WorkerListRequest
-	(*WorkerListResponse)(nil),    // 56: iii.sandbox.v1.WorkerListResponse
-	(*WorkerLogsRequest)(nil),     // 57: iii.sandbox.v1.WorkerLogsRequest
-	(*WorkerLogEntry)(nil),        // 58: iii.sandbox.v1.WorkerLogEntry
-	(*WorkerLogsResponse)(nil),    // 59: iii.sandbox.v1.WorkerLogsResponse
-	(*WorkerRemoveRequest)(nil),   // 60: iii.sandbox.v1.WorkerRemoveRequest
-	(*WorkerRemoveResponse)(nil),  // 61: iii.sandbox.v1.WorkerRemoveResponse
-	(*ProgressEvent)(nil),         // 62: iii.sandbox.v1.ProgressEvent
-	(*CreateStreamMessage)(nil),   // 63: iii.sandbox.v1.CreateStreamMessage
-	(*RunStreamMessage)(nil),      // 64: iii.sandbox.v1.RunStreamMessage
+	(*InvokeRequest)(nil),        // 0: iii.sandbox.v1.InvokeRequest
+	(*InvokeReply)(nil),          // 1: iii.sandbox.v1.InvokeReply
+	(*CreateChannelRequest)(nil), // 2: iii.sandbox.v1.CreateChannelRequest
+	(*CreateChannelReply)(nil),   // 3: iii.sandbox.v1.CreateChannelReply
+	(*ReadChannelRequest)(nil),   // 4: iii.sandbox.v1.ReadChannelRequest
+	(*ChannelData)(nil),          // 5: iii.sandbox.v1.ChannelData
+	(*ChannelWrite)(nil),         // 6: iii.sandbox.v1.ChannelWrite
+	(*ChannelWriteReply)(nil),    // 7: iii.sandbox.v1.ChannelWriteReply
 }
 var file_sandbox_proto_depIdxs = []int32{
-	4,  // 0: iii.sandbox.v1.InfoResponse.contract:type_name -> iii.sandbox.v1.ContractVersion
-	13, // 1: iii.sandbox.v1.RunRequest.files:type_name -> iii.sandbox.v1.RunFile
-	12, // 2: iii.sandbox.v1.RunResponse.result:type_name -> iii.sandbox.v1.ExecResponse
-	17, // 3: iii.sandbox.v1.ListResponse.sandboxes:type_name -> iii.sandbox.v1.ListEntry
-	22, // 4: iii.sandbox.v1.CatalogListResponse.images:type_name -> iii.sandbox.v1.CatalogImage
-	24, // 5: iii.sandbox.v1.FsLsResponse.entries:type_name -> iii.sandbox.v1.FsEntry
-	24, // 6: iii.sandbox.v1.FsStatResponse.entry:type_name -> iii.sandbox.v1.FsEntry
-	31, // 7: iii.sandbox.v1.FsWriteChunk.header:type_name -> iii.sandbox.v1.FsWriteHeader
-	35, // 8: iii.sandbox.v1.FsReadChunk.meta:type_name -> iii.sandbox.v1.FsReadMeta
-	44, // 9: iii.sandbox.v1.FsGrepResponse.matches:type_name -> iii.sandbox.v1.GrepMatch
-	47, // 10: iii.sandbox.v1.FsSedResponse.results:type_name -> iii.sandbox.v1.SedResult
-	49, // 11: iii.sandbox.v1.WorkerStartRequest.config:type_name -> iii.sandbox.v1.WorkerConfigFile
-	54, // 12: iii.sandbox.v1.WorkerListResponse.workers:type_name -> iii.sandbox.v1.WorkerStatusResponse
-	58, // 13: iii.sandbox.v1.WorkerLogsResponse.entries:type_name -> iii.sandbox.v1.WorkerLogEntry
-	62, // 14: iii.sandbox.v1.CreateStreamMessage.progress:type_name -> iii.sandbox.v1.ProgressEvent
-	10, // 15: iii.sandbox.v1.CreateStreamMessage.response:type_name -> iii.sandbox.v1.CreateResponse
-	62, // 16: iii.sandbox.v1.RunStreamMessage.progress:type_name -> iii.sandbox.v1.ProgressEvent
-	15, // 17: iii.sandbox.v1.RunStreamMessage.response:type_name -> iii.sandbox.v1.RunResponse
-	5,  // 18: iii.sandbox.v1.SandboxAdapter.Info:input_type -> iii.sandbox.v1.InfoRequest
-	7,  // 19: iii.sandbox.v1.SandboxAdapter.Configure:input_type -> iii.sandbox.v1.ConfigureRequest
-	9,  // 20: iii.sandbox.v1.SandboxAdapter.Create:input_type -> iii.sandbox.v1.CreateRequest
-	11, // 21: iii.sandbox.v1.SandboxAdapter.Exec:input_type -> iii.sandbox.v1.ExecRequest
-	14, // 22: iii.sandbox.v1.SandboxAdapter.Run:input_type -> iii.sandbox.v1.RunRequest
-	16, // 23: iii.sandbox.v1.SandboxAdapter.List:input_type -> iii.sandbox.v1.ListRequest
-	19, // 24: iii.sandbox.v1.SandboxAdapter.Stop:input_type -> iii.sandbox.v1.StopRequest
-	21, // 25: iii.sandbox.v1.SandboxAdapter.CatalogList:input_type -> iii.sandbox.v1.CatalogListRequest
-	25, // 26: iii.sandbox.v1.SandboxAdapter.FsLs:input_type -> iii.sandbox.v1.FsLsRequest
-	27, // 27: iii.sandbox.v1.SandboxAdapter.FsStat:input_type -> iii.sandbox.v1.FsStatRequest
-	29, // 28: iii.sandbox.v1.SandboxAdapter.FsMkdir:input_type -> iii.sandbox.v1.FsMkdirRequest
-	32, // 29: iii.sandbox.v1.SandboxAdapter.FsWrite:input_type -> iii.sandbox.v1.FsWriteChunk
-	34, // 30: iii.sandbox.v1.SandboxAdapter.FsRead:input_type -> iii.sandbox.v1.FsReadRequest
-	37, // 31: iii.sandbox.v1.SandboxAdapter.FsRm:input_type -> iii.sandbox.v1.FsRmRequest
-	39, // 32: iii.sandbox.v1.SandboxAdapter.FsChmod:input_type -> iii.sandbox.v1.FsChmodRequest
-	41, // 33: iii.sandbox.v1.SandboxAdapter.FsMv:input_type -> iii.sandbox.v1.FsMvRequest
-	43, // 34: iii.sandbox.v1.SandboxAdapter.FsGrep:input_type -> iii.sandbox.v1.FsGrepRequest
-	46, // 35: iii.sandbox.v1.SandboxAdapter.FsSed:input_type -> iii.sandbox.v1.FsSedRequest
-	50, // 36: iii.sandbox.v1.SandboxAdapter.WorkerStart:input_type -> iii.sandbox.v1.WorkerStartRequest
-	52, // 37: iii.sandbox.v1.SandboxAdapter.WorkerStop:input_type -> iii.sandbox.v1.WorkerStopRequest
-	53, // 38: iii.sandbox.v1.SandboxAdapter.WorkerStatus:input_type -> iii.sandbox.v1.WorkerStatusRequest
-	55, // 39: iii.sandbox.v1.SandboxAdapter.WorkerList:input_type -> iii.sandbox.v1.WorkerListRequest
-	57, // 40: iii.sandbox.v1.SandboxAdapter.WorkerLogs:input_type -> iii.sandbox.v1.WorkerLogsRequest
-	60, // 41: iii.sandbox.v1.SandboxAdapter.WorkerRemove:input_type -> iii.sandbox.v1.WorkerRemoveRequest
-	9,  // 42: iii.sandbox.v1.SandboxAdapter.CreateStream:input_type -> iii.sandbox.v1.CreateRequest
-	14, // 43: iii.sandbox.v1.SandboxAdapter.RunStream:input_type -> iii.sandbox.v1.RunRequest
-	0,  // 44: iii.sandbox.v1.SandboxAdapter.Pause:input_type -> iii.sandbox.v1.PauseRequest
-	1,  // 45: iii.sandbox.v1.SandboxAdapter.Resume:input_type -> iii.sandbox.v1.ResumeRequest
-	6,  // 46: iii.sandbox.v1.SandboxAdapter.Info:output_type -> iii.sandbox.v1.InfoResponse
-	8,  // 47: iii.sandbox.v1.SandboxAdapter.Configure:output_type -> iii.sandbox.v1.ConfigureResponse
-	10, // 48: iii.sandbox.v1.SandboxAdapter.Create:output_type -> iii.sandbox.v1.CreateResponse
-	12, // 49: iii.sandbox.v1.SandboxAdapter.Exec:output_type -> iii.sandbox.v1.ExecResponse
-	15, // 50: iii.sandbox.v1.SandboxAdapter.Run:output_type -> iii.sandbox.v1.RunResponse
-	18, // 51: iii.sandbox.v1.SandboxAdapter.List:output_type -> iii.sandbox.v1.ListResponse
-	20, // 52: iii.sandbox.v1.SandboxAdapter.Stop:output_type -> iii.sandbox.v1.StopResponse
-	23, // 53: iii.sandbox.v1.SandboxAdapter.CatalogList:output_type -> iii.sandbox.v1.CatalogListResponse
-	26, // 54: iii.sandbox.v1.SandboxAdapter.FsLs:output_type -> iii.sandbox.v1.FsLsResponse
-	28, // 55: iii.sandbox.v1.SandboxAdapter.FsStat:output_type -> iii.sandbox.v1.FsStatResponse
-	30, // 56: iii.sandbox.v1.SandboxAdapter.FsMkdir:output_type -> iii.sandbox.v1.FsMkdirResponse
-	33, // 57: iii.sandbox.v1.SandboxAdapter.FsWrite:output_type -> iii.sandbox.v1.FsWriteResponse
-	36, // 58: iii.sandbox.v1.SandboxAdapter.FsRead:output_type -> iii.sandbox.v1.FsReadChunk
-	38, // 59: iii.sandbox.v1.SandboxAdapter.FsRm:output_type -> iii.sandbox.v1.FsRmResponse
-	40, // 60: iii.sandbox.v1.SandboxAdapter.FsChmod:output_type -> iii.sandbox.v1.FsChmodResponse
-	42, // 61: iii.sandbox.v1.SandboxAdapter.FsMv:output_type -> iii.sandbox.v1.FsMvResponse
-	45, // 62: iii.sandbox.v1.SandboxAdapter.FsGrep:output_type -> iii.sandbox.v1.FsGrepResponse
-	48, // 63: iii.sandbox.v1.SandboxAdapter.FsSed:output_type -> iii.sandbox.v1.FsSedResponse
-	51, // 64: iii.sandbox.v1.SandboxAdapter.WorkerStart:output_type -> iii.sandbox.v1.WorkerStartResponse
-	54, // 65: iii.sandbox.v1.SandboxAdapter.WorkerStop:output_type -> iii.sandbox.v1.WorkerStatusResponse
-	54, // 66: iii.sandbox.v1.SandboxAdapter.WorkerStatus:output_type -> iii.sandbox.v1.WorkerStatusResponse
-	56, // 67: iii.sandbox.v1.SandboxAdapter.WorkerList:output_type -> iii.sandbox.v1.WorkerListResponse
-	59, // 68: iii.sandbox.v1.SandboxAdapter.WorkerLogs:output_type -> iii.sandbox.v1.WorkerLogsResponse
-	61, // 69: iii.sandbox.v1.SandboxAdapter.WorkerRemove:output_type -> iii.sandbox.v1.WorkerRemoveResponse
-	63, // 70: iii.sandbox.v1.SandboxAdapter.CreateStream:output_type -> iii.sandbox.v1.CreateStreamMessage
-	64, // 71: iii.sandbox.v1.SandboxAdapter.RunStream:output_type -> iii.sandbox.v1.RunStreamMessage
-	2,  // 72: iii.sandbox.v1.SandboxAdapter.Pause:output_type -> iii.sandbox.v1.SandboxStatusResponse
-	2,  // 73: iii.sandbox.v1.SandboxAdapter.Resume:output_type -> iii.sandbox.v1.SandboxStatusResponse
-	46, // [46:74] is the sub-list for method output_type
-	18, // [18:46] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	0, // 0: iii.sandbox.v1.SandboxAdapter.Invoke:input_type -> iii.sandbox.v1.InvokeRequest
+	2, // 1: iii.sandbox.v1.Channels.Create:input_type -> iii.sandbox.v1.CreateChannelRequest
+	4, // 2: iii.sandbox.v1.Channels.Read:input_type -> iii.sandbox.v1.ReadChannelRequest
+	6, // 3: iii.sandbox.v1.Channels.Write:input_type -> iii.sandbox.v1.ChannelWrite
+	1, // 4: iii.sandbox.v1.SandboxAdapter.Invoke:output_type -> iii.sandbox.v1.InvokeReply
+	3, // 5: iii.sandbox.v1.Channels.Create:output_type -> iii.sandbox.v1.CreateChannelReply
+	5, // 6: iii.sandbox.v1.Channels.Read:output_type -> iii.sandbox.v1.ChannelData
+	7, // 7: iii.sandbox.v1.Channels.Write:output_type -> iii.sandbox.v1.ChannelWriteReply
+	4, // [4:8] is the sub-list for method output_type
+	0, // [0:4] is the sub-list for method input_type
+	0, // [0:0] is the sub-list for extension type_name
+	0, // [0:0] is the sub-list for extension extendee
+	0, // [0:0] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_proto_init() }
@@ -4785,30 +588,11 @@ func file_sandbox_proto_init() {
 	if File_sandbox_proto != nil {
 		return
 	}
-	file_sandbox_proto_msgTypes[3].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[9].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[12].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[32].OneofWrappers = []any{
-		(*FsWriteChunk_Header)(nil),
-		(*FsWriteChunk_Data)(nil),
-	}
-	file_sandbox_proto_msgTypes[36].OneofWrappers = []any{
-		(*FsReadChunk_Meta)(nil),
-		(*FsReadChunk_Data)(nil),
-	}
-	file_sandbox_proto_msgTypes[39].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[50].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[51].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[54].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[57].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[62].OneofWrappers = []any{}
-	file_sandbox_proto_msgTypes[63].OneofWrappers = []any{
-		(*CreateStreamMessage_Progress)(nil),
-		(*CreateStreamMessage_Response)(nil),
-	}
-	file_sandbox_proto_msgTypes[64].OneofWrappers = []any{
-		(*RunStreamMessage_Progress)(nil),
-		(*RunStreamMessage_Response)(nil),
+	file_sandbox_proto_msgTypes[6].OneofWrappers = []any{
+		(*ChannelWrite_Open)(nil),
+		(*ChannelWrite_Data)(nil),
+		(*ChannelWrite_Text)(nil),
+		(*ChannelWrite_Abort)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4816,9 +600,9 @@ func file_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_proto_rawDesc), len(file_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   65,
+			NumMessages:   8,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_sandbox_proto_goTypes,
 		DependencyIndexes: file_sandbox_proto_depIdxs,

@@ -1,8 +1,10 @@
-// The sandbox contract 1.1 as a gRPC service between the engine's plugin host
-// and an adapter subprocess (go-plugin). The JSON contract users see is
-// defined by the Go types in package contract; this service carries the same
-// fields, resolved by the host's decoders (defaults applied, exec's command
-// shapes resolved into argv).
+// The engine↔adapter transport of the sandbox contract over go-plugin: one
+// generic call that carries the contract's public JSON, and the engine's
+// streaming channels served back to the adapter through go-plugin's broker.
+// The JSON contract (docs/sandbox-contract.md, the Go types and decoders of
+// package contract) is the only mapping: the engine forwards the caller's
+// bytes untouched and the adapter decodes and validates them once, with
+// package adapterjson, the same code its WebSocket transport runs.
 //
 // Versioning: the package version (v1) is the contract major. Within a major
 // the service only grows: new fields take new numbers, new RPCs are added,
@@ -29,88 +31,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxAdapter_Info_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/Info"
-	SandboxAdapter_Configure_FullMethodName    = "/iii.sandbox.v1.SandboxAdapter/Configure"
-	SandboxAdapter_Create_FullMethodName       = "/iii.sandbox.v1.SandboxAdapter/Create"
-	SandboxAdapter_Exec_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/Exec"
-	SandboxAdapter_Run_FullMethodName          = "/iii.sandbox.v1.SandboxAdapter/Run"
-	SandboxAdapter_List_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/List"
-	SandboxAdapter_Stop_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/Stop"
-	SandboxAdapter_CatalogList_FullMethodName  = "/iii.sandbox.v1.SandboxAdapter/CatalogList"
-	SandboxAdapter_FsLs_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/FsLs"
-	SandboxAdapter_FsStat_FullMethodName       = "/iii.sandbox.v1.SandboxAdapter/FsStat"
-	SandboxAdapter_FsMkdir_FullMethodName      = "/iii.sandbox.v1.SandboxAdapter/FsMkdir"
-	SandboxAdapter_FsWrite_FullMethodName      = "/iii.sandbox.v1.SandboxAdapter/FsWrite"
-	SandboxAdapter_FsRead_FullMethodName       = "/iii.sandbox.v1.SandboxAdapter/FsRead"
-	SandboxAdapter_FsRm_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/FsRm"
-	SandboxAdapter_FsChmod_FullMethodName      = "/iii.sandbox.v1.SandboxAdapter/FsChmod"
-	SandboxAdapter_FsMv_FullMethodName         = "/iii.sandbox.v1.SandboxAdapter/FsMv"
-	SandboxAdapter_FsGrep_FullMethodName       = "/iii.sandbox.v1.SandboxAdapter/FsGrep"
-	SandboxAdapter_FsSed_FullMethodName        = "/iii.sandbox.v1.SandboxAdapter/FsSed"
-	SandboxAdapter_WorkerStart_FullMethodName  = "/iii.sandbox.v1.SandboxAdapter/WorkerStart"
-	SandboxAdapter_WorkerStop_FullMethodName   = "/iii.sandbox.v1.SandboxAdapter/WorkerStop"
-	SandboxAdapter_WorkerStatus_FullMethodName = "/iii.sandbox.v1.SandboxAdapter/WorkerStatus"
-	SandboxAdapter_WorkerList_FullMethodName   = "/iii.sandbox.v1.SandboxAdapter/WorkerList"
-	SandboxAdapter_WorkerLogs_FullMethodName   = "/iii.sandbox.v1.SandboxAdapter/WorkerLogs"
-	SandboxAdapter_WorkerRemove_FullMethodName = "/iii.sandbox.v1.SandboxAdapter/WorkerRemove"
-	SandboxAdapter_CreateStream_FullMethodName = "/iii.sandbox.v1.SandboxAdapter/CreateStream"
-	SandboxAdapter_RunStream_FullMethodName    = "/iii.sandbox.v1.SandboxAdapter/RunStream"
-	SandboxAdapter_Pause_FullMethodName        = "/iii.sandbox.v1.SandboxAdapter/Pause"
-	SandboxAdapter_Resume_FullMethodName       = "/iii.sandbox.v1.SandboxAdapter/Resume"
+	SandboxAdapter_Invoke_FullMethodName = "/iii.sandbox.v1.SandboxAdapter/Invoke"
 )
 
 // SandboxAdapterClient is the client API for SandboxAdapter service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// SandboxAdapter is what an adapter process serves.
 type SandboxAdapterClient interface {
-	// adapter::info: who the adapter is and which contract it implements.
-	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
-	// Hands the adapter its configuration (config_override as JSON) once,
-	// right after start. The adapter validates it fail-closed; an error means
-	// the configuration is rejected and carries the reason.
-	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
-	Create(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (*CreateResponse, error)
-	Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (*ExecResponse, error)
-	Run(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (*RunResponse, error)
-	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
-	Stop(ctx context.Context, in *StopRequest, opts ...grpc.CallOption) (*StopResponse, error)
-	CatalogList(ctx context.Context, in *CatalogListRequest, opts ...grpc.CallOption) (*CatalogListResponse, error)
-	FsLs(ctx context.Context, in *FsLsRequest, opts ...grpc.CallOption) (*FsLsResponse, error)
-	FsStat(ctx context.Context, in *FsStatRequest, opts ...grpc.CallOption) (*FsStatResponse, error)
-	FsMkdir(ctx context.Context, in *FsMkdirRequest, opts ...grpc.CallOption) (*FsMkdirResponse, error)
-	// The first message is the header; every later one is a chunk of the file,
-	// so a large file never sits in one message.
-	FsWrite(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[FsWriteChunk, FsWriteResponse], error)
-	// The first message is the file's metadata; every later one is a chunk.
-	FsRead(ctx context.Context, in *FsReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FsReadChunk], error)
-	FsRm(ctx context.Context, in *FsRmRequest, opts ...grpc.CallOption) (*FsRmResponse, error)
-	FsChmod(ctx context.Context, in *FsChmodRequest, opts ...grpc.CallOption) (*FsChmodResponse, error)
-	FsMv(ctx context.Context, in *FsMvRequest, opts ...grpc.CallOption) (*FsMvResponse, error)
-	FsGrep(ctx context.Context, in *FsGrepRequest, opts ...grpc.CallOption) (*FsGrepResponse, error)
-	FsSed(ctx context.Context, in *FsSedRequest, opts ...grpc.CallOption) (*FsSedResponse, error)
-	// <adapter>::worker::* (Compose's worker VMs), served by adapters that
-	// announce the "worker" capability in InfoResponse.capabilities; others
-	// answer with a sandbox error.
-	WorkerStart(ctx context.Context, in *WorkerStartRequest, opts ...grpc.CallOption) (*WorkerStartResponse, error)
-	WorkerStop(ctx context.Context, in *WorkerStopRequest, opts ...grpc.CallOption) (*WorkerStatusResponse, error)
-	WorkerStatus(ctx context.Context, in *WorkerStatusRequest, opts ...grpc.CallOption) (*WorkerStatusResponse, error)
-	WorkerList(ctx context.Context, in *WorkerListRequest, opts ...grpc.CallOption) (*WorkerListResponse, error)
-	WorkerLogs(ctx context.Context, in *WorkerLogsRequest, opts ...grpc.CallOption) (*WorkerLogsResponse, error)
-	WorkerRemove(ctx context.Context, in *WorkerRemoveRequest, opts ...grpc.CallOption) (*WorkerRemoveResponse, error)
-	// Create and Run with progress: the same requests, answered by a stream
-	// of progress events (image pull, unpack, erofs build, boot, ready) and
-	// then exactly one final response. A failure ends the stream with a
-	// status carrying the SandboxError, as the unary calls do. Hosts use
-	// these only when a caller asked for progress, and fall back to Create
-	// and Run when an adapter answers Unimplemented (built before they
-	// existed).
-	CreateStream(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CreateStreamMessage], error)
-	RunStream(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunStreamMessage], error)
-	// sandbox::pause and sandbox::resume, served by adapters that announce
-	// the "pause" capability in InfoResponse.capabilities; others answer
-	// with a sandbox error (S006).
-	Pause(ctx context.Context, in *PauseRequest, opts ...grpc.CallOption) (*SandboxStatusResponse, error)
-	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*SandboxStatusResponse, error)
+	// Invoke runs one operation: "create", "fs::read", "adapter::info",
+	// "worker::start", ... and "configure" (payload: the configuration).
+	Invoke(ctx context.Context, in *InvokeRequest, opts ...grpc.CallOption) (*InvokeReply, error)
 }
 
 type sandboxAdapterClient struct {
@@ -121,310 +53,10 @@ func NewSandboxAdapterClient(cc grpc.ClientConnInterface) SandboxAdapterClient {
 	return &sandboxAdapterClient{cc}
 }
 
-func (c *sandboxAdapterClient) Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error) {
+func (c *sandboxAdapterClient) Invoke(ctx context.Context, in *InvokeRequest, opts ...grpc.CallOption) (*InvokeReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(InfoResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_Info_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ConfigureResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_Configure_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) Create(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (*CreateResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CreateResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_Create_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (*ExecResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ExecResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_Exec_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) Run(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (*RunResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(RunResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_Run_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_List_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) Stop(ctx context.Context, in *StopRequest, opts ...grpc.CallOption) (*StopResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(StopResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_Stop_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) CatalogList(ctx context.Context, in *CatalogListRequest, opts ...grpc.CallOption) (*CatalogListResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CatalogListResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_CatalogList_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) FsLs(ctx context.Context, in *FsLsRequest, opts ...grpc.CallOption) (*FsLsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(FsLsResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_FsLs_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) FsStat(ctx context.Context, in *FsStatRequest, opts ...grpc.CallOption) (*FsStatResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(FsStatResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_FsStat_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) FsMkdir(ctx context.Context, in *FsMkdirRequest, opts ...grpc.CallOption) (*FsMkdirResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(FsMkdirResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_FsMkdir_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) FsWrite(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[FsWriteChunk, FsWriteResponse], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxAdapter_ServiceDesc.Streams[0], SandboxAdapter_FsWrite_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[FsWriteChunk, FsWriteResponse]{ClientStream: stream}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SandboxAdapter_FsWriteClient = grpc.ClientStreamingClient[FsWriteChunk, FsWriteResponse]
-
-func (c *sandboxAdapterClient) FsRead(ctx context.Context, in *FsReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FsReadChunk], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxAdapter_ServiceDesc.Streams[1], SandboxAdapter_FsRead_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[FsReadRequest, FsReadChunk]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SandboxAdapter_FsReadClient = grpc.ServerStreamingClient[FsReadChunk]
-
-func (c *sandboxAdapterClient) FsRm(ctx context.Context, in *FsRmRequest, opts ...grpc.CallOption) (*FsRmResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(FsRmResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_FsRm_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) FsChmod(ctx context.Context, in *FsChmodRequest, opts ...grpc.CallOption) (*FsChmodResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(FsChmodResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_FsChmod_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) FsMv(ctx context.Context, in *FsMvRequest, opts ...grpc.CallOption) (*FsMvResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(FsMvResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_FsMv_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) FsGrep(ctx context.Context, in *FsGrepRequest, opts ...grpc.CallOption) (*FsGrepResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(FsGrepResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_FsGrep_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) FsSed(ctx context.Context, in *FsSedRequest, opts ...grpc.CallOption) (*FsSedResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(FsSedResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_FsSed_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) WorkerStart(ctx context.Context, in *WorkerStartRequest, opts ...grpc.CallOption) (*WorkerStartResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(WorkerStartResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerStart_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) WorkerStop(ctx context.Context, in *WorkerStopRequest, opts ...grpc.CallOption) (*WorkerStatusResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(WorkerStatusResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerStop_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) WorkerStatus(ctx context.Context, in *WorkerStatusRequest, opts ...grpc.CallOption) (*WorkerStatusResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(WorkerStatusResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerStatus_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) WorkerList(ctx context.Context, in *WorkerListRequest, opts ...grpc.CallOption) (*WorkerListResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(WorkerListResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerList_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) WorkerLogs(ctx context.Context, in *WorkerLogsRequest, opts ...grpc.CallOption) (*WorkerLogsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(WorkerLogsResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerLogs_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) WorkerRemove(ctx context.Context, in *WorkerRemoveRequest, opts ...grpc.CallOption) (*WorkerRemoveResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(WorkerRemoveResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_WorkerRemove_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) CreateStream(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CreateStreamMessage], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxAdapter_ServiceDesc.Streams[2], SandboxAdapter_CreateStream_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[CreateRequest, CreateStreamMessage]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SandboxAdapter_CreateStreamClient = grpc.ServerStreamingClient[CreateStreamMessage]
-
-func (c *sandboxAdapterClient) RunStream(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunStreamMessage], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxAdapter_ServiceDesc.Streams[3], SandboxAdapter_RunStream_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[RunRequest, RunStreamMessage]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SandboxAdapter_RunStreamClient = grpc.ServerStreamingClient[RunStreamMessage]
-
-func (c *sandboxAdapterClient) Pause(ctx context.Context, in *PauseRequest, opts ...grpc.CallOption) (*SandboxStatusResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(SandboxStatusResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_Pause_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *sandboxAdapterClient) Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*SandboxStatusResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(SandboxStatusResponse)
-	err := c.cc.Invoke(ctx, SandboxAdapter_Resume_FullMethodName, in, out, cOpts...)
+	out := new(InvokeReply)
+	err := c.cc.Invoke(ctx, SandboxAdapter_Invoke_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -434,55 +66,12 @@ func (c *sandboxAdapterClient) Resume(ctx context.Context, in *ResumeRequest, op
 // SandboxAdapterServer is the server API for SandboxAdapter service.
 // All implementations must embed UnimplementedSandboxAdapterServer
 // for forward compatibility.
+//
+// SandboxAdapter is what an adapter process serves.
 type SandboxAdapterServer interface {
-	// adapter::info: who the adapter is and which contract it implements.
-	Info(context.Context, *InfoRequest) (*InfoResponse, error)
-	// Hands the adapter its configuration (config_override as JSON) once,
-	// right after start. The adapter validates it fail-closed; an error means
-	// the configuration is rejected and carries the reason.
-	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
-	Create(context.Context, *CreateRequest) (*CreateResponse, error)
-	Exec(context.Context, *ExecRequest) (*ExecResponse, error)
-	Run(context.Context, *RunRequest) (*RunResponse, error)
-	List(context.Context, *ListRequest) (*ListResponse, error)
-	Stop(context.Context, *StopRequest) (*StopResponse, error)
-	CatalogList(context.Context, *CatalogListRequest) (*CatalogListResponse, error)
-	FsLs(context.Context, *FsLsRequest) (*FsLsResponse, error)
-	FsStat(context.Context, *FsStatRequest) (*FsStatResponse, error)
-	FsMkdir(context.Context, *FsMkdirRequest) (*FsMkdirResponse, error)
-	// The first message is the header; every later one is a chunk of the file,
-	// so a large file never sits in one message.
-	FsWrite(grpc.ClientStreamingServer[FsWriteChunk, FsWriteResponse]) error
-	// The first message is the file's metadata; every later one is a chunk.
-	FsRead(*FsReadRequest, grpc.ServerStreamingServer[FsReadChunk]) error
-	FsRm(context.Context, *FsRmRequest) (*FsRmResponse, error)
-	FsChmod(context.Context, *FsChmodRequest) (*FsChmodResponse, error)
-	FsMv(context.Context, *FsMvRequest) (*FsMvResponse, error)
-	FsGrep(context.Context, *FsGrepRequest) (*FsGrepResponse, error)
-	FsSed(context.Context, *FsSedRequest) (*FsSedResponse, error)
-	// <adapter>::worker::* (Compose's worker VMs), served by adapters that
-	// announce the "worker" capability in InfoResponse.capabilities; others
-	// answer with a sandbox error.
-	WorkerStart(context.Context, *WorkerStartRequest) (*WorkerStartResponse, error)
-	WorkerStop(context.Context, *WorkerStopRequest) (*WorkerStatusResponse, error)
-	WorkerStatus(context.Context, *WorkerStatusRequest) (*WorkerStatusResponse, error)
-	WorkerList(context.Context, *WorkerListRequest) (*WorkerListResponse, error)
-	WorkerLogs(context.Context, *WorkerLogsRequest) (*WorkerLogsResponse, error)
-	WorkerRemove(context.Context, *WorkerRemoveRequest) (*WorkerRemoveResponse, error)
-	// Create and Run with progress: the same requests, answered by a stream
-	// of progress events (image pull, unpack, erofs build, boot, ready) and
-	// then exactly one final response. A failure ends the stream with a
-	// status carrying the SandboxError, as the unary calls do. Hosts use
-	// these only when a caller asked for progress, and fall back to Create
-	// and Run when an adapter answers Unimplemented (built before they
-	// existed).
-	CreateStream(*CreateRequest, grpc.ServerStreamingServer[CreateStreamMessage]) error
-	RunStream(*RunRequest, grpc.ServerStreamingServer[RunStreamMessage]) error
-	// sandbox::pause and sandbox::resume, served by adapters that announce
-	// the "pause" capability in InfoResponse.capabilities; others answer
-	// with a sandbox error (S006).
-	Pause(context.Context, *PauseRequest) (*SandboxStatusResponse, error)
-	Resume(context.Context, *ResumeRequest) (*SandboxStatusResponse, error)
+	// Invoke runs one operation: "create", "fs::read", "adapter::info",
+	// "worker::start", ... and "configure" (payload: the configuration).
+	Invoke(context.Context, *InvokeRequest) (*InvokeReply, error)
 	mustEmbedUnimplementedSandboxAdapterServer()
 }
 
@@ -493,89 +82,8 @@ type SandboxAdapterServer interface {
 // pointer dereference when methods are called.
 type UnimplementedSandboxAdapterServer struct{}
 
-func (UnimplementedSandboxAdapterServer) Info(context.Context, *InfoRequest) (*InfoResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Info not implemented")
-}
-func (UnimplementedSandboxAdapterServer) Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Configure not implemented")
-}
-func (UnimplementedSandboxAdapterServer) Create(context.Context, *CreateRequest) (*CreateResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Create not implemented")
-}
-func (UnimplementedSandboxAdapterServer) Exec(context.Context, *ExecRequest) (*ExecResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Exec not implemented")
-}
-func (UnimplementedSandboxAdapterServer) Run(context.Context, *RunRequest) (*RunResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Run not implemented")
-}
-func (UnimplementedSandboxAdapterServer) List(context.Context, *ListRequest) (*ListResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method List not implemented")
-}
-func (UnimplementedSandboxAdapterServer) Stop(context.Context, *StopRequest) (*StopResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Stop not implemented")
-}
-func (UnimplementedSandboxAdapterServer) CatalogList(context.Context, *CatalogListRequest) (*CatalogListResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method CatalogList not implemented")
-}
-func (UnimplementedSandboxAdapterServer) FsLs(context.Context, *FsLsRequest) (*FsLsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method FsLs not implemented")
-}
-func (UnimplementedSandboxAdapterServer) FsStat(context.Context, *FsStatRequest) (*FsStatResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method FsStat not implemented")
-}
-func (UnimplementedSandboxAdapterServer) FsMkdir(context.Context, *FsMkdirRequest) (*FsMkdirResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method FsMkdir not implemented")
-}
-func (UnimplementedSandboxAdapterServer) FsWrite(grpc.ClientStreamingServer[FsWriteChunk, FsWriteResponse]) error {
-	return status.Error(codes.Unimplemented, "method FsWrite not implemented")
-}
-func (UnimplementedSandboxAdapterServer) FsRead(*FsReadRequest, grpc.ServerStreamingServer[FsReadChunk]) error {
-	return status.Error(codes.Unimplemented, "method FsRead not implemented")
-}
-func (UnimplementedSandboxAdapterServer) FsRm(context.Context, *FsRmRequest) (*FsRmResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method FsRm not implemented")
-}
-func (UnimplementedSandboxAdapterServer) FsChmod(context.Context, *FsChmodRequest) (*FsChmodResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method FsChmod not implemented")
-}
-func (UnimplementedSandboxAdapterServer) FsMv(context.Context, *FsMvRequest) (*FsMvResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method FsMv not implemented")
-}
-func (UnimplementedSandboxAdapterServer) FsGrep(context.Context, *FsGrepRequest) (*FsGrepResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method FsGrep not implemented")
-}
-func (UnimplementedSandboxAdapterServer) FsSed(context.Context, *FsSedRequest) (*FsSedResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method FsSed not implemented")
-}
-func (UnimplementedSandboxAdapterServer) WorkerStart(context.Context, *WorkerStartRequest) (*WorkerStartResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method WorkerStart not implemented")
-}
-func (UnimplementedSandboxAdapterServer) WorkerStop(context.Context, *WorkerStopRequest) (*WorkerStatusResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method WorkerStop not implemented")
-}
-func (UnimplementedSandboxAdapterServer) WorkerStatus(context.Context, *WorkerStatusRequest) (*WorkerStatusResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method WorkerStatus not implemented")
-}
-func (UnimplementedSandboxAdapterServer) WorkerList(context.Context, *WorkerListRequest) (*WorkerListResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method WorkerList not implemented")
-}
-func (UnimplementedSandboxAdapterServer) WorkerLogs(context.Context, *WorkerLogsRequest) (*WorkerLogsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method WorkerLogs not implemented")
-}
-func (UnimplementedSandboxAdapterServer) WorkerRemove(context.Context, *WorkerRemoveRequest) (*WorkerRemoveResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method WorkerRemove not implemented")
-}
-func (UnimplementedSandboxAdapterServer) CreateStream(*CreateRequest, grpc.ServerStreamingServer[CreateStreamMessage]) error {
-	return status.Error(codes.Unimplemented, "method CreateStream not implemented")
-}
-func (UnimplementedSandboxAdapterServer) RunStream(*RunRequest, grpc.ServerStreamingServer[RunStreamMessage]) error {
-	return status.Error(codes.Unimplemented, "method RunStream not implemented")
-}
-func (UnimplementedSandboxAdapterServer) Pause(context.Context, *PauseRequest) (*SandboxStatusResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Pause not implemented")
-}
-func (UnimplementedSandboxAdapterServer) Resume(context.Context, *ResumeRequest) (*SandboxStatusResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Resume not implemented")
+func (UnimplementedSandboxAdapterServer) Invoke(context.Context, *InvokeRequest) (*InvokeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Invoke not implemented")
 }
 func (UnimplementedSandboxAdapterServer) mustEmbedUnimplementedSandboxAdapterServer() {}
 func (UnimplementedSandboxAdapterServer) testEmbeddedByValue()                        {}
@@ -598,474 +106,20 @@ func RegisterSandboxAdapterServer(s grpc.ServiceRegistrar, srv SandboxAdapterSer
 	s.RegisterService(&SandboxAdapter_ServiceDesc, srv)
 }
 
-func _SandboxAdapter_Info_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(InfoRequest)
+func _SandboxAdapter_Invoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InvokeRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(SandboxAdapterServer).Info(ctx, in)
+		return srv.(SandboxAdapterServer).Invoke(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: SandboxAdapter_Info_FullMethodName,
+		FullMethod: SandboxAdapter_Invoke_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).Info(ctx, req.(*InfoRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_Configure_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ConfigureRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).Configure(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_Configure_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).Configure(ctx, req.(*ConfigureRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_Create_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CreateRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).Create(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_Create_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).Create(ctx, req.(*CreateRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_Exec_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ExecRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).Exec(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_Exec_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).Exec(ctx, req.(*ExecRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_Run_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(RunRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).Run(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_Run_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).Run(ctx, req.(*RunRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).List(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_List_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).List(ctx, req.(*ListRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_Stop_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(StopRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).Stop(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_Stop_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).Stop(ctx, req.(*StopRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_CatalogList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CatalogListRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).CatalogList(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_CatalogList_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).CatalogList(ctx, req.(*CatalogListRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_FsLs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(FsLsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).FsLs(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_FsLs_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).FsLs(ctx, req.(*FsLsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_FsStat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(FsStatRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).FsStat(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_FsStat_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).FsStat(ctx, req.(*FsStatRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_FsMkdir_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(FsMkdirRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).FsMkdir(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_FsMkdir_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).FsMkdir(ctx, req.(*FsMkdirRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_FsWrite_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(SandboxAdapterServer).FsWrite(&grpc.GenericServerStream[FsWriteChunk, FsWriteResponse]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SandboxAdapter_FsWriteServer = grpc.ClientStreamingServer[FsWriteChunk, FsWriteResponse]
-
-func _SandboxAdapter_FsRead_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(FsReadRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(SandboxAdapterServer).FsRead(m, &grpc.GenericServerStream[FsReadRequest, FsReadChunk]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SandboxAdapter_FsReadServer = grpc.ServerStreamingServer[FsReadChunk]
-
-func _SandboxAdapter_FsRm_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(FsRmRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).FsRm(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_FsRm_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).FsRm(ctx, req.(*FsRmRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_FsChmod_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(FsChmodRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).FsChmod(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_FsChmod_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).FsChmod(ctx, req.(*FsChmodRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_FsMv_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(FsMvRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).FsMv(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_FsMv_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).FsMv(ctx, req.(*FsMvRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_FsGrep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(FsGrepRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).FsGrep(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_FsGrep_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).FsGrep(ctx, req.(*FsGrepRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_FsSed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(FsSedRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).FsSed(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_FsSed_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).FsSed(ctx, req.(*FsSedRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_WorkerStart_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(WorkerStartRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).WorkerStart(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_WorkerStart_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).WorkerStart(ctx, req.(*WorkerStartRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_WorkerStop_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(WorkerStopRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).WorkerStop(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_WorkerStop_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).WorkerStop(ctx, req.(*WorkerStopRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_WorkerStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(WorkerStatusRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).WorkerStatus(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_WorkerStatus_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).WorkerStatus(ctx, req.(*WorkerStatusRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_WorkerList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(WorkerListRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).WorkerList(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_WorkerList_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).WorkerList(ctx, req.(*WorkerListRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_WorkerLogs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(WorkerLogsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).WorkerLogs(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_WorkerLogs_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).WorkerLogs(ctx, req.(*WorkerLogsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_WorkerRemove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(WorkerRemoveRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).WorkerRemove(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_WorkerRemove_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).WorkerRemove(ctx, req.(*WorkerRemoveRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_CreateStream_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(CreateRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(SandboxAdapterServer).CreateStream(m, &grpc.GenericServerStream[CreateRequest, CreateStreamMessage]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SandboxAdapter_CreateStreamServer = grpc.ServerStreamingServer[CreateStreamMessage]
-
-func _SandboxAdapter_RunStream_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(RunRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(SandboxAdapterServer).RunStream(m, &grpc.GenericServerStream[RunRequest, RunStreamMessage]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SandboxAdapter_RunStreamServer = grpc.ServerStreamingServer[RunStreamMessage]
-
-func _SandboxAdapter_Pause_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(PauseRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).Pause(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_Pause_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).Pause(ctx, req.(*PauseRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SandboxAdapter_Resume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ResumeRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SandboxAdapterServer).Resume(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SandboxAdapter_Resume_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SandboxAdapterServer).Resume(ctx, req.(*ResumeRequest))
+		return srv.(SandboxAdapterServer).Invoke(ctx, req.(*InvokeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1078,122 +132,210 @@ var SandboxAdapter_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*SandboxAdapterServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
-			MethodName: "Info",
-			Handler:    _SandboxAdapter_Info_Handler,
+			MethodName: "Invoke",
+			Handler:    _SandboxAdapter_Invoke_Handler,
 		},
-		{
-			MethodName: "Configure",
-			Handler:    _SandboxAdapter_Configure_Handler,
-		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "sandbox.proto",
+}
+
+const (
+	Channels_Create_FullMethodName = "/iii.sandbox.v1.Channels/Create"
+	Channels_Read_FullMethodName   = "/iii.sandbox.v1.Channels/Read"
+	Channels_Write_FullMethodName  = "/iii.sandbox.v1.Channels/Write"
+)
+
+// ChannelsClient is the client API for Channels service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Channels is what the host serves an adapter through go-plugin's broker:
+// the engine's streaming channels (or, for a Go client without an engine,
+// channels in memory). A channel is named by its StreamChannelRef as JSON.
+type ChannelsClient interface {
+	// Create makes a new channel with the host's default buffer.
+	Create(ctx context.Context, in *CreateChannelRequest, opts ...grpc.CallOption) (*CreateChannelReply, error)
+	// Read streams the bytes of a channel's read end. The server sends its
+	// headers once the end is open, so the opener learns of a bad ref at
+	// once; the stream ends with the channel, or with an error status when
+	// the writer aborted.
+	Read(ctx context.Context, in *ReadChannelRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChannelData], error)
+	// Write feeds a channel's write end: the first message opens it (the
+	// server answers with its headers), then bytes and text messages; the
+	// client closing its side closes the channel, an abort message aborts
+	// it.
+	Write(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ChannelWrite, ChannelWriteReply], error)
+}
+
+type channelsClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewChannelsClient(cc grpc.ClientConnInterface) ChannelsClient {
+	return &channelsClient{cc}
+}
+
+func (c *channelsClient) Create(ctx context.Context, in *CreateChannelRequest, opts ...grpc.CallOption) (*CreateChannelReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateChannelReply)
+	err := c.cc.Invoke(ctx, Channels_Create_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *channelsClient) Read(ctx context.Context, in *ReadChannelRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChannelData], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Channels_ServiceDesc.Streams[0], Channels_Read_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadChannelRequest, ChannelData]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Channels_ReadClient = grpc.ServerStreamingClient[ChannelData]
+
+func (c *channelsClient) Write(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ChannelWrite, ChannelWriteReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Channels_ServiceDesc.Streams[1], Channels_Write_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ChannelWrite, ChannelWriteReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Channels_WriteClient = grpc.ClientStreamingClient[ChannelWrite, ChannelWriteReply]
+
+// ChannelsServer is the server API for Channels service.
+// All implementations must embed UnimplementedChannelsServer
+// for forward compatibility.
+//
+// Channels is what the host serves an adapter through go-plugin's broker:
+// the engine's streaming channels (or, for a Go client without an engine,
+// channels in memory). A channel is named by its StreamChannelRef as JSON.
+type ChannelsServer interface {
+	// Create makes a new channel with the host's default buffer.
+	Create(context.Context, *CreateChannelRequest) (*CreateChannelReply, error)
+	// Read streams the bytes of a channel's read end. The server sends its
+	// headers once the end is open, so the opener learns of a bad ref at
+	// once; the stream ends with the channel, or with an error status when
+	// the writer aborted.
+	Read(*ReadChannelRequest, grpc.ServerStreamingServer[ChannelData]) error
+	// Write feeds a channel's write end: the first message opens it (the
+	// server answers with its headers), then bytes and text messages; the
+	// client closing its side closes the channel, an abort message aborts
+	// it.
+	Write(grpc.ClientStreamingServer[ChannelWrite, ChannelWriteReply]) error
+	mustEmbedUnimplementedChannelsServer()
+}
+
+// UnimplementedChannelsServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedChannelsServer struct{}
+
+func (UnimplementedChannelsServer) Create(context.Context, *CreateChannelRequest) (*CreateChannelReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Create not implemented")
+}
+func (UnimplementedChannelsServer) Read(*ReadChannelRequest, grpc.ServerStreamingServer[ChannelData]) error {
+	return status.Error(codes.Unimplemented, "method Read not implemented")
+}
+func (UnimplementedChannelsServer) Write(grpc.ClientStreamingServer[ChannelWrite, ChannelWriteReply]) error {
+	return status.Error(codes.Unimplemented, "method Write not implemented")
+}
+func (UnimplementedChannelsServer) mustEmbedUnimplementedChannelsServer() {}
+func (UnimplementedChannelsServer) testEmbeddedByValue()                  {}
+
+// UnsafeChannelsServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ChannelsServer will
+// result in compilation errors.
+type UnsafeChannelsServer interface {
+	mustEmbedUnimplementedChannelsServer()
+}
+
+func RegisterChannelsServer(s grpc.ServiceRegistrar, srv ChannelsServer) {
+	// If the following call panics, it indicates UnimplementedChannelsServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Channels_ServiceDesc, srv)
+}
+
+func _Channels_Create_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateChannelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChannelsServer).Create(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Channels_Create_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChannelsServer).Create(ctx, req.(*CreateChannelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Channels_Read_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadChannelRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ChannelsServer).Read(m, &grpc.GenericServerStream[ReadChannelRequest, ChannelData]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Channels_ReadServer = grpc.ServerStreamingServer[ChannelData]
+
+func _Channels_Write_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ChannelsServer).Write(&grpc.GenericServerStream[ChannelWrite, ChannelWriteReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Channels_WriteServer = grpc.ClientStreamingServer[ChannelWrite, ChannelWriteReply]
+
+// Channels_ServiceDesc is the grpc.ServiceDesc for Channels service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Channels_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "iii.sandbox.v1.Channels",
+	HandlerType: (*ChannelsServer)(nil),
+	Methods: []grpc.MethodDesc{
 		{
 			MethodName: "Create",
-			Handler:    _SandboxAdapter_Create_Handler,
-		},
-		{
-			MethodName: "Exec",
-			Handler:    _SandboxAdapter_Exec_Handler,
-		},
-		{
-			MethodName: "Run",
-			Handler:    _SandboxAdapter_Run_Handler,
-		},
-		{
-			MethodName: "List",
-			Handler:    _SandboxAdapter_List_Handler,
-		},
-		{
-			MethodName: "Stop",
-			Handler:    _SandboxAdapter_Stop_Handler,
-		},
-		{
-			MethodName: "CatalogList",
-			Handler:    _SandboxAdapter_CatalogList_Handler,
-		},
-		{
-			MethodName: "FsLs",
-			Handler:    _SandboxAdapter_FsLs_Handler,
-		},
-		{
-			MethodName: "FsStat",
-			Handler:    _SandboxAdapter_FsStat_Handler,
-		},
-		{
-			MethodName: "FsMkdir",
-			Handler:    _SandboxAdapter_FsMkdir_Handler,
-		},
-		{
-			MethodName: "FsRm",
-			Handler:    _SandboxAdapter_FsRm_Handler,
-		},
-		{
-			MethodName: "FsChmod",
-			Handler:    _SandboxAdapter_FsChmod_Handler,
-		},
-		{
-			MethodName: "FsMv",
-			Handler:    _SandboxAdapter_FsMv_Handler,
-		},
-		{
-			MethodName: "FsGrep",
-			Handler:    _SandboxAdapter_FsGrep_Handler,
-		},
-		{
-			MethodName: "FsSed",
-			Handler:    _SandboxAdapter_FsSed_Handler,
-		},
-		{
-			MethodName: "WorkerStart",
-			Handler:    _SandboxAdapter_WorkerStart_Handler,
-		},
-		{
-			MethodName: "WorkerStop",
-			Handler:    _SandboxAdapter_WorkerStop_Handler,
-		},
-		{
-			MethodName: "WorkerStatus",
-			Handler:    _SandboxAdapter_WorkerStatus_Handler,
-		},
-		{
-			MethodName: "WorkerList",
-			Handler:    _SandboxAdapter_WorkerList_Handler,
-		},
-		{
-			MethodName: "WorkerLogs",
-			Handler:    _SandboxAdapter_WorkerLogs_Handler,
-		},
-		{
-			MethodName: "WorkerRemove",
-			Handler:    _SandboxAdapter_WorkerRemove_Handler,
-		},
-		{
-			MethodName: "Pause",
-			Handler:    _SandboxAdapter_Pause_Handler,
-		},
-		{
-			MethodName: "Resume",
-			Handler:    _SandboxAdapter_Resume_Handler,
+			Handler:    _Channels_Create_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
-			StreamName:    "FsWrite",
-			Handler:       _SandboxAdapter_FsWrite_Handler,
+			StreamName:    "Read",
+			Handler:       _Channels_Read_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Write",
+			Handler:       _Channels_Write_Handler,
 			ClientStreams: true,
-		},
-		{
-			StreamName:    "FsRead",
-			Handler:       _SandboxAdapter_FsRead_Handler,
-			ServerStreams: true,
-		},
-		{
-			StreamName:    "CreateStream",
-			Handler:       _SandboxAdapter_CreateStream_Handler,
-			ServerStreams: true,
-		},
-		{
-			StreamName:    "RunStream",
-			Handler:       _SandboxAdapter_RunStream_Handler,
-			ServerStreams: true,
 		},
 	},
 	Metadata: "sandbox.proto",

@@ -9,9 +9,10 @@ import (
 )
 
 // BenchmarkPluginHop splits the cost of a call to an adapter the host
-// runs: the adapter's gRPC call alone (AutoMTLS, another process), the
-// host's handler around it (JSON decode and encode, contexts), and the
-// engine's in-process Invoke on top. scripts/bench/router measures the
+// runs: the adapter's gRPC call alone (AutoMTLS, another process; "grpc"
+// through the typed Go client, which marshals and decodes the JSON,
+// "call" with the JSON as it is), the host's handler around it (contexts,
+// the error cases), and the engine's in-process Invoke on top. scripts/bench/router measures the
 // whole path over WebSocket beside its floors.
 func BenchmarkPluginHop(b *testing.B) {
 	te := newEnv(b, Options{})
@@ -32,7 +33,6 @@ func BenchmarkPluginHop(b *testing.B) {
 	if in == nil {
 		b.Fatal("no running instance")
 	}
-	fn := te.host.ops[contract.OpCatalogList]
 	b.Run("health", func(b *testing.B) {
 		for b.Loop() {
 			if err := in.ping(ctx, waitFor); err != nil {
@@ -47,9 +47,16 @@ func BenchmarkPluginHop(b *testing.B) {
 			}
 		}
 	})
+	b.Run("call", func(b *testing.B) {
+		for b.Loop() {
+			if _, body, err := in.adapter.Call(ctx, contract.OpCatalogList, json.RawMessage(`{}`)); err != nil || body != nil {
+				b.Fatal(err, body)
+			}
+		}
+	})
 	b.Run("handler", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := in.serve(ctx, contract.OpCatalogList, fn, json.RawMessage(`{}`)); err != nil {
+			if _, err := in.serve(ctx, contract.OpCatalogList, json.RawMessage(`{}`)); err != nil {
 				b.Fatal(err)
 			}
 		}

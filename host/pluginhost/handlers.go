@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"sync"
 
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/contract/adapterjson"
@@ -12,17 +13,20 @@ import (
 	"github.com/iii-sandbox/iii/protocol"
 )
 
-// opFunc serves one operation on a running instance: decode the JSON
-// request, call the adapter, return the reply to encode. The mapping is
-// package adapterjson's, shared with the SDK's WebSocket transport.
-type opFunc = adapterjson.OpFunc
+// The engine hands a call's JSON to the adapter untouched and answers with
+// the adapter's reply JSON or its error body: the adapter decodes and
+// validates the request (package adapterjson, inside the adapter process)
+// and reaches the engine's channels through the channel service each
+// instance serves it (package adapterrpc).
 
-// opTable maps each contract operation to its handler. It is built per
-// Host, not kept in a package variable.
-func opTable() map[string]opFunc { return adapterjson.Ops() }
-
-// engineChannels gives the mapping the engine's channels, in process.
-type engineChannels struct{ eng *engine.Engine }
+// engineChannels gives an adapter process the engine's channels. Writers
+// (fs::read's stream, progress) count as the host's tasks, so Close waits
+// for them; they end with the instance, whose process's connection carries
+// them.
+type engineChannels struct {
+	eng *engine.Engine
+	h   *Host
+}
 
 var _ adapterjson.Channels = engineChannels{}
 
@@ -35,11 +39,15 @@ func (c engineChannels) OpenReader(ctx context.Context, ref protocol.StreamChann
 }
 
 func (c engineChannels) OpenWriter(_ context.Context, ref protocol.StreamChannelRef) (adapterjson.ChannelWriter, error) {
+	if !c.h.tasks.Add() {
+		return nil, errHostClosed
+	}
 	w, err := c.eng.OpenChannelWriter(ref)
 	if err != nil {
+		c.h.tasks.Done()
 		return nil, err
 	}
-	return w, nil
+	return &taskWriter{ChannelWriter: w, done: c.h.tasks.Done}, nil
 }
 
 func (c engineChannels) Create(context.Context) (writer, reader protocol.StreamChannelRef, err error) {
@@ -48,6 +56,24 @@ func (c engineChannels) Create(context.Context) (writer, reader protocol.StreamC
 }
 
 func (engineChannels) Gone(err error) bool { return errors.Is(err, engine.ErrChannelClosed) }
+
+// taskWriter ends its task when the writer ends.
+type taskWriter struct {
+	adapterjson.ChannelWriter
+	once sync.Once
+	done func()
+}
+
+func (w *taskWriter) Close() error {
+	err := w.ChannelWriter.Close()
+	w.once.Do(w.done)
+	return err
+}
+
+func (w *taskWriter) Abort() {
+	w.ChannelWriter.Abort()
+	w.once.Do(w.done)
+}
 
 // contextReader reads a channel with the call's context, so a stopped
 // call does not leave the read blocked.
@@ -60,37 +86,15 @@ func (c contextReader) Read(p []byte) (int, error) { return c.r.ReadContext(c.ct
 
 func (c contextReader) Close() error { return c.r.Close() }
 
-// ReadChunk hands the channel's items to fs::write without a copy.
+// ReadChunk hands the channel's items to the adapter's stream without a
+// copy.
 func (c contextReader) ReadChunk(max int) ([]byte, error) { return c.r.ReadChunk(c.ctx, max) }
 
 var _ contract.ChunkReader = contextReader{}
 
-// newTarget is the instance as the mapping serves it: fs::read streams
-// end with the instance and count as the host's tasks.
-func (in *instance) newTarget() *adapterjson.Target {
-	h := in.m.h
-	return &adapterjson.Target{
-		Adapter:  in.adapter,
-		Name:     in.m.key.adapter,
-		Channels: engineChannels{eng: h.eng},
-		Log:      in.m.log,
-		Life:     in.ctx,
-		Go: func(f func()) error {
-			if !h.tasks.Add() {
-				return in.m.diedError(contract.OpFsRead, errHostClosed)
-			}
-			go func() {
-				defer h.tasks.Done()
-				f()
-			}()
-			return nil
-		},
-	}
-}
-
-// serve runs op for one engine call and turns the outcome into the reply
-// or the error body callers see.
-func (in *instance) serve(ctx context.Context, op string, fn opFunc, data json.RawMessage) (json.RawMessage, error) {
+// serve forwards one engine call to the adapter and returns its reply or
+// its error body as they came.
+func (in *instance) serve(ctx context.Context, op string, data json.RawMessage) (json.RawMessage, error) {
 	if in.ctx.Err() != nil {
 		return nil, in.m.diedError(op, context.Cause(in.ctx)).ErrorBody()
 	}
@@ -100,20 +104,14 @@ func (in *instance) serve(ctx context.Context, op string, fn opFunc, data json.R
 	stop := context.AfterFunc(in.ctx, cancel)
 	defer stop()
 
-	out, err := fn(cctx, in.target, data)
-	if err == nil {
-		b, err := contract.EncodeJSON(out)
-		if err != nil {
-			return nil, contract.NewError(contract.S300, "encode the adapter's %s reply: %v", op, err).ErrorBody()
-		}
-		return b, nil
-	}
-	var serr *contract.Error
+	out, body, err := in.adapter.Call(cctx, op, data)
 	switch {
-	case errors.As(err, &serr):
+	case err == nil && body != nil:
 		// The adapter's own error (or the request's S001/S210) goes to
 		// the caller as it is.
-		return nil, serr.ErrorBody()
+		return nil, body
+	case err == nil:
+		return out, nil
 	case in.ctx.Err() != nil:
 		return nil, in.m.diedError(op, context.Cause(in.ctx)).ErrorBody()
 	case ctx.Err() != nil:
@@ -131,13 +129,13 @@ func (in *instance) serve(ctx context.Context, op string, fn opFunc, data json.R
 // handler is the engine handler of op for one publication of the
 // adapter: served by a running instance, or answered with down (S301 or
 // S302) while it does not run.
-func (m *managed) handler(op string, fn opFunc, in *instance, down *contract.Error) engine.Handler {
+func (m *managed) handler(op string, in *instance, down *contract.Error) engine.Handler {
 	return func(ctx context.Context, call *engine.Call) (json.RawMessage, error) {
 		cur, serr := m.admit(ctx, in, down)
 		if serr != nil {
 			return nil, serr.ErrorBody()
 		}
 		defer cur.leave()
-		return cur.serve(ctx, op, fn, call.Data)
+		return cur.serve(ctx, op, call.Data)
 	}
 }

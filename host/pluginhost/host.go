@@ -139,7 +139,6 @@ type Host struct {
 	eng  *engine.Engine
 	opts Options
 	log  hclog.Logger
-	ops  map[string]opFunc
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -162,7 +161,7 @@ func New(eng *engine.Engine, opts Options) (*Host, error) {
 	opts.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Host{
-		eng: eng, opts: opts, log: opts.Logger, ops: opTable(),
+		eng: eng, opts: opts, log: opts.Logger,
 		ctx: ctx, cancel: cancel, turn: make(chan struct{}, 1),
 		entries: map[key]*managed{},
 	}

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/iii-sandbox/iii/contract"
-	"github.com/iii-sandbox/iii/contract/adapterjson"
+	"github.com/iii-sandbox/iii/contract/adapterrpc"
 	"github.com/iii-sandbox/iii/internal/lazyre"
 )
 
@@ -29,9 +29,6 @@ const EnvLifelineFD = "III_ADAPTER_LIFELINE_FD"
 // lifelineFD is the lifeline's descriptor number in the adapter:
 // ExtraFiles[0] becomes fd 3.
 const lifelineFD = 3
-
-// grpcWindow is the fixed gRPC flow-control window towards adapters.
-const grpcWindow = 4 << 20
 
 // killGrace bounds go-plugin's Kill (which asks the adapter to shut down
 // and waits two seconds before killing the process); past it the process
@@ -67,8 +64,7 @@ func (e *launchError) permanent() bool { return e.kind != failStart }
 type instance struct {
 	m        *managed
 	client   *plugin.Client
-	adapter  contract.Adapter
-	target   *adapterjson.Target // adapter as package adapterjson serves it
+	adapter  *adapterrpc.Client
 	conn     *grpc.ClientConn
 	pid      int
 	info     *contract.AdapterInfo
@@ -120,7 +116,7 @@ var incompatibleRE = lazyre.New(`(?i)incompatible API version with plugin\. Plug
 // Info and Configure, are bounded by Options.StartTimeout; ctx can end
 // Info and Configure sooner.
 
-// The engine marshals fs::write chunks for its adapters and reads their
+// The engine streams fs::write chunks to its adapters and reads their
 // fs::read chunks: size gRPC's buffers for them.
 func init() { contract.UseChunkBufferPool() }
 
@@ -140,7 +136,7 @@ func (h *Host) launch(ctx context.Context, m *managed, path string, config []byt
 	tail := &stderrTail{}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  contract.Handshake(),
-		VersionedPlugins: contract.VersionedPlugins(nil),
+		VersionedPlugins: adapterrpc.VersionedPlugins(&adapterrpc.Plugin{Channels: engineChannels{eng: h.eng, h: h}}),
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
@@ -155,8 +151,8 @@ func (h *Host) launch(ctx context.Context, m *managed, path string, config []byt
 		// every call. The windows are large enough for the contract's
 		// 64 KiB stream chunks in flight.
 		GRPCDialOptions: []grpc.DialOption{
-			grpc.WithInitialWindowSize(grpcWindow),
-			grpc.WithInitialConnWindowSize(grpcWindow),
+			grpc.WithInitialWindowSize(contract.StreamWindow),
+			grpc.WithInitialConnWindowSize(contract.StreamWindow),
 		},
 	})
 	_, err = client.Start()
@@ -200,13 +196,12 @@ func (h *Host) launch(ctx context.Context, m *managed, path string, config []byt
 	if err != nil {
 		return nil, fail(failStart, "the adapter does not serve the %q plugin: %v", contract.PluginName, err)
 	}
-	adapter, ok := raw.(contract.Adapter)
+	adapter, ok := raw.(*adapterrpc.Client)
 	gc, ok2 := rpc.(*plugin.GRPCClient)
 	if !ok || !ok2 {
 		return nil, fail(failStart, "the adapter's plugin is not a gRPC sandbox adapter (%T)", raw)
 	}
 	inst.adapter, inst.conn = adapter, gc.Conn
-	inst.target = inst.newTarget()
 	if v := client.NegotiatedVersion(); v != contract.Major {
 		// go-plugin only dispenses versions we offered, so this means a
 		// change in go-plugin itself; refuse rather than guess.

@@ -283,7 +283,6 @@ func (m *managed) publish(in *instance, down *contract.Error) error {
 // answered with down), and withdraws those an earlier process offered and
 // this one does not.
 func (m *managed) register(w *engine.LocalWorker, in *instance, down *contract.Error) error {
-	table := m.h.ops
 	ops := append(contract.Ops(), contract.OpAdapterInfo)
 	// worker::* only where the adapter serves it; while the adapter is
 	// down they are published too, so Compose gets S301 and the reason
@@ -312,7 +311,7 @@ func (m *managed) register(w *engine.LocalWorker, in *instance, down *contract.E
 			// catalog::list show no sandbox and stay open.
 			Privileged: op != contract.OpAdapterInfo && op != contract.OpCatalogList,
 		}
-		if err := w.RegisterFunction(def, m.handler(op, table[op], in, down)); err != nil {
+		if err := w.RegisterFunction(def, m.handler(op, in, down)); err != nil {
 			return fmt.Errorf("register %s in namespace %q: %w", def.ID, m.key.ns, err)
 		}
 		ids = append(ids, def.ID)

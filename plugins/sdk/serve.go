@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/contract/adapterrpc"
 )
 
 // Environment variables an adapter process reads.
@@ -185,12 +186,14 @@ func serve(cfg ServeConfig) int {
 	served := newServedAdapter(adapter, cfg, log, st)
 
 	if !st.requested() {
+		p := &adapterrpc.Plugin{Impl: served, Name: cfg.Name, Log: log}
 		plugin.Serve(&plugin.ServeConfig{
 			HandshakeConfig:  contract.Handshake(),
-			VersionedPlugins: contract.VersionedPlugins(served),
+			VersionedPlugins: adapterrpc.VersionedPlugins(p),
 			GRPCServer:       st.newServer,
 			Logger:           log.Named("plugin"),
 		})
+		p.Close()
 	}
 	cancel()
 

@@ -111,7 +111,7 @@ func TestServe(t *testing.T) {
 		assert.NilError(t, a.Configure(ctx, []byte(`{"image_allowlist":["python"]}`)))
 		_, err = a.List(ctx, &contract.ListRequest{})
 		assert.NilError(t, err)
-		_, err = a.Exec(ctx, &contract.ExecRequest{SandboxID: "x", Argv: []string{"true"}})
+		_, err = a.Exec(ctx, &contract.ExecRequest{SandboxID: "1b4e6709-f265-4142-9178-3a7d83b46aa5", Argv: []string{"true"}})
 		assert.Check(t, contract.IsCode(err, contract.S300), "got %v", err)
 
 		p.client.Kill()

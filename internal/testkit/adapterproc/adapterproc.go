@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/contract/adapterrpc"
 )
 
 // StartTimeout bounds the adapter's handshake: a loaded two-core machine
@@ -42,7 +43,7 @@ type Options struct {
 func NewClient(o Options) *plugin.Client {
 	return plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  contract.Handshake(),
-		VersionedPlugins: contract.VersionedPlugins(nil),
+		VersionedPlugins: adapterrpc.VersionedPlugins(&adapterrpc.Plugin{}),
 		Cmd:              o.Cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,

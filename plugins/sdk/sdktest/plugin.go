@@ -41,7 +41,7 @@ type PluginOptions struct {
 // StartPlugin starts the adapter binary as a real go-plugin subprocess,
 // exactly as the engine's plugin host would (the contract's handshake and
 // versioned plugin set, gRPC with automatic mTLS), configures it, and
-// returns a Caller that talks to it through the contract's gRPC client.
+// returns a Caller that hands it each call's JSON through the plugin (adapterrpc).
 // The adapter is shut down when the test ends; its log is printed if the
 // test failed.
 func StartPlugin(t testing.TB, opts PluginOptions) *AdapterCaller {

@@ -73,7 +73,7 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/contract"
-	pb "github.com/iii-sandbox/iii/contract/proto"
+	"github.com/iii-sandbox/iii/contract/adapterrpc"
 	"github.com/iii-sandbox/iii/host/engine"
 	"github.com/iii-sandbox/iii/host/pluginhost"
 	"github.com/iii-sandbox/iii/host/router"
@@ -258,7 +258,7 @@ func run(n, rounds, warmup, block int, adapterBin string) error {
 		return err
 	}
 	defer conn.Close()
-	floor := contract.NewGRPCClient(conn)
+	floor := adapterrpc.NewClient(conn)
 	hc := grpc_health_v1.NewHealthClient(conn)
 	certPEM, err := os.ReadFile(sock + ".crt")
 	if err != nil {
@@ -271,13 +271,13 @@ func run(n, rounds, warmup, block int, adapterBin string) error {
 		return err
 	}
 	defer tconn.Close()
-	floorTLS := contract.NewGRPCClient(tconn)
+	floorTLS := adapterrpc.NewClient(tconn)
 
 	// The same adapter binary launched by go-plugin directly, as the host
 	// launches it (AutoMTLS, gRPC): its CatalogList without the engine.
 	gp := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  contract.Handshake(),
-		VersionedPlugins: contract.VersionedPlugins(nil),
+		VersionedPlugins: adapterrpc.VersionedPlugins(&adapterrpc.Plugin{}),
 		Cmd:              exec.Command(adapterBin),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
@@ -530,7 +530,7 @@ func serveFloor(sock, state string) error {
 	}
 	serve := func(l net.Listener, opts ...grpc.ServerOption) error {
 		gs := grpc.NewServer(append(opts, contract.GRPCServerOptions()...)...)
-		pb.RegisterSandboxAdapterServer(gs, contract.NewGRPCServer(a))
+		adapterrpc.RegisterServer(gs, a)
 		grpc_health_v1.RegisterHealthServer(gs, health.NewServer())
 		return gs.Serve(l)
 	}

@@ -10,13 +10,14 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/contract/adapterrpc"
 )
 
 func main() {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: contract.Handshake(),
 		VersionedPlugins: map[int]plugin.PluginSet{
-			2: {contract.PluginName: &contract.GRPCPlugin{Impl: info2{}}},
+			2: {contract.PluginName: &adapterrpc.Plugin{Impl: info2{}}},
 		},
 		GRPCServer: plugin.DefaultGRPCServer,
 	})

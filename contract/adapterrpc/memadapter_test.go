@@ -1,4 +1,4 @@
-package contract
+package adapterrpc_test
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+
+	"github.com/iii-sandbox/iii/contract"
 )
 
 // memAdapter is a small in-memory Adapter for the wire tests: sandboxes are
@@ -37,19 +39,19 @@ type memSandbox struct {
 
 type memFile struct {
 	dir  bool
-	mode Mode
+	mode contract.Mode
 	data []byte
 }
 
-var _ Adapter = (*memAdapter)(nil)
+var _ contract.Adapter = (*memAdapter)(nil)
 
 func newMemAdapter() *memAdapter {
 	return &memAdapter{allowlist: []string{"python", "node"}, sandboxes: map[string]*memSandbox{}}
 }
 
-func (m *memAdapter) Info(context.Context) (*AdapterInfo, error) {
-	return &AdapterInfo{
-		Adapter: "mem", AdapterVersion: "0.0.1-test", Contract: Current(),
+func (m *memAdapter) Info(context.Context) (*contract.AdapterInfo, error) {
+	return &contract.AdapterInfo{
+		Adapter: "mem", AdapterVersion: "0.0.1-test", Contract: contract.Current(),
 		Facts: map[string]any{"backend": "memory", "max_vcpus": float64(8)},
 	}, nil
 }
@@ -63,7 +65,7 @@ func (m *memAdapter) Configure(_ context.Context, configJSON []byte) error {
 	}
 	for _, im := range cfg.ImageAllowlist {
 		if im == "" {
-			return NewError(S100, "image_allowlist holds an empty name")
+			return contract.NewError(contract.S100, "image_allowlist holds an empty name")
 		}
 	}
 	m.mu.Lock()
@@ -75,15 +77,15 @@ func (m *memAdapter) Configure(_ context.Context, configJSON []byte) error {
 func (m *memAdapter) live(id string) (*memSandbox, error) {
 	sb, ok := m.sandboxes[id]
 	if !ok {
-		return nil, NewError(S002, "sandbox not found: %s", id)
+		return nil, contract.NewError(contract.S002, "sandbox not found: %s", id)
 	}
 	if sb.stopped {
-		return nil, NewError(S004, "sandbox already stopped: %s", id)
+		return nil, contract.NewError(contract.S004, "sandbox already stopped: %s", id)
 	}
 	return sb, nil
 }
 
-func (m *memAdapter) Create(_ context.Context, req *CreateRequest) (*CreateResponse, error) {
+func (m *memAdapter) Create(_ context.Context, req *contract.CreateRequest) (*contract.CreateResponse, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	allowed := false
@@ -91,14 +93,14 @@ func (m *memAdapter) Create(_ context.Context, req *CreateRequest) (*CreateRespo
 		allowed = allowed || a == req.Image
 	}
 	if !allowed {
-		return nil, NewError(S100, "image %q is not allowed; allowed: %s", req.Image, strings.Join(m.allowlist, ", "))
+		return nil, contract.NewError(contract.S100, "image %q is not allowed; allowed: %s", req.Image, strings.Join(m.allowlist, ", "))
 	}
 	id := uuid.NewString()
 	m.sandboxes[id] = &memSandbox{image: req.Image, name: req.Name, files: map[string]*memFile{"/": {dir: true, mode: 0o755}}}
-	return &CreateResponse{SandboxID: id, Image: req.Image}, nil
+	return &contract.CreateResponse{SandboxID: id, Image: req.Image}, nil
 }
 
-func (m *memAdapter) Exec(ctx context.Context, req *ExecRequest) (*ExecResponse, error) {
+func (m *memAdapter) Exec(ctx context.Context, req *contract.ExecRequest) (*contract.ExecResponse, error) {
 	m.mu.Lock()
 	_, err := m.live(req.SandboxID)
 	m.mu.Unlock()
@@ -108,8 +110,8 @@ func (m *memAdapter) Exec(ctx context.Context, req *ExecRequest) (*ExecResponse,
 	return m.run(ctx, req.Argv, req.Stdin, req.Env)
 }
 
-func (m *memAdapter) run(ctx context.Context, argv []string, stdin []byte, env []string) (*ExecResponse, error) {
-	out := &ExecResponse{DurationMS: 1}
+func (m *memAdapter) run(ctx context.Context, argv []string, stdin []byte, env []string) (*contract.ExecResponse, error) {
+	out := &contract.ExecResponse{DurationMS: 1}
 	code := 0
 	switch argv[0] {
 	case "echo":
@@ -126,13 +128,13 @@ func (m *memAdapter) run(ctx context.Context, argv []string, stdin []byte, env [
 		out.Success = false
 		return out, nil
 	case "flood":
-		out.Stdout = strings.Repeat("x", ExecOutputCap)
+		out.Stdout = strings.Repeat("x", contract.ExecOutputCap)
 		out.StdoutTruncated = true
 	case "hang":
 		<-ctx.Done()
 		return nil, ctx.Err()
 	case "slow":
-		return nil, NewError(S200, "exec timed out after 10 ms")
+		return nil, contract.NewError(contract.S200, "exec timed out after 10 ms")
 	case "crash":
 		return nil, errors.New("the guest agent went away")
 	default:
@@ -140,26 +142,26 @@ func (m *memAdapter) run(ctx context.Context, argv []string, stdin []byte, env [
 		out.Stderr = argv[0] + ": not found\n"
 	}
 	out.ExitCode = &code
-	out.Success = ExecSuccess(out.ExitCode, out.TimedOut)
+	out.Success = contract.ExecSuccess(out.ExitCode, out.TimedOut)
 	return out, nil
 }
 
-func (m *memAdapter) Run(ctx context.Context, req *RunRequest) (*RunResponse, error) {
-	created, err := m.Create(ctx, &CreateRequest{Image: req.Image, Env: req.Env})
+func (m *memAdapter) Run(ctx context.Context, req *contract.RunRequest) (*contract.RunResponse, error) {
+	created, err := m.Create(ctx, &contract.CreateRequest{Image: req.Image, Env: req.Env})
 	if err != nil {
-		return nil, WrapRunStep(RunStepCreate, "", AsError(err, S300))
+		return nil, contract.WrapRunStep(contract.RunStepCreate, "", contract.AsError(err, contract.S300))
 	}
 	id := created.SandboxID
 	for _, f := range req.Files {
-		if _, err := m.FsWrite(ctx, &FsWriteRequest{SandboxID: id, Path: f.Path, Mode: DefaultFileMode, Parents: true},
+		if _, err := m.FsWrite(ctx, &contract.FsWriteRequest{SandboxID: id, Path: f.Path, Mode: contract.DefaultFileMode, Parents: true},
 			strings.NewReader(f.Content)); err != nil {
-			return nil, WrapRunStep(RunStepWriteFile, id, AsError(err, S216))
+			return nil, contract.WrapRunStep(contract.RunStepWriteFile, id, contract.AsError(err, contract.S216))
 		}
 	}
-	interp, file := RunInterpreter(req.Lang)
-	if _, err := m.FsWrite(ctx, &FsWriteRequest{SandboxID: id, Path: file, Mode: DefaultFileMode, Parents: true},
+	interp, file := contract.RunInterpreter(req.Lang)
+	if _, err := m.FsWrite(ctx, &contract.FsWriteRequest{SandboxID: id, Path: file, Mode: contract.DefaultFileMode, Parents: true},
 		strings.NewReader(req.Code)); err != nil {
-		return nil, WrapRunStep(RunStepWriteCode, id, AsError(err, S216))
+		return nil, contract.WrapRunStep(contract.RunStepWriteCode, id, contract.AsError(err, contract.S216))
 	}
 	res, err := m.run(ctx, []string{interp, file}, req.Stdin, req.Env)
 	if err == nil && interp == "python3" {
@@ -169,33 +171,33 @@ func (m *memAdapter) Run(ctx context.Context, req *RunRequest) (*RunResponse, er
 		res.ExitCode = &zero
 		res.Success = true
 	}
-	out := &RunResponse{}
+	out := &contract.RunResponse{}
 	if !req.KeepSandbox {
-		_, _ = m.Stop(ctx, &StopRequest{SandboxID: id})
+		_, _ = m.Stop(ctx, &contract.StopRequest{SandboxID: id})
 	} else {
 		out.SandboxID = id
 	}
 	if err != nil {
-		return nil, WrapRunStep(RunStepExec, out.SandboxID, AsError(err, S300))
+		return nil, contract.WrapRunStep(contract.RunStepExec, out.SandboxID, contract.AsError(err, contract.S300))
 	}
 	out.ExecResponse = *res
 	return out, nil
 }
 
-func (m *memAdapter) List(context.Context, *ListRequest) (*ListResponse, error) {
+func (m *memAdapter) List(context.Context, *contract.ListRequest) (*contract.ListResponse, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := &ListResponse{}
+	out := &contract.ListResponse{}
 	for id, sb := range m.sandboxes {
-		out.Sandboxes = append(out.Sandboxes, ListEntry{
-			SandboxID: id, Name: sb.name, Image: sb.image, ExecSlotsFree: DefaultMaxConcurrentExecPerSandbox, Stopped: sb.stopped,
+		out.Sandboxes = append(out.Sandboxes, contract.ListEntry{
+			SandboxID: id, Name: sb.name, Image: sb.image, ExecSlotsFree: contract.DefaultMaxConcurrentExecPerSandbox, Stopped: sb.stopped,
 		})
 	}
 	sort.Slice(out.Sandboxes, func(i, j int) bool { return out.Sandboxes[i].SandboxID < out.Sandboxes[j].SandboxID })
 	return out, nil
 }
 
-func (m *memAdapter) Stop(_ context.Context, req *StopRequest) (*StopResponse, error) {
+func (m *memAdapter) Stop(_ context.Context, req *contract.StopRequest) (*contract.StopResponse, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	sb, err := m.live(req.SandboxID)
@@ -203,13 +205,13 @@ func (m *memAdapter) Stop(_ context.Context, req *StopRequest) (*StopResponse, e
 		return nil, err
 	}
 	sb.stopped = true
-	return &StopResponse{SandboxID: req.SandboxID, Stopped: true}, nil
+	return &contract.StopResponse{SandboxID: req.SandboxID, Stopped: true}, nil
 }
 
-func (m *memAdapter) CatalogList(context.Context, *CatalogListRequest) (*CatalogListResponse, error) {
-	return &CatalogListResponse{Images: []CatalogImage{
-		{Name: "python", OCIRef: "docker.io/iiidev/python:latest", Kind: KindPreset},
-		{Name: "node", OCIRef: "docker.io/iiidev/node:latest", Kind: KindPreset},
+func (m *memAdapter) CatalogList(context.Context, *contract.CatalogListRequest) (*contract.CatalogListResponse, error) {
+	return &contract.CatalogListResponse{Images: []contract.CatalogImage{
+		{Name: "python", OCIRef: "docker.io/iiidev/python:latest", Kind: contract.KindPreset},
+		{Name: "node", OCIRef: "docker.io/iiidev/node:latest", Kind: contract.KindPreset},
 	}}, nil
 }
 
@@ -224,12 +226,12 @@ func (m *memAdapter) fsOp(id string, fn func(sb *memSandbox) error) error {
 	return fn(sb)
 }
 
-func (sb *memSandbox) entry(p string) (FsEntry, error) {
+func (sb *memSandbox) entry(p string) (contract.FsEntry, error) {
 	f, ok := sb.files[path.Clean(p)]
 	if !ok {
-		return FsEntry{}, NewError(S211, "file not found: %s", p)
+		return contract.FsEntry{}, contract.NewError(contract.S211, "file not found: %s", p)
 	}
-	return FsEntry{Name: path.Base(p), IsDir: f.dir, Size: uint64(len(f.data)), Mode: f.mode, Mtime: 1_700_000_000}, nil
+	return contract.FsEntry{Name: path.Base(p), IsDir: f.dir, Size: uint64(len(f.data)), Mode: f.mode, Mtime: 1_700_000_000}, nil
 }
 
 // parentOK reports S211 with the parents fix when p's parent is missing,
@@ -238,23 +240,23 @@ func (sb *memSandbox) parentOK(p string, parents bool) error {
 	dir := path.Dir(path.Clean(p))
 	if f, ok := sb.files[dir]; ok {
 		if !f.dir {
-			return NewError(S212, "not a directory: %s", dir)
+			return contract.NewError(contract.S212, "not a directory: %s", dir)
 		}
 		return nil
 	}
 	if !parents {
-		return ParentNotFound(p)
+		return contract.ParentNotFound(p)
 	}
 	for d := dir; d != "/"; d = path.Dir(d) {
 		if _, ok := sb.files[d]; !ok {
-			sb.files[d] = &memFile{dir: true, mode: DefaultDirMode}
+			sb.files[d] = &memFile{dir: true, mode: contract.DefaultDirMode}
 		}
 	}
 	return nil
 }
 
-func (m *memAdapter) FsLs(_ context.Context, req *FsLsRequest) (*FsLsResponse, error) {
-	out := &FsLsResponse{}
+func (m *memAdapter) FsLs(_ context.Context, req *contract.FsLsRequest) (*contract.FsLsResponse, error) {
+	out := &contract.FsLsResponse{}
 	err := m.fsOp(req.SandboxID, func(sb *memSandbox) error {
 		dir := path.Clean(req.Path)
 		e, err := sb.entry(dir)
@@ -262,7 +264,7 @@ func (m *memAdapter) FsLs(_ context.Context, req *FsLsRequest) (*FsLsResponse, e
 			return err
 		}
 		if !e.IsDir {
-			return NewError(S212, "not a directory: %s", dir)
+			return contract.NewError(contract.S212, "not a directory: %s", dir)
 		}
 		for p := range sb.files {
 			if p != dir && path.Dir(p) == dir {
@@ -276,8 +278,8 @@ func (m *memAdapter) FsLs(_ context.Context, req *FsLsRequest) (*FsLsResponse, e
 	return out, err
 }
 
-func (m *memAdapter) FsStat(_ context.Context, req *FsStatRequest) (*FsEntry, error) {
-	var out FsEntry
+func (m *memAdapter) FsStat(_ context.Context, req *contract.FsStatRequest) (*contract.FsEntry, error) {
+	var out contract.FsEntry
 	err := m.fsOp(req.SandboxID, func(sb *memSandbox) (err error) {
 		out, err = sb.entry(req.Path)
 		return err
@@ -288,8 +290,8 @@ func (m *memAdapter) FsStat(_ context.Context, req *FsStatRequest) (*FsEntry, er
 	return &out, nil
 }
 
-func (m *memAdapter) FsMkdir(_ context.Context, req *FsMkdirRequest) (*FsMkdirResponse, error) {
-	out := &FsMkdirResponse{}
+func (m *memAdapter) FsMkdir(_ context.Context, req *contract.FsMkdirRequest) (*contract.FsMkdirResponse, error) {
+	out := &contract.FsMkdirResponse{}
 	err := m.fsOp(req.SandboxID, func(sb *memSandbox) error {
 		p := path.Clean(req.Path)
 		if _, ok := sb.files[p]; ok {
@@ -305,7 +307,7 @@ func (m *memAdapter) FsMkdir(_ context.Context, req *FsMkdirRequest) (*FsMkdirRe
 	return out, err
 }
 
-func (m *memAdapter) FsWrite(_ context.Context, req *FsWriteRequest, content io.Reader) (*FsWriteResponse, error) {
+func (m *memAdapter) FsWrite(_ context.Context, req *contract.FsWriteRequest, content io.Reader) (*contract.FsWriteResponse, error) {
 	if err := m.fsOp(req.SandboxID, func(sb *memSandbox) error { return sb.parentOK(req.Path, req.Parents) }); err != nil {
 		return nil, err
 	}
@@ -321,7 +323,7 @@ func (m *memAdapter) FsWrite(_ context.Context, req *FsWriteRequest, content io.
 	if err != nil {
 		return nil, err
 	}
-	return &FsWriteResponse{BytesWritten: uint64(len(data)), Path: req.Path}, nil
+	return &contract.FsWriteResponse{BytesWritten: uint64(len(data)), Path: req.Path}, nil
 }
 
 // failingReader yields data, then fails with err.
@@ -339,18 +341,18 @@ func (f *failingReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (m *memAdapter) FsRead(_ context.Context, req *FsReadRequest) (*FsReadMeta, io.ReadCloser, error) {
-	var meta FsReadMeta
+func (m *memAdapter) FsRead(_ context.Context, req *contract.FsReadRequest) (*contract.FsReadMeta, io.ReadCloser, error) {
+	var meta contract.FsReadMeta
 	var data []byte
 	err := m.fsOp(req.SandboxID, func(sb *memSandbox) error {
 		f, ok := sb.files[path.Clean(req.Path)]
 		if !ok {
-			return NewError(S211, "file not found: %s", req.Path)
+			return contract.NewError(contract.S211, "file not found: %s", req.Path)
 		}
 		if f.dir {
-			return NewError(S212, "is a directory: %s", req.Path)
+			return contract.NewError(contract.S212, "is a directory: %s", req.Path)
 		}
-		meta = FsReadMeta{Size: uint64(len(f.data)), Mode: f.mode, Mtime: 1_700_000_000}
+		meta = contract.FsReadMeta{Size: uint64(len(f.data)), Mode: f.mode, Mtime: 1_700_000_000}
 		data = f.data
 		return nil
 	})
@@ -358,22 +360,22 @@ func (m *memAdapter) FsRead(_ context.Context, req *FsReadRequest) (*FsReadMeta,
 		return nil, nil, err
 	}
 	if m.readFailAfter > 0 && len(data) > m.readFailAfter {
-		return &meta, io.NopCloser(&failingReader{data: data[:m.readFailAfter], err: NewError(S216, "disk read failed at byte %d", m.readFailAfter)}), nil
+		return &meta, io.NopCloser(&failingReader{data: data[:m.readFailAfter], err: contract.NewError(contract.S216, "disk read failed at byte %d", m.readFailAfter)}), nil
 	}
 	return &meta, io.NopCloser(bytes.NewReader(data)), nil
 }
 
-func (m *memAdapter) FsRm(_ context.Context, req *FsRmRequest) (*FsRmResponse, error) {
-	out := &FsRmResponse{}
+func (m *memAdapter) FsRm(_ context.Context, req *contract.FsRmRequest) (*contract.FsRmResponse, error) {
+	out := &contract.FsRmResponse{}
 	err := m.fsOp(req.SandboxID, func(sb *memSandbox) error {
 		p := path.Clean(req.Path)
 		if _, ok := sb.files[p]; !ok {
-			return NewError(S211, "file not found: %s", p)
+			return contract.NewError(contract.S211, "file not found: %s", p)
 		}
 		for q := range sb.files {
 			if strings.HasPrefix(q, p+"/") {
 				if !req.Recursive {
-					return NewError(S214, "directory not empty: %s", p)
+					return contract.NewError(contract.S214, "directory not empty: %s", p)
 				}
 				delete(sb.files, q)
 			}
@@ -385,15 +387,15 @@ func (m *memAdapter) FsRm(_ context.Context, req *FsRmRequest) (*FsRmResponse, e
 	return out, err
 }
 
-func (m *memAdapter) FsChmod(_ context.Context, req *FsChmodRequest) (*FsChmodResponse, error) {
-	out := &FsChmodResponse{}
+func (m *memAdapter) FsChmod(_ context.Context, req *contract.FsChmodRequest) (*contract.FsChmodResponse, error) {
+	out := &contract.FsChmodResponse{}
 	err := m.fsOp(req.SandboxID, func(sb *memSandbox) error {
 		f, ok := sb.files[path.Clean(req.Path)]
 		if !ok {
-			return NewError(S211, "file not found: %s", req.Path)
+			return contract.NewError(contract.S211, "file not found: %s", req.Path)
 		}
 		if req.UID != nil && *req.UID != 0 {
-			return NewError(S215, "permission denied: chown %s to %d", req.Path, *req.UID)
+			return contract.NewError(contract.S215, "permission denied: chown %s to %d", req.Path, *req.UID)
 		}
 		f.mode = req.Mode
 		out.Updated = 1
@@ -402,16 +404,16 @@ func (m *memAdapter) FsChmod(_ context.Context, req *FsChmodRequest) (*FsChmodRe
 	return out, err
 }
 
-func (m *memAdapter) FsMv(_ context.Context, req *FsMvRequest) (*FsMvResponse, error) {
-	out := &FsMvResponse{}
+func (m *memAdapter) FsMv(_ context.Context, req *contract.FsMvRequest) (*contract.FsMvResponse, error) {
+	out := &contract.FsMvResponse{}
 	err := m.fsOp(req.SandboxID, func(sb *memSandbox) error {
 		src, dst := path.Clean(req.Src), path.Clean(req.Dst)
 		f, ok := sb.files[src]
 		if !ok {
-			return NewError(S211, "file not found: %s", src)
+			return contract.NewError(contract.S211, "file not found: %s", src)
 		}
 		if _, exists := sb.files[dst]; exists && !req.Overwrite {
-			return NewError(S213, "already exists: %s", dst)
+			return contract.NewError(contract.S213, "already exists: %s", dst)
 		}
 		sb.files[dst] = f
 		delete(sb.files, src)
@@ -421,16 +423,16 @@ func (m *memAdapter) FsMv(_ context.Context, req *FsMvRequest) (*FsMvResponse, e
 	return out, err
 }
 
-func (m *memAdapter) FsGrep(_ context.Context, req *FsGrepRequest) (*FsGrepResponse, error) {
+func (m *memAdapter) FsGrep(_ context.Context, req *contract.FsGrepRequest) (*contract.FsGrepResponse, error) {
 	pat := req.Pattern
 	if req.IgnoreCase {
 		pat = "(?i)" + pat
 	}
 	re, err := regexp.Compile(pat)
 	if err != nil {
-		return nil, NewError(S217, "invalid regex: %v", err)
+		return nil, contract.NewError(contract.S217, "invalid regex: %v", err)
 	}
-	out := &FsGrepResponse{}
+	out := &contract.FsGrepResponse{}
 	err = m.fsOp(req.SandboxID, func(sb *memSandbox) error {
 		var paths []string
 		for p, f := range sb.files {
@@ -448,7 +450,7 @@ func (m *memAdapter) FsGrep(_ context.Context, req *FsGrepRequest) (*FsGrepRespo
 					out.Truncated = true
 					return nil
 				}
-				out.Matches = append(out.Matches, GrepMatch{Path: p, Line: uint64(i + 1), Content: line})
+				out.Matches = append(out.Matches, contract.GrepMatch{Path: p, Line: uint64(i + 1), Content: line})
 			}
 		}
 		return nil
@@ -456,7 +458,7 @@ func (m *memAdapter) FsGrep(_ context.Context, req *FsGrepRequest) (*FsGrepRespo
 	return out, err
 }
 
-func (m *memAdapter) FsSed(_ context.Context, req *FsSedRequest) (*FsSedResponse, error) {
+func (m *memAdapter) FsSed(_ context.Context, req *contract.FsSedRequest) (*contract.FsSedResponse, error) {
 	pat := req.Pattern
 	if !req.Regex {
 		pat = regexp.QuoteMeta(pat)
@@ -466,19 +468,19 @@ func (m *memAdapter) FsSed(_ context.Context, req *FsSedRequest) (*FsSedResponse
 	}
 	re, err := regexp.Compile(pat)
 	if err != nil {
-		return nil, NewError(S217, "invalid regex: %v", err)
+		return nil, contract.NewError(contract.S217, "invalid regex: %v", err)
 	}
-	out := &FsSedResponse{}
+	out := &contract.FsSedResponse{}
 	err = m.fsOp(req.SandboxID, func(sb *memSandbox) error {
 		for _, p := range req.Files {
 			f, ok := sb.files[path.Clean(p)]
 			if !ok {
-				out.Results = append(out.Results, SedResult{Path: p, Error: "file not found"})
+				out.Results = append(out.Results, contract.SedResult{Path: p, Error: "file not found"})
 				continue
 			}
 			n := uint64(len(re.FindAllIndex(f.data, -1)))
 			f.data = re.ReplaceAll(f.data, []byte(req.Replacement))
-			out.Results = append(out.Results, SedResult{Path: p, Replacements: n, Success: true})
+			out.Results = append(out.Results, contract.SedResult{Path: p, Replacements: n, Success: true})
 			out.TotalReplacements += n
 		}
 		return nil
