@@ -36,8 +36,14 @@ import (
 //     protocol. Hosts report those as S301 (adapter not running).
 type Client struct {
 	rpc pb.SandboxAdapterClient
-	id  uint32 // broker id of the host's channel service
 	ch  adapterjson.Channels
+	// serve starts the host's channel service and returns its broker id
+	// (0: none). It runs once, at the first call: go-plugin's broker
+	// hands the service's address to the adapter for five seconds only,
+	// so the adapter must dial it right after it starts.
+	serve func() uint32
+	once  sync.Once
+	id    uint32
 }
 
 var (
@@ -49,10 +55,12 @@ var (
 // NewClient calls the adapter served on conn without go-plugin (see
 // RegisterServer): no channels, so only the operations that name none
 // work.
-func NewClient(conn grpc.ClientConnInterface) *Client { return newClient(conn, 0, NewMemChannels()) }
+func NewClient(conn grpc.ClientConnInterface) *Client {
+	return newClient(conn, NewMemChannels(), func() uint32 { return 0 })
+}
 
-func newClient(conn grpc.ClientConnInterface, id uint32, ch adapterjson.Channels) *Client {
-	return &Client{rpc: pb.NewSandboxAdapterClient(conn), id: id, ch: ch}
+func newClient(conn grpc.ClientConnInterface, ch adapterjson.Channels, serve func() uint32) *Client {
+	return &Client{rpc: pb.NewSandboxAdapterClient(conn), ch: ch, serve: serve}
 }
 
 // callOpts lets replies up to MaxMessageBytes through whatever dial options
@@ -68,6 +76,7 @@ func (c *Client) Channels() adapterjson.Channels { return c.ch }
 // invoke runs op; a transport failure comes back wrapped, the caller's
 // context error when ctx ended first.
 func (c *Client) invoke(ctx context.Context, op string, payload []byte) (*pb.InvokeReply, error) {
+	c.once.Do(func() { c.id = c.serve() })
 	out, err := c.rpc.Invoke(ctx, &pb.InvokeRequest{Op: op, Payload: payload, Channels: c.id}, callOpts()...)
 	if err != nil {
 		if ctx.Err() != nil {

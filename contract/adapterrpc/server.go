@@ -46,17 +46,24 @@ func newServer(impl contract.Adapter, name string, log hclog.Logger, broker *plu
 }
 
 // target is the adapter as adapterjson serves it with the channels of the
-// host's broker service id. The connection is dialled when an operation
-// first opens a channel, and kept: a host serves one channel service per
-// client.
+// host's broker service id. The connection is dialled at the first call
+// that names id, and kept: a host serves one channel service per client.
 func (s *server) target(id uint32) *adapterjson.Target {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t := s.targets[id]; t != nil {
 		return t
 	}
-	t := &adapterjson.Target{Adapter: s.impl, Name: s.name, Channels: &lazyChannels{s: s, id: id}, Log: s.log}
+	lc := &lazyChannels{s: s, id: id}
+	t := &adapterjson.Target{Adapter: s.impl, Name: s.name, Channels: lc, Log: s.log}
 	s.targets[id] = t
+	if s.broker != nil && id != 0 {
+		// go-plugin's broker keeps the service's address for five
+		// seconds after the host started it, right before this call:
+		// dial now, not when an operation first opens a channel. A
+		// failure is reported then.
+		go func() { _, _ = lc.get() }()
+	}
 	return t
 }
 
@@ -249,23 +256,26 @@ func (p *Plugin) Close() {
 	}
 }
 
-// GRPCClient starts the host's channel service on the broker and returns
-// the *Client of the adapter.
+// GRPCClient returns the *Client of the adapter; the client starts the
+// host's channel service on the broker at its first call.
 func (p *Plugin) GRPCClient(_ context.Context, broker *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
 	ch := p.Channels
 	if ch == nil {
 		ch = NewMemChannels()
 	}
-	id := broker.NextId()
-	// It serves until the broker closes, with the plugin client.
-	go broker.AcceptAndServe(id, func(opts []grpc.ServerOption) *grpc.Server {
-		opts = append(opts, contract.GRPCServerOptions()...)
-		opts = append(opts, contract.ChunkBufferPoolOption())
-		s := grpc.NewServer(opts...)
-		pb.RegisterChannelsServer(s, &channelServer{ch: ch})
-		return s
-	})
-	return newClient(conn, id, ch), nil
+	serve := func() uint32 {
+		id := broker.NextId()
+		// It serves until the broker closes, with the plugin client.
+		go broker.AcceptAndServe(id, func(opts []grpc.ServerOption) *grpc.Server {
+			opts = append(opts, contract.GRPCServerOptions()...)
+			opts = append(opts, contract.ChunkBufferPoolOption())
+			s := grpc.NewServer(opts...)
+			pb.RegisterChannelsServer(s, &channelServer{ch: ch})
+			return s
+		})
+		return id
+	}
+	return newClient(conn, ch, serve), nil
 }
 
 // VersionedPlugins is the plugin set keyed by contract major, for both

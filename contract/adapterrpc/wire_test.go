@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-plugin"
 	"go.uber.org/goleak"
@@ -371,6 +372,26 @@ func TestWireReadFailsMidStream(t *testing.T) {
 	assert.Assert(t, is.Contains(e.Message, "broke off"))
 	assert.Assert(t, bytes.Equal(got, data[:len(got)]), "the bytes before the failure arrive intact")
 	assert.Assert(t, len(got) <= mem.readFailAfter)
+}
+
+// go-plugin's broker hands the adapter the channel service's address for
+// five seconds only. A first fs::read long after the adapter started must
+// still reach the channels: the adapter dials at the first call.
+func TestWireChannelsLongAfterStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a := wire(t, newMemAdapter())
+	sb, err := a.Create(ctx, &contract.CreateRequest{Image: "node"})
+	assert.NilError(t, err)
+	time.Sleep(6 * time.Second) // past the broker's fixed five seconds; no event to wait for
+	_, err = a.FsWrite(ctx, &contract.FsWriteRequest{SandboxID: sb.SandboxID, Path: "/late"}, strings.NewReader("late"))
+	assert.NilError(t, err)
+	_, body, err := a.FsRead(ctx, &contract.FsReadRequest{SandboxID: sb.SandboxID, Path: "/late"})
+	assert.NilError(t, err)
+	defer body.Close()
+	got, err := io.ReadAll(body)
+	assert.NilError(t, err)
+	assert.Equal(t, string(got), "late")
 }
 
 func TestWireCancelledCall(t *testing.T) {
