@@ -13,6 +13,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/fileedit"
 	"github.com/iii-sandbox/iii/compose/lockfile"
 	"github.com/iii-sandbox/iii/compose/vmworkers"
+	"github.com/iii-sandbox/iii/compose/yamlbuild"
 )
 
 type addResult struct {
@@ -217,7 +218,7 @@ func (d *Daemon) resolveAdditions(ctx context.Context, rs *resolver, doc *fileed
 				for _, it := range n.Content {
 					after = append(after, it.Value)
 				}
-			} else if old := fileedit.Child(doc.Node(a.Key), "start_after"); old != nil {
+			} else if old := yamlbuild.Child(doc.Node(a.Key), "start_after"); old != nil {
 				for _, it := range old.Content {
 					after = append(after, it.Value)
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/iii-sandbox/iii/compose/fileedit"
 	"github.com/iii-sandbox/iii/compose/lockfile"
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/compose/yamlbuild"
 )
 
 // maxGraphSteps bounds a dependency expansion (a registry whose
@@ -164,7 +165,7 @@ func graphOf(root string, nodes map[string]*graphNode, generated map[string]bool
 // its package pinned exactly, after its own dependencies.
 func generatedAddition(n *graphNode) *fileedit.Addition {
 	a := &fileedit.Addition{Key: n.key, Kind: composefile.SourcePackage, Generated: true, Src: sourceOf(n.worker),
-		Fields: map[string]*yaml.Node{"worker": fileedit.Scalar(n.worker), "version": fileedit.VersionNode(n.entry.Resolved.Version)}}
+		Fields: map[string]*yaml.Node{"worker": yamlbuild.Str(n.worker), "version": fileedit.VersionNode(n.entry.Resolved.Version)}}
 	if len(n.deps) > 0 {
 		a.Fields["start_after"] = fileedit.FlowList(n.deps)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/state"
+	"github.com/iii-sandbox/iii/compose/yamlbuild"
 )
 
 // Doc is a compose file being edited: its lines, and the YAML tree
@@ -102,7 +103,7 @@ func leading(s string) int { return len(s) - len(strings.TrimLeft(s, " ")) }
 // Render writes `key: value` as block YAML indented by indent spaces, with
 // step spaces per level.
 func Render(key string, val *yaml.Node, indent, step int) ([]string, error) {
-	m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{Scalar(key), val}}
+	m := yamlbuild.Map(yamlbuild.Str(key), val)
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(step)
@@ -337,20 +338,20 @@ func setEntry(m *yaml.Node, key string, val *yaml.Node) {
 			return
 		}
 	}
-	m.Content = append(m.Content, Scalar(key), val)
+	m.Content = append(m.Content, yamlbuild.Str(key), val)
 }
 
 // Node returns the value node of containers.<key> in the file.
 func (d *Doc) Node(key string) *yaml.Node {
 	_, cv := d.containers()
-	return Child(cv, key)
+	return yamlbuild.Child(cv, key)
 }
 
 // Merged is the container value after an Addition: an existing
 // container's fields stay unless supplied (a supplied field replaces the
 // whole field), in the canonical field order for new ones.
 func (a *Addition) Merged(existing *yaml.Node) *yaml.Node {
-	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	out := yamlbuild.Map()
 	if existing != nil && existing.Kind == yaml.MappingNode {
 		c := *existing
 		c.Content = slices.Clone(existing.Content)
@@ -402,23 +403,9 @@ func NodeText(n *yaml.Node) string {
 	return strings.Join(lines, "\n")
 }
 
-// Child is the value of key in mapping n (nil when n is no mapping or
-// has no such key).
-func Child(n *yaml.Node, key string) *yaml.Node {
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
-
 // KindOf reads the source kind of a container node's worker: value.
 func KindOf(n *yaml.Node) composefile.SourceKind {
-	w := Child(n, "worker")
+	w := yamlbuild.Child(n, "worker")
 	if w == nil {
 		return ""
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/iii-sandbox/iii/compose/yamlbuild"
 )
 
 // Line-level edits compose::update makes: only the version line of a
@@ -144,11 +146,11 @@ func (d *Doc) AddStartAfter(key string, deps []string) error {
 		seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
 		if sv != nil {
 			for _, it := range sv.Content {
-				seq.Content = append(seq.Content, Scalar(it.Value))
+				seq.Content = append(seq.Content, yamlbuild.Str(it.Value))
 			}
 		}
 		for _, dep := range missing {
-			seq.Content = append(seq.Content, Scalar(dep))
+			seq.Content = append(seq.Content, yamlbuild.Str(dep))
 		}
 		return d.replaceField(key, "start_after", seq)
 	}
@@ -219,7 +221,7 @@ func (d *Doc) DropStartAfter(gone []string) error {
 	}
 	for i := 0; i+1 < len(cv.Content); i += 2 {
 		key := cv.Content[i].Value
-		sv := Child(cv.Content[i+1], "start_after")
+		sv := yamlbuild.Child(cv.Content[i+1], "start_after")
 		if sv == nil || sv.Kind != yaml.SequenceNode {
 			continue
 		}
@@ -299,7 +301,7 @@ func (d *Doc) rewriteContainer(key string, list []string) error {
 	if cn == nil {
 		return fmt.Errorf("containers.%s is not in %s", key, d.Path)
 	}
-	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	out := yamlbuild.Map()
 	for i := 0; i+1 < len(cn.Content); i += 2 {
 		if cn.Content[i].Value == "start_after" {
 			if len(list) > 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/composefile"
 	"github.com/iii-sandbox/iii/compose/registry"
+	"github.com/iii-sandbox/iii/compose/yamlbuild"
 	"github.com/iii-sandbox/iii/internal/lazyre"
 )
 
@@ -45,14 +46,11 @@ type Addition struct {
 	Generated bool
 }
 
-// Scalar is a plain string node.
-func Scalar(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s} }
-
 // FlowList is a one-line [a, b] list, the way Compose writes start_after.
 func FlowList(items []string) *yaml.Node {
 	seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
 	for _, it := range items {
-		seq.Content = append(seq.Content, Scalar(it))
+		seq.Content = append(seq.Content, yamlbuild.Str(it))
 	}
 	return seq
 }
@@ -60,7 +58,7 @@ func FlowList(items []string) *yaml.Node {
 // VersionNode writes a selector quoted, as the docs do: ^ and ~ read oddly
 // bare, and 0.21 would be a number.
 func VersionNode(s string) *yaml.Node {
-	n := Scalar(s)
+	n := yamlbuild.Str(s)
 	n.Style = yaml.SingleQuotedStyle
 	return n
 }
@@ -93,7 +91,7 @@ func ParseWorkerSpec(spec string) (*Addition, error) {
 		if key == "." || key == "/" || key == ".." {
 			return nil, bad("the container key is the directory's last segment, and this path has none; name the directory")
 		}
-		return &Addition{Key: key, Kind: composefile.SourcePath, Fields: map[string]*yaml.Node{"worker": Scalar("path://" + dir)}}, nil
+		return &Addition{Key: key, Kind: composefile.SourcePath, Fields: map[string]*yaml.Node{"worker": yamlbuild.Str("path://" + dir)}}, nil
 	}
 	if strings.Contains(s, "://") && !strings.HasPrefix(s, "package://") {
 		return nil, bad("only path:// and package:// references are workers")
@@ -118,7 +116,7 @@ func ParseWorkerSpec(spec string) (*Addition, error) {
 	if !registry.PathSafe(base) {
 		return nil, bad("a package name has letters, digits, ., _ and -, starting with a letter or digit")
 	}
-	a := &Addition{Key: base, Kind: composefile.SourcePackage, Fields: map[string]*yaml.Node{"worker": Scalar("package://" + name)},
+	a := &Addition{Key: base, Kind: composefile.SourcePackage, Fields: map[string]*yaml.Node{"worker": yamlbuild.Str("package://" + name)},
 		Src: composefile.Source{Kind: composefile.SourcePackage, Registry: host, Name: base}}
 	switch {
 	case hasSel:
@@ -139,7 +137,7 @@ var registryHostRE = lazyre.New(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})
 // AdapterAddition is the sandbox adapter package name pinned to sel.
 func AdapterAddition(name, sel string) *Addition {
 	return &Addition{Key: name, Kind: composefile.SourcePackage, Fields: map[string]*yaml.Node{
-		"worker": Scalar("package://" + name), "version": VersionNode(sel)},
+		"worker": yamlbuild.Str("package://" + name), "version": VersionNode(sel)},
 		Src: composefile.Source{Kind: composefile.SourcePackage, Name: name}}
 }
 
@@ -163,7 +161,7 @@ func ParseContainerObject(raw json.RawMessage) (*Addition, error) {
 		return nil, err
 	}
 	if a.Kind == composefile.SourcePath {
-		a.Fields["worker"] = Scalar(ensureScheme(worker))
+		a.Fields["worker"] = yamlbuild.Str(ensureScheme(worker))
 	}
 	for _, k := range containerFields {
 		v, ok := obj[k]

@@ -200,6 +200,8 @@ func TestCheckerCatchesWrongImports(t *testing.T) {
 		{"the daemon imports the managed engine", "compose/daemon", "compose/engineproc", false},
 		{"the file editor imports the compose file model", "compose/fileedit", "compose/composefile", false},
 		{"the managed engine imports the process tools", "compose/engineproc", "compose/proc", false},
+		{"the file editor imports the YAML builders", "compose/fileedit", "compose/yamlbuild", false},
+		{"the managed engine imports the YAML builders", "compose/engineproc", "compose/yamlbuild", false},
 		{"the VM workers import the contract", "compose/vmworkers", "contract", false},
 		{"the VM workers import the Compose errors", "compose/vmworkers", "compose", false},
 		{"compose imports protocol", "compose/daemon", "protocol", false},
