@@ -72,16 +72,31 @@ fpid=$!
 
 until_ok started
 until_ok floor_ready
+faddr=$(head -1 "$work/floor.log")
 until_ok idle "$pid"
 until_ok idle "$fpid"
 
 kib() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
 e=$(kib "$pid" VmRSS); ea=$(kib "$pid" RssAnon); ef=$(kib "$pid" RssFile)
 f=$(kib "$fpid" VmRSS); fa=$(kib "$fpid" RssAnon); ff=$(kib "$fpid" RssFile)
+
+# The same after use: 20 calls to the engine (each a new client: connect,
+# call, close) and 20 requests to the floor, then idle again for 10 s, so
+# the pages serving calls and the engine's timers are resident again.
+for ((i = 0; i < 20; i++)); do
+  "$iii" call --address 127.0.0.1 --port "$port" engine::functions::list >/dev/null
+  (exec 3<>"/dev/tcp/127.0.0.1/${faddr##*:}"; printf 'GET / HTTP/1.0\r\n\r\n' >&3; cat <&3 >/dev/null)
+done
+sleep 10
+until_ok idle "$pid"
+until_ok idle "$fpid"
+e2=$(kib "$pid" VmRSS); ef2=$(kib "$pid" RssFile); f2=$(kib "$fpid" VmRSS)
+
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 ebin=$(stat -c %s "$iii"); fbin=$(stat -c %s "$work/floor/floor")
-awk -v e="$e" -v ea="$ea" -v ef="$ef" -v f="$f" -v fa="$fa" -v ff="$ff" -v load="$load" -v eb="$ebin" -v fb="$fbin" 'BEGIN {
+awk -v e="$e" -v ea="$ea" -v ef="$ef" -v f="$f" -v fa="$fa" -v ff="$ff" -v load="$load" -v e2="$e2" -v ef2="$ef2" -v f2="$f2" -v eb="$ebin" -v fb="$fbin" 'BEGIN {
   printf "P7 engine idle RSS: %.1f MiB (anon %.1f, file %.1f; binary %.1f MB)\n", e/1024, ea/1024, ef/1024, eb/1e6
   printf "   floor (idle Go HTTP server, same run): %.1f MiB (anon %.1f, file %.1f; binary %.1f MB)\n", f/1024, fa/1024, ff/1024, fb/1e6
   printf "   ratio RSS %.2fx, anon %.2fx, file %.2fx  goal RSS <= 2x  load average %s\n", e/f, ea/fa, ef/ff, load
+  printf "P7 after 20 calls and 10 s idle: engine %.1f MiB (file %.1f), floor %.1f MiB, ratio %.2fx\n", e2/1024, ef2/1024, f2/1024, e2/f2
 }'
