@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -95,6 +98,49 @@ func TestBuildResponseFastPath(t *testing.T) {
 	_, present, ok := scanEnvelope([]byte(`{"status_code":200,"body":{"name":"Alice"}}`))
 	if !present || !ok {
 		t.Fatal("the common envelope does not take the fast path")
+	}
+}
+
+// TestWriteResponseAsBuildResponse: WriteResponse, which adds a result's
+// headers to the writer's own map, answers what BuildResponse's status,
+// headers and body copied onto the writer answer, headers already set
+// (CORS, a Content-Type) included.
+func TestWriteResponseAsBuildResponse(t *testing.T) {
+	for _, out := range []string{
+		`{"status_code":200,"body":{"name":"Alice"}}`,
+		`{"status_code":201,"headers":{"X-A":"1","content-type":"text/plain"},"body":"hi"}`,
+		`{"headers":["X-B: 2","X-B: 3"],"body":{"a":1}}`, `{"headers":{"X-C":["a","b"]},"body":null}`,
+		`{"headers":{"Content-Type":"text/html"},"body":{"a":1}}`, `{"headers":null,"body":"s"}`,
+		`{"status_code":204}`, `{"body":null}`, `{}`, `{"a":1}`, `[1]`, `null`, ``, `3`,
+		`{"status_code":1000}`, `{"headers":{"Bad Name":"x"}}`, `{"headers":7}`,
+	} {
+		for _, preset := range []http.Header{{}, {"Access-Control-Allow-Origin": {"*"}, "Vary": {"Origin"}}, {"Content-Type": {"text/x"}}} {
+			got := httptest.NewRecorder()
+			for k, v := range preset {
+				got.Header()[k] = slices.Clone(v)
+			}
+			gotErr := WriteResponse(got, json.RawMessage(out))
+
+			want := httptest.NewRecorder()
+			for k, v := range preset {
+				want.Header()[k] = slices.Clone(v)
+			}
+			status, h, body, wantErr := BuildResponse(json.RawMessage(out))
+			if wantErr == nil {
+				for k, v := range h {
+					want.Header()[k] = append(want.Header()[k], v...)
+				}
+				want.Header().Set("Content-Length", strconv.Itoa(len(body)))
+				want.WriteHeader(status)
+				_, _ = want.Write(body)
+			}
+			if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+				t.Fatalf("%q: errors differ: %v / %v", out, gotErr, wantErr)
+			}
+			if got.Code != want.Code || !reflect.DeepEqual(got.Header(), want.Header()) || !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) {
+				t.Fatalf("%q with %v:\ngot  %d %v %q\nwant %d %v %q", out, preset, got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
+			}
+		}
 	}
 }
 

@@ -20,6 +20,8 @@ type segment struct {
 // Template is a parsed api_path.
 type Template struct {
 	segs []segment
+	// str is String's answer, made once: every request's payload carries it.
+	str string
 }
 
 // ParseTemplate parses an api_path: segments separated by "/", empty ones
@@ -60,6 +62,7 @@ func ParseTemplate(apiPath string) (Template, error) {
 	if len(t.segs) > maxPathSegments {
 		return Template{}, fmt.Errorf("api_path %q has more than %d segments", apiPath, maxPathSegments)
 	}
+	t.str = t.build()
 	return t, nil
 }
 
@@ -77,6 +80,13 @@ func validParam(s string) bool {
 
 // String is the normalized template: "/a/:b" ("/" for the root).
 func (t Template) String() string {
+	if t.str != "" {
+		return t.str
+	}
+	return t.build()
+}
+
+func (t Template) build() string {
 	if len(t.segs) == 0 {
 		return "/"
 	}
@@ -210,7 +220,7 @@ func (rt *Router) Len() int {
 // parameter); false when deeper than any route can be.
 func SplitPath(p string) ([]string, bool) {
 	segs := make([]string, 0, 8)
-	for _, s := range strings.Split(p, "/") {
+	for s := range strings.SplitSeq(p, "/") {
 		if s == "" {
 			continue
 		}

@@ -30,6 +30,7 @@ func TestParseTemplate(t *testing.T) {
 			}
 			assert.NilError(t, err)
 			assert.Equal(t, tpl.String(), tc.want)
+			assert.Equal(t, Template{segs: tpl.segs}.String(), tc.want, "made, not parsed")
 		})
 	}
 }
