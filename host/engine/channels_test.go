@@ -222,6 +222,57 @@ func TestChannelDrop(t *testing.T) {
 	assert.Assert(t, f["error"] == nil, "%v", f)
 }
 
+// TestChannelCreateReplyAsJSON: engine::channels::create writes its answer
+// by hand, byte for byte what json.Marshal wrote from maps of the refs
+// (clients match those bytes exactly), single and batched.
+func TestChannelCreateReplyAsJSON(t *testing.T) {
+	te := startEngine(t, Options{})
+	type pair struct {
+		Writer protocol.StreamChannelRef `json:"writer"`
+		Reader protocol.StreamChannelRef `json:"reader"`
+	}
+	asMaps := func(ps []pair) []map[string]protocol.StreamChannelRef {
+		var out []map[string]protocol.StreamChannelRef
+		for _, p := range ps {
+			out = append(out, map[string]protocol.StreamChannelRef{"writer": p.Writer, "reader": p.Reader})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, in string
+		batch    bool
+	}{
+		{"single", `{}`, false},
+		{"single with a buffer size", `{"buffer_size":3}`, false},
+		{"one in a batch", `{"channels":[{}]}`, true},
+		{"a batch", `{"channels":[{"content":"aGVsbG8="},{"buffer_size":3},{"content":""},{}]}`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errb := te.fnChannelsCreate(context.Background(), &Call{Data: json.RawMessage(tc.in), CallerAdmin: true})
+			assert.Assert(t, errb == nil, "%v", errb)
+			got, ok := out.(json.RawMessage)
+			assert.Assert(t, ok, "%T", out)
+			var want []byte
+			var err error
+			if tc.batch {
+				var v struct {
+					Channels []pair `json:"channels"`
+				}
+				assert.NilError(t, json.Unmarshal(got, &v), "%s", got)
+				assert.Assert(t, len(v.Channels) > 0 && v.Channels[0].Writer.ChannelID != "", "%s", got)
+				want, err = json.Marshal(map[string]any{"channels": asMaps(v.Channels)})
+			} else {
+				var v pair
+				assert.NilError(t, json.Unmarshal(got, &v), "%s", got)
+				assert.Assert(t, v.Writer.ChannelID != "" && v.Writer.Direction == protocol.DirectionWrite, "%s", got)
+				want, err = json.Marshal(asMaps([]pair{v})[0])
+			}
+			assert.NilError(t, err)
+			assert.Equal(t, string(got), string(want))
+		})
+	}
+}
+
 // TestChannelCreateBatch: one create call makes several channels; one
 // given content holds it as its whole stream, its writer end already used
 // (a socket on it is refused), and its reader gets the content then a
