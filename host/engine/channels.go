@@ -219,8 +219,9 @@ func (t *channelTable) create(e *Engine, bufferSize int, owner string) *channel 
 	case bufferSize > maxChannelBuffer:
 		bufferSize = maxChannelBuffer
 	}
+	id, key := newIDPair()
 	c := &channel{
-		id: newID(), key: newID(), owner: owner, created: time.Now(),
+		id: id, key: key, owner: owner, created: time.Now(),
 		size: bufferSize, budget: e.inbound.chanBytes,
 	}
 	t.mu.Lock()

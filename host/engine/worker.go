@@ -9,8 +9,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/google/uuid"
-
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -99,8 +97,6 @@ func newWorker(e *Engine, id string) *worker {
 		services:    make(map[string]protocol.RegisterService),
 	}
 }
-
-func newID() string { return uuid.NewString() }
 
 // ns returns the worker's namespace as far as it is known: the pinned one,
 // or DefaultNamespace while it is still pending.
