@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -216,7 +217,10 @@ func TestVMWorkerPathDot(t *testing.T) {
 	var added struct {
 		Up *opResult `json:"up"`
 	}
-	assert.NilError(t, callLong(t, c, "vmp", "compose::add", map[string]any{"worker": "path://" + shared}, &added))
+	// Its startup_timeout is vmtest's: a Node worker's first start under
+	// TCG outlasts the default minute on a loaded machine.
+	assert.NilError(t, callLong(t, c, "vmp", "compose::add", map[string]any{"workers": []any{
+		map[string]any{"worker": "path://" + shared, "startup_timeout": "6m"}}}, &added))
 	sharedKey := filepath.Base(shared)
 	assert.Assert(t, added.Up != nil)
 	var failed *containerResult
@@ -248,7 +252,7 @@ func TestVMWorkerPathDot(t *testing.T) {
 	s, _, _ = st.of("vmtest")
 	assert.Equal(t, s, "ready")
 	assert.NilError(t, callLong(t, c, "vmp", "compose::up", nil, &up))
-	assert.Equal(t, up.Status, "ok", "%+v", up)
+	assert.Equal(t, up.Status, "ok", "%s\n%s", asJSON(up), td.out.String())
 	assert.NilError(t, callLong(t, c, "vmp", sharedKey+"::probe", map[string]any{"n": 3}, &got))
 	assert.Equal(t, got.Env["III_WORKER_NAME"], sharedKey)
 
@@ -345,4 +349,13 @@ func TestVMWorkerTokenReplacement(t *testing.T) {
 	again, err := d.projectToken(st)
 	assert.NilError(t, err)
 	assert.Equal(t, again, tok, "replaced once")
+}
+
+// asJSON shows v whole, pointers followed, for an assertion's message.
+func asJSON(v any) string {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Sprintf("%+v", v)
+	}
+	return string(b)
 }
