@@ -365,13 +365,10 @@ func (e *Engine) admitRegistration(w *worker, f *function) *protocol.ErrorBody {
 	if errb := p.authorizeRegistration(f.id); errb != nil {
 		return errb
 	}
-	if errb := p.admitSandboxHost(f); errb != nil {
-		return errb
-	}
 	if errb := p.admitQueueProvider(f); errb != nil {
 		return errb
 	}
-	if errb := e.admitAdapterName(p, f); errb != nil {
+	if errb := e.admitGuarded(p, f); errb != nil {
 		return errb
 	}
 	orig := f.id
@@ -404,9 +401,22 @@ func (e *Engine) admitRegistration(w *worker, f *function) *protocol.ErrorBody {
 		if errb := p.authorizeRegistration(f.id); errb != nil {
 			return errb
 		}
-		if errb := e.admitAdapterName(p, f); errb != nil {
+		if errb := e.admitGuarded(p, f); errb != nil {
 			return errb
 		}
+	}
+	return nil
+}
+
+// admitGuarded applies the registration guard's rule to f (names it
+// reserves, a credential's scope), and its privileged marking.
+func (e *Engine) admitGuarded(p *principal, f *function) *protocol.ErrorBody {
+	privileged, refusal := e.guard().AdmitFunction(Principal{p}, f.ns, f.id)
+	if refusal != nil {
+		return refusal
+	}
+	if privileged {
+		f.privileged = true
 	}
 	return nil
 }
@@ -537,35 +547,6 @@ func (e *Engine) callHook(w *worker, hook, what string, input map[string]any) (m
 	return rewrite, nil
 }
 
-// admitSandboxHost applies a sandbox host credential's rule to a
-// registration: only <adapter>::* in the credential's namespace, and of a
-// fleet's <adapter>::host::<name>::* only its own host name's (a host
-// holding another's ids would keep that host out of the fleet). The
-// adapter's worker::* functions, plain or a fleet host's, are privileged
-// whatever the metadata says, as the plugin host registers them (they boot
-// VMs).
-func (p *principal) admitSandboxHost(f *function) *protocol.ErrorBody {
-	if p.cred == nil || p.cred.host == nil {
-		return nil
-	}
-	h := p.cred.host
-	refuse := func(only string) *protocol.ErrorBody {
-		return &protocol.ErrorBody{Code: CodeForbidden, Message: "the sandbox host credential " + quote(p.label) + " of host " + quote(h.hostName) +
-			" registers only " + only + " in namespace " + quote(h.namespace) + "; " + f.id + " in namespace " + quote(f.ns) + " is refused"}
-	}
-	if f.ns != h.namespace || !strings.HasPrefix(f.id, h.adapter+"::") {
-		return refuse(h.adapter + "::*")
-	}
-	fleet, own := h.adapter+"::host::", h.adapter+"::host::"+h.hostName+"::"
-	if strings.HasPrefix(f.id, fleet) && !strings.HasPrefix(f.id, own) {
-		return refuse(own + "* of the fleet's host functions")
-	}
-	if strings.HasPrefix(f.id, h.adapter+"::worker::") || strings.HasPrefix(f.id, own+"worker::") {
-		f.privileged = true
-	}
-	return nil
-}
-
 // QueueProviderFunctions are what a queue provider credential's holder
 // may register (in default, and nothing else): the enqueue provider and
 // the queue worker's read-only views.
@@ -589,50 +570,6 @@ func (p *principal) admitQueueProvider(f *function) *protocol.ErrorBody {
 // engine token's holder, or a queue provider credential's.
 func (p *principal) queueProvider() bool {
 	return p != nil && (p.admin || p.cred != nil && p.cred.queue)
-}
-
-// AdapterOwner describes who serves (ns, id) for the sandbox router.
-type AdapterOwner struct {
-	// Registered: some worker registered the function.
-	Registered bool
-	// Trusted: its owner holds the engine token (or is in-process), or it
-	// is a sandbox host whose credential (not revoked) names this adapter
-	// and namespace.
-	Trusted bool
-	// Host is the sandbox host credential's host_name; "" for an owner
-	// that holds the engine token or is in-process.
-	Host string
-	// WorkerID is the owning worker connection's id.
-	WorkerID string
-}
-
-// AdapterOwnerOf reports who owns <adapter>::<op> (id) in ns, and whether
-// the sandbox router may forward callers' data to it as adapter.
-func (e *Engine) AdapterOwnerOf(ns, adapter, id string) AdapterOwner {
-	f := e.reg.get(ns, id)
-	if f == nil {
-		return AdapterOwner{}
-	}
-	o := AdapterOwner{Registered: true, WorkerID: f.owner.id}
-	p := f.owner.principal
-	if p != nil && p.cred != nil && p.cred.host != nil {
-		o.Host = p.cred.host.hostName
-	}
-	o.Trusted = trustedAdapterOwner(p, ns, adapter, id)
-	return o
-}
-
-// TrustedOwner reports whether (ns, id) is registered, and whether its owner
-// holds the engine token (or is in-process), or is a sandbox host whose
-// credential names the adapter of id (the part before "::") in ns.
-// Callers that forward other callers' data to a function by its well-known
-// name (the sandbox router to <adapter>::<op>) use it so that a worker
-// without the token cannot stand in for an adapter that is down and
-// receive what callers send it.
-func (e *Engine) TrustedOwner(ns, id string) (registered, trusted bool) {
-	adapter, _, _ := strings.Cut(id, "::")
-	o := e.AdapterOwnerOf(ns, adapter, id)
-	return o.Registered, o.Trusted
 }
 
 // FunctionIDs lists the function ids registered in ns that start with

@@ -6,12 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"strings"
 	"sync"
 	"sync/atomic"
 
-	"github.com/iii-sandbox/iii/internal/adaptername"
-	"github.com/iii-sandbox/iii/internal/lazyre"
 	"github.com/iii-sandbox/iii/internal/rbac"
 	"github.com/iii-sandbox/iii/protocol"
 )
@@ -33,9 +30,13 @@ const maxCredentials = 10_000
 type credential struct {
 	label   string
 	session *rbac.Session
-	// host is set for a sandbox host credential: its holder serves one
-	// adapter's functions in one namespace (docs/security.md).
-	host *sandboxHost
+	// scope is what the registration guard made of the spec's scope
+	// block (RegistrationGuard.CredentialScope), nil for none: the engine
+	// keeps it and never looks into it.
+	scope any
+	// claims is the name its holder owns from its issue on (ReserveName),
+	// "" for none.
+	claims string
 	// queue is set for a queue provider credential: its holder registers
 	// only QueueProviderFunctions, in default, and its calls of enqueued
 	// targets are checked as their enqueuers (docs/queues.md).
@@ -45,13 +46,6 @@ type credential struct {
 	// revoked is set as revocation starts, before its connections are
 	// closed, so nothing trusts them meanwhile.
 	revoked atomic.Bool
-}
-
-// sandboxHost is what a sandbox host credential lets its holder serve.
-type sandboxHost struct {
-	adapter   string
-	hostName  string
-	namespace string
 }
 
 // credentialTable maps the sha256 of each issued token to its credential;
@@ -77,33 +71,9 @@ func (t *credentialTable) lookup(token string) *credential {
 // protocol's, so Compose builds one without importing the engine.
 type CredentialSpec = protocol.CredentialSpec
 
-// SandboxHostSpec names the adapter a remote sandbox host serves and the
-// host itself.
-type SandboxHostSpec = protocol.SandboxHostSpec
-
-var (
-	hostNameRE = lazyre.New(`^[a-z0-9-]{1,63}$`)
-)
-
-// validSandboxHost checks a sandbox_host block.
-func validSandboxHost(h *SandboxHostSpec) *protocol.ErrorBody {
-	if !adaptername.Valid(h.Adapter) {
-		return &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "sandbox_host.adapter " + quote(h.Adapter) +
-			" is not an adapter name: 1 to 64 of a-z 0-9 _ -, starting with a letter or digit"}
-	}
-	if reservedID(h.Adapter + "::") {
-		return &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "sandbox_host.adapter " + quote(h.Adapter) +
-			" is a reserved prefix (" + strings.Join(reservedPrefixes, ", ") + ")"}
-	}
-	if !hostNameRE.MatchString(h.HostName) {
-		return &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "sandbox_host.host_name " + quote(h.HostName) +
-			" is not a host name: 1 to 63 of a-z 0-9 -"}
-	}
-	return nil
-}
-
-// newCredential checks spec and builds the credential it describes.
-func newCredential(spec CredentialSpec) (*credential, *protocol.ErrorBody) {
+// newCredential checks spec and builds the credential it describes; g
+// judges its scope block.
+func newCredential(spec CredentialSpec, g RegistrationGuard) (*credential, *protocol.ErrorBody) {
 	if errb := validNamespace(spec.Namespace); errb != nil {
 		return nil, errb
 	}
@@ -117,21 +87,16 @@ func newCredential(spec CredentialSpec) (*credential, *protocol.ErrorBody) {
 		}
 		grants[ns] = append([]string(nil), ids...)
 	}
-	c := &credential{label: sanitizeText(spec.Label), queue: spec.QueueProvider}
-	if spec.QueueProvider {
-		if spec.SandboxHost != nil {
-			return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "a credential is a queue provider or a sandbox host, not both"}
-		}
-		if spec.Namespace != DefaultNamespace {
-			return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "a queue provider credential's namespace is default (where " +
-				EnqueueProviderFunctionID + " lives), not " + quote(spec.Namespace) + "; grant the namespaces its deliveries reach in allow"}
-		}
+	// The guard's refusals of a scope come before the queue provider's
+	// namespace rule (a scope on a queue provider is its to refuse).
+	scope, claims, errb := g.CredentialScope(spec)
+	if errb != nil {
+		return nil, errb
 	}
-	if h := spec.SandboxHost; h != nil {
-		if errb := validSandboxHost(h); errb != nil {
-			return nil, errb
-		}
-		c.host = &sandboxHost{adapter: h.Adapter, hostName: h.HostName, namespace: spec.Namespace}
+	c := &credential{label: sanitizeText(spec.Label), queue: spec.QueueProvider, scope: scope, claims: claims}
+	if spec.QueueProvider && spec.Namespace != DefaultNamespace {
+		return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "a queue provider credential's namespace is default (where " +
+			EnqueueProviderFunctionID + " lives), not " + quote(spec.Namespace) + "; grant the namespaces its deliveries reach in allow"}
 	}
 	s := rbac.Open()
 	s.AllowTriggerTypeRegistration = false
@@ -150,14 +115,14 @@ func newCredential(spec CredentialSpec) (*credential, *protocol.ErrorBody) {
 // With spec.Persist the credential is written to the credentials file
 // first (UseCredentialsFile); without one it is refused.
 func (e *Engine) IssueCredential(spec CredentialSpec) (string, *protocol.ErrorBody) {
-	c, errb := newCredential(spec)
+	c, errb := newCredential(spec, e.guard())
 	if errb != nil {
 		return "", errb
 	}
-	if c.host != nil {
-		// Its adapter's names are the adapter's from now on (runs after
-		// the table's lock is released).
-		defer e.ProtectAdapter(c.host.adapter)
+	if c.claims != "" {
+		// The name is its holder's from now on (runs after the table's
+		// lock is released).
+		defer e.ReserveName(c.claims)
 	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {

@@ -51,7 +51,7 @@ type persistedCredential struct {
 // parseCredentialsFile decodes and checks a credentials file: the
 // version, every entry's hash and spec, no hash twice. Unknown fields are
 // refused, as a typo would otherwise change what a credential allows.
-func parseCredentialsFile(data []byte) (map[[32]byte]persistedCredential, error) {
+func parseCredentialsFile(data []byte, g RegistrationGuard) (map[[32]byte]persistedCredential, error) {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.DisallowUnknownFields()
 	var f credentialsFile
@@ -76,7 +76,7 @@ func parseCredentialsFile(data []byte) (map[[32]byte]persistedCredential, error)
 		if pc.Persist {
 			return nil, fmt.Errorf("credential %d: persist is not a field of a stored credential", i)
 		}
-		if _, errb := newCredential(pc.CredentialSpec); errb != nil {
+		if _, errb := newCredential(pc.CredentialSpec, g); errb != nil {
 			return nil, fmt.Errorf("credential %d (%s): %s", i, quote(pc.Label), errb.Message)
 		}
 		k := [32]byte(raw)
@@ -106,7 +106,7 @@ func encodeCredentialsFile(m map[[32]byte]persistedCredential) ([]byte, error) {
 // readCredentialsFile reads and checks the file at path. A missing file is
 // an empty set. A file that is a symbolic link or not a regular file, that
 // another user owns, or that the group or others may write is refused.
-func readCredentialsFile(path string) (map[[32]byte]persistedCredential, error) {
+func readCredentialsFile(path string, g RegistrationGuard) (map[[32]byte]persistedCredential, error) {
 	data, err := ownfile.Read(path, ownfile.Rules{MaxBytes: maxCredentialsFile, ForbiddenPerm: 0o022})
 	var refused *ownfile.RefusedError
 	switch {
@@ -121,7 +121,7 @@ func readCredentialsFile(path string) (map[[32]byte]persistedCredential, error) 
 	case err != nil:
 		return nil, fmt.Errorf("cannot read the credentials file: %w", err)
 	}
-	m, err := parseCredentialsFile(data)
+	m, err := parseCredentialsFile(data, g)
 	if err != nil {
 		return nil, fmt.Errorf("the credentials file %s: %v (fix it or delete it)", path, err)
 	}
@@ -137,7 +137,8 @@ func readCredentialsFile(path string) (map[[32]byte]persistedCredential, error) 
 func (e *Engine) UseCredentialsFile(path string) (loaded int, err error) {
 	e.creds.file.Store(&path)
 	e.creds.fileMu.Lock()
-	m, err := readCredentialsFile(path)
+	g := e.guard()
+	m, err := readCredentialsFile(path, g)
 	e.creds.fileMu.Unlock()
 	if err != nil {
 		e.log.Error("credentials file refused: no persisted credential is loaded, and persist: true is refused until it is fixed", "file", path, "error", err)
@@ -152,15 +153,15 @@ func (e *Engine) UseCredentialsFile(path string) (loaded int, err error) {
 		if _, ok := e.creds.m[k]; ok {
 			continue
 		}
-		c, errb := newCredential(pc.CredentialSpec)
+		c, errb := newCredential(pc.CredentialSpec, g)
 		if errb != nil { // parseCredentialsFile checked it
 			continue
 		}
 		c.persisted = true
 		e.creds.m[k] = c
 		loaded++
-		if c.host != nil {
-			defer e.ProtectAdapter(c.host.adapter)
+		if c.claims != "" {
+			defer e.ReserveName(c.claims)
 		}
 	}
 	if loaded > 0 {
@@ -211,7 +212,7 @@ func (e *Engine) unpersistCredential(k [32]byte) bool {
 func (e *Engine) rewriteCredentialsFile(path string, change func(map[[32]byte]persistedCredential) bool) error {
 	e.creds.fileMu.Lock()
 	defer e.creds.fileMu.Unlock()
-	m, err := readCredentialsFile(path)
+	m, err := readCredentialsFile(path, e.guard())
 	if err != nil {
 		return err
 	}

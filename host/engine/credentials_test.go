@@ -28,121 +28,14 @@ func issue(t *testing.T, admin *rawClient, id, payload string) string {
 	return tok
 }
 
-func TestIssueSandboxHostValidation(t *testing.T) {
+// persist needs a credentials file (the sandbox_host block's checks are
+// the router's: host/router/trust_test.go).
+func TestIssuePersistWithoutFile(t *testing.T) {
 	te := startEngine(t, Options{})
 	admin := te.dialAdmin(t)
-	for i, tc := range []struct {
-		name, payload, code, msg string
-	}{
-		{"no adapter", `{"namespace":"sbx","sandbox_host":{"host_name":"h1"}}`, CodeInvalidArgument, "sandbox_host.adapter"},
-		{"adapter upper case", `{"namespace":"sbx","sandbox_host":{"adapter":"Remote","host_name":"h1"}}`, CodeInvalidArgument, "not an adapter name"},
-		{"adapter with ::", `{"namespace":"sbx","sandbox_host":{"adapter":"a::b","host_name":"h1"}}`, CodeInvalidArgument, "not an adapter name"},
-		{"adapter reserved", `{"namespace":"sbx","sandbox_host":{"adapter":"sandbox","host_name":"h1"}}`, CodeInvalidArgument, "reserved"},
-		{"adapter engine", `{"namespace":"sbx","sandbox_host":{"adapter":"engine","host_name":"h1"}}`, CodeInvalidArgument, "reserved"},
-		{"no host name", `{"namespace":"sbx","sandbox_host":{"adapter":"remote"}}`, CodeInvalidArgument, "host_name"},
-		{"host name with _", `{"namespace":"sbx","sandbox_host":{"adapter":"remote","host_name":"h_1"}}`, CodeInvalidArgument, "host_name"},
-		{"host name too long", `{"namespace":"sbx","sandbox_host":{"adapter":"remote","host_name":"` + strings.Repeat("h", 64) + `"}}`, CodeInvalidArgument, "host_name"},
-		{"bad namespace", `{"namespace":"Sbx","sandbox_host":{"adapter":"remote","host_name":"h1"}}`, protocol.CodeInvalidNamespace, "namespace"},
-		{"persist without a file", `{"namespace":"sbx","persist":true}`, CodeInvalidArgument, "no credentials file"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, msg := errBody(t, admin.call(string(rune('a'+i)), FnCredentialsIssue, nil, tc.payload))
-			assert.Equal(t, code, tc.code)
-			assert.Check(t, is.Contains(msg, tc.msg))
-		})
-	}
-	// The longest valid ones are fine.
-	issue(t, admin, "ok", `{"namespace":"sbx","sandbox_host":{"adapter":"`+strings.Repeat("a", 64)+`","host_name":"`+strings.Repeat("h", 63)+`"}}`)
-}
-
-// A sandbox host credential registers its adapter's functions in its
-// namespace (not its own worker name's prefix), nothing else; they are a
-// trusted adapter for that adapter and namespace only; it calls nothing
-// privileged; revoking it closes its connection.
-func TestSandboxHostCredential(t *testing.T) {
-	te := startEngine(t, Options{})
-	admin := te.dialAdmin(t)
-	tok := issue(t, admin, "1", `{"label":"hosts/h1","namespace":"sbx","allow":{"default":["*"]},"sandbox_host":{"adapter":"remote","host_name":"h1"}}`)
-	plain := issue(t, admin, "2", `{"label":"plain","namespace":"sbx"}`)
-
-	host := te.dialWith(t, bearerHeader(tok))
-	for _, id := range []string{"remote::create", "remote::adapter::info", "remote::worker::start", "other::create", "sandbox::create", "remotex::create",
-		"remote::host::h1::create", "remote::host::h1::worker::start", "remote::host::h2::create", "remote::host::h10::create"} {
-		host.send(&protocol.RegisterFunction{ID: id})
-	}
-	host.register(map[string]any{"name": "sandbox-host-h1", "namespace": "sbx"})
-	var rejected []string
-	for range 5 {
-		rej := host.expect("registrationrejected")
-		assert.Equal(t, rej.str("code"), CodeForbidden)
-		rejected = append(rejected, rej.str("function_id"))
-	}
-	// As a fleet host it serves only its own host name's functions.
-	assert.DeepEqual(t, rejected, []string{"other::create", "sandbox::create", "remotex::create", "remote::host::h2::create", "remote::host::h10::create"})
-	host.sync()
-	host.serveEcho()
-	pollUntil(t, "registered", func() bool { return hasFn(te, "sbx", "remote::create") })
-	assert.Assert(t, !hasFn(te, "sbx", "other::create"))
-
-	for _, tc := range []struct {
-		name, ns, adapter, id string
-		want                  AdapterOwner
-	}{
-		{"its adapter and namespace", "sbx", "remote", "remote::create", AdapterOwner{Registered: true, Trusted: true, Host: "h1"}},
-		{"another adapter's binding", "sbx", "other", "remote::create", AdapterOwner{Registered: true, Host: "h1"}},
-		{"not registered", "sbx", "other", "other::create", AdapterOwner{}},
-		{"another namespace", "default", "remote", "remote::create", AdapterOwner{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := te.AdapterOwnerOf(tc.ns, tc.adapter, tc.id)
-			if got.Registered {
-				assert.Equal(t, got.WorkerID, host.workerID)
-			}
-			got.WorkerID = ""
-			assert.DeepEqual(t, got, tc.want)
-		})
-	}
-	reg, trusted := te.TrustedOwner("sbx", "remote::create")
-	assert.Assert(t, reg && trusted, "TrustedOwner's callers see it as trusted")
-
-	// It may not declare another namespace, so nothing of it lands there.
-	other := te.dialWith(t, bearerHeader(tok))
-	code, _ := errBody(t, other.call("3", FnWorkersRegister, nil, `{"name":"elsewhere","namespace":"default"}`))
-	assert.Equal(t, code, CodeForbidden)
-
-	// Nothing privileged answers it (its other connection), not even the adapter's worker::*,
-	// which are privileged whatever it registered them as.
-	for _, tc := range []struct{ id, fn, ns string }{
-		{"4", "remote::worker::start", "sbx"},
-		{"4b", "remote::host::h1::worker::start", "sbx"},
-		{"5", FnCredentialsIssue, "default"},
-		{"6", FnCredentialsRevoke, "default"},
-	} {
-		code, _ := errBody(t, other.call(tc.id, tc.fn, ptr(tc.ns), `{}`))
-		assert.Equal(t, code, CodeUnauthorized, tc.fn)
-	}
-	anon := te.dial(t)
-	code, _ = errBody(t, anon.call("7", "remote::worker::start", ptr("sbx"), `{}`))
-	assert.Equal(t, code, CodeUnauthorized)
-	f := admin.call("8", "remote::create", ptr("sbx"), `{"x":1}`)
-	assert.Equal(t, f.obj("result").obj("echo")["x"], 1.0)
-
-	// A plain credential of the same namespace is no adapter.
-	pw := te.dialWith(t, bearerHeader(plain))
-	pw.registerIn("sbx", "plain", "plain::create")
-	pollUntil(t, "plain registered", func() bool { return hasFn(te, "sbx", "plain::create") })
-	reg, trusted = te.TrustedOwner("sbx", "plain::create")
-	assert.Assert(t, reg && !trusted)
-
-	// Revoking closes its connections and refuses new ones.
-	f = admin.call("9", FnCredentialsRevoke, nil, `{"token":"`+tok+`"}`)
-	assert.Equal(t, f.obj("result")["revoked"], true)
-	assert.Check(t, host.waitClosed() != nil)
-	assert.Check(t, other.waitClosed() != nil)
-	assert.Check(t, !te.AdapterOwnerOf("sbx", "remote", "remote::create").Trusted)
-	pollUntil(t, "its functions are gone", func() bool { return !hasFn(te, "sbx", "remote::create") })
-	refused := dialRefused(t, te.url, bearerHeader(tok))
-	assert.Equal(t, refused.obj("error").str("code"), CodeAuthError)
+	code, msg := errBody(t, admin.call("a", FnCredentialsIssue, nil, `{"namespace":"sbx","persist":true}`))
+	assert.Equal(t, code, CodeInvalidArgument)
+	assert.Check(t, is.Contains(msg, "no credentials file"))
 }
 
 // A handshake without a credential, or with one the engine did not issue,
@@ -172,6 +65,14 @@ func newLoggedEngine(t *testing.T) (*testEngine, *syncbuf.Buffer) {
 	return startEngine(t, Options{Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: logs})}), logs
 }
 
+// newScopedEngine is newLoggedEngine with a guard that keeps sandbox_host
+// blocks as scopes (hostSpecScope, admitOwnAdapter).
+func newScopedEngine(t *testing.T) (*testEngine, *testGuard) {
+	t.Helper()
+	te, _ := newLoggedEngine(t)
+	return te, installGuard(t, te, &testGuard{scope: hostSpecScope, admit: admitOwnAdapter})
+}
+
 func closeEngine(t *testing.T, te *testEngine) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -180,11 +81,12 @@ func closeEngine(t *testing.T, te *testEngine) {
 }
 
 // Credentials issued with persist survive the engine: a second engine on
-// the same file accepts them; the others end with the first engine.
-// Revoking removes one from the file.
+// the same file accepts them, with the scope its guard makes of their spec;
+// the others end with the first engine. Revoking removes one from the
+// file.
 func TestPersistedCredentials(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state", CredentialsFileName)
-	first, _ := newLoggedEngine(t)
+	first, _ := newScopedEngine(t)
 	n, err := first.UseCredentialsFile(path)
 	assert.NilError(t, err)
 	assert.Equal(t, n, 0, "a missing file is an empty set")
@@ -209,7 +111,7 @@ func TestPersistedCredentials(t *testing.T) {
 	assert.Equal(t, len(file.Credentials), 2)
 	closeEngine(t, first)
 
-	second, _ := newLoggedEngine(t)
+	second, g := newScopedEngine(t)
 	n, err = second.UseCredentialsFile(path)
 	assert.NilError(t, err)
 	assert.Equal(t, n, 2)
@@ -218,10 +120,14 @@ func TestPersistedCredentials(t *testing.T) {
 	host.send(&protocol.RegisterFunction{ID: "other::create"})
 	host.register(map[string]any{"name": "h1", "namespace": "sbx"})
 	assert.Equal(t, host.expect("registrationrejected").str("function_id"), "other::create",
-		"the loaded credential keeps its sandbox_host rule")
+		"the loaded credential keeps its scope")
 	pollUntil(t, "registered", func() bool { return hasFn(second, "sbx", "remote::create") })
-	o := second.AdapterOwnerOf("sbx", "remote", "remote::create")
-	assert.Assert(t, o.Trusted && o.Host == "h1")
+	o, ok := second.FunctionOwner("sbx", "remote::create")
+	assert.Assert(t, ok && o.WorkerID == host.workerID)
+	assert.DeepEqual(t, o.Principal.Scope(), protocol.SandboxHostSpec{Adapter: "remote", HostName: "h1"})
+	assert.Check(t, !o.Principal.Revoked() && o.Principal.Label() == "hosts/h1")
+	reserved, _ := g.snapshot()
+	assert.Check(t, is.DeepEqual(reserved, []string{"remote"}), "a loaded credential's claim is reserved")
 	second.dialWith(t, bearerHeader(kept2))
 	refused := dialRefused(t, second.url, bearerHeader(lost))
 	assert.Equal(t, refused.obj("error").str("code"), CodeAuthError)
@@ -231,12 +137,13 @@ func TestPersistedCredentials(t *testing.T) {
 	f := admin2.call("4", FnCredentialsRevoke, nil, `{"token":"`+kept+`"}`)
 	assert.Equal(t, f.obj("result")["revoked"], true)
 	assert.Check(t, host.waitClosed() != nil)
+	assert.Check(t, o.Principal.Revoked())
 	data, err = os.ReadFile(path)
 	assert.NilError(t, err)
 	assert.Check(t, !strings.Contains(string(data), hex.EncodeToString(sum[:])))
 	closeEngine(t, second)
 
-	third, _ := newLoggedEngine(t)
+	third, _ := newScopedEngine(t)
 	n, err = third.UseCredentialsFile(path)
 	assert.NilError(t, err)
 	assert.Equal(t, n, 1)
@@ -267,7 +174,8 @@ func TestCredentialsFileRefused(t *testing.T) {
 		{name: "other version", content: `{"version":2,"credentials":[]}`, mode: 0o600, want: "version is 2"},
 		{name: "unknown field", content: `{"version":1,"credentials":[{"token_sha256":"` + h + `","namespace":"sbx","alow":{}}]}`, mode: 0o600, want: "unknown field"},
 		{name: "bad hash", content: `{"version":1,"credentials":[{"token_sha256":"tok","namespace":"sbx"}]}`, mode: 0o600, want: "64 hex digits"},
-		{name: "bad spec", content: `{"version":1,"credentials":[{"token_sha256":"` + h + `","namespace":"sbx","sandbox_host":{"adapter":"x","host_name":"H"}}]}`, mode: 0o600, want: "host_name"},
+		{name: "bad spec", content: `{"version":1,"credentials":[{"token_sha256":"` + h + `","namespace":"sbx","queue_provider":true}]}`, mode: 0o600, want: "namespace is default"},
+		{name: "a scope without a guard", content: `{"version":1,"credentials":[{"token_sha256":"` + h + `","namespace":"sbx","sandbox_host":{"adapter":"x","host_name":"h"}}]}`, mode: 0o600, want: "no registration guard"},
 		{name: "twice", content: `{"version":1,"credentials":[{"token_sha256":"` + h + `","namespace":"a"},{"token_sha256":"` + h + `","namespace":"b"}]}`, mode: 0o600, want: "twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -311,14 +219,15 @@ func FuzzCredentialsFile(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`{"version":1,"credentials":[{"token_sha256":"` + h + `","namespace":"a","persist":true}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := parseCredentialsFile(data)
+		g := &testGuard{scope: hostSpecScope}
+		m, err := parseCredentialsFile(data, g)
 		if err != nil {
 			return
 		}
 		// What parses encodes to a file that parses to the same.
 		out, err := encodeCredentialsFile(m)
 		assert.NilError(t, err)
-		m2, err := parseCredentialsFile(out)
+		m2, err := parseCredentialsFile(out, g)
 		assert.NilError(t, err)
 		assert.DeepEqual(t, m2, m)
 	})

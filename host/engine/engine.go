@@ -98,10 +98,9 @@ type Engine struct {
 
 	builtins *LocalWorker
 	creds    credentialTable
-	// adapters are the sandbox adapters whose names are protected
-	// (adapterguard.go).
-	adapters adapterSet
-	inbound  inboundBudget
+	// guardSlot holds the registration guard (guard.go).
+	guardSlot guardSlot
+	inbound   inboundBudget
 
 	heartbeat hostHeartbeat
 	// enqueues bounds the enqueue hand-overs in flight (enqueue.go).

@@ -5,7 +5,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -41,17 +40,6 @@ func (h *hostHeartbeat) get() time.Duration {
 // (config.yaml sandbox.host_heartbeat_ms); d <= 0 restores the default.
 // It applies from each connection's next ping.
 func (e *Engine) SetHostHeartbeat(d time.Duration) { e.heartbeat.every.Store(int64(d)) }
-
-// servesSandboxes reports whether id is a sandbox adapter's function over
-// WebSocket: the fleet form <adapter>::host::<name>::<op>, or a single
-// adapter's <adapter>::adapter::info.
-func servesSandboxes(id string) bool {
-	if strings.HasSuffix(id, "::adapter::info") {
-		return true
-	}
-	_, rest, ok := strings.Cut(id, "::host::")
-	return ok && strings.Contains(rest, "::")
-}
 
 // watchLiveness starts the connection's heartbeat once.
 func (c *wsConn) watchLiveness() {
@@ -91,8 +79,7 @@ func (c *wsConn) heartbeatLoop() {
 			}
 			// CloseNow ends the read loop at once, which tears the
 			// worker down; a close handshake would wait on the dead link.
-			c.e.log.Warn("sandbox host did not answer a ping in time; dropping its connection",
-				"worker_id", c.w.id, "window", (hostPongWindow * every).String(), "error", err)
+			c.e.guard().Unresponsive(c.w.id, hostPongWindow*every, err)
 			_ = c.c.CloseNow()
 			return
 		}

@@ -19,6 +19,12 @@ import (
 	"github.com/iii-sandbox/iii/protocol"
 )
 
+// fleetOrAdapter heartbeats what the router's trust rules do: fleet
+// host functions and a remote adapter's adapter::info.
+func fleetOrAdapter(id string) bool {
+	return strings.HasSuffix(id, "::adapter::info") || strings.Contains(id, "::host::")
+}
+
 // linkProxy forwards TCP to the engine and can be cut the way a pulled
 // cable or `ip link set down` cuts a link: bytes stop flowing both ways,
 // nobody sees a FIN or a RST.
@@ -113,6 +119,7 @@ func (p *linkProxy) heal() {
 // worker that serves no sandboxes is never pinged.
 func TestHostHeartbeatCutsSilentHost(t *testing.T) {
 	te := startEngine(t, Options{})
+	installGuard(t, te, &testGuard{heartbeat: fleetOrAdapter})
 	te.SetHostHeartbeat(50 * time.Millisecond)
 	proxy := startLinkProxy(t, strings.TrimPrefix(te.srv.URL, "http://"))
 	proxied := &testEngine{Engine: te.Engine, srv: te.srv, url: "ws://" + proxy.ln.Addr().String()}
@@ -146,6 +153,7 @@ func TestHostHeartbeatCutsSilentHost(t *testing.T) {
 // once it falls silent it is cut as any silent host.
 func TestHostHeartbeatKeepsSendingHost(t *testing.T) {
 	te := startEngine(t, Options{})
+	installGuard(t, te, &testGuard{heartbeat: fleetOrAdapter})
 	te.SetHostHeartbeat(50 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()

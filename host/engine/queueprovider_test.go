@@ -27,7 +27,7 @@ func TestQueueProviderCredential(t *testing.T) {
 
 	for i, tc := range []struct{ payload, msg string }{
 		{`{"namespace":"proj","queue_provider":true}`, "namespace is default"},
-		{`{"namespace":"default","queue_provider":true,"sandbox_host":{"adapter":"remote","host_name":"h1"}}`, "not both"},
+		{`{"namespace":"default","queue_provider":true,"sandbox_host":{"adapter":"remote","host_name":"h1"}}`, "no registration guard"},
 	} {
 		code, msg := errBody(t, admin.call("bad"+string(rune('0'+i)), FnCredentialsIssue, nil, tc.payload))
 		assert.Equal(t, code, CodeInvalidArgument)

@@ -193,7 +193,7 @@ func (e *Engine) registerFunction(w *worker, f *function) *protocol.ErrorBody {
 	}
 	holder, ok := e.reg.register(f)
 	if ok {
-		if w.conn != nil && servesSandboxes(f.id) {
+		if w.conn != nil && e.guard().Heartbeat(f.id) {
 			w.conn.watchLiveness()
 		}
 		return nil
@@ -240,7 +240,7 @@ func (e *Engine) applyRegistration(w *worker, ns string, m protocol.Message) {
 			e.log.Debug("registerfunction refused", "worker_id", w.id, "function_id", m.ID, "code", err.Code)
 			return
 		}
-		if e.recheckAdapterName(w, f) {
+		if e.recheck(w, f) {
 			return
 		}
 		// SetHTTPFunctions(nil) may have swept the registry between the

@@ -33,7 +33,7 @@ func (p *principal) streamDenied(id, what string) *protocol.ErrorBody {
 	if p.admin || p.cred == nil {
 		return nil
 	}
-	if p.cred.host == nil && !p.cred.queue && slices.Contains(p.session.Declarable, DefaultNamespace) {
+	if p.cred.scope == nil && !p.cred.queue && slices.Contains(p.session.Declarable, DefaultNamespace) {
 		return nil
 	}
 	if g := p.session.Namespaces[DefaultNamespace]; slices.Contains(g, id) || slices.Contains(g, "stream::*") {

@@ -250,7 +250,7 @@ func (e *Engine) claimName(w *worker, ns, name string) *worker {
 	e.namesMu.Lock()
 	defer e.namesMu.Unlock()
 	if holder, ok := e.names[k]; ok && holder != w && !holder.closing.Load() {
-		if !e.adapterNameTakeover(w, holder, ns, name) {
+		if !e.takeName(w, holder, ns, name) {
 			return holder
 		}
 	}

@@ -264,7 +264,7 @@ func (m *managed) publish(in *instance, down *contract.Error) error {
 	m.unpublish()
 	// The adapter's names are its own before it publishes them: a worker
 	// squatting on them is evicted (docs/security.md, Adapter names).
-	m.h.eng.ProtectAdapter(m.key.adapter)
+	m.h.eng.ReserveName(m.key.adapter)
 	w, err := m.h.eng.AttachLocalWorker(spec)
 	if err != nil {
 		return fmt.Errorf("publish sandbox adapter %q in namespace %q: %w", m.key.adapter, m.key.ns, err)

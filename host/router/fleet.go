@@ -113,7 +113,7 @@ func (r *Router) hosts(b Binding) []string {
 		if host == "" || seen[host] || !b.admits(host) {
 			continue
 		}
-		o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, id)
+		o := r.trust.OwnerOf(b.Namespace, b.Adapter, id)
 		// A host credential serves its own host name only.
 		if !o.Trusted || (o.Host != "" && o.Host != host) {
 			continue
@@ -217,7 +217,7 @@ func lostWithHost(id, host string, b Binding) *contract.Error {
 // adapter::info (sdk.InstanceFactKey), asked once per worker connection;
 // "" when the host is not connected or reports none.
 func (r *Router) instanceOf(ctx context.Context, b Binding, host string) string {
-	o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, contract.HostFunctionID(b.Adapter, host, contract.OpAdapterInfo))
+	o := r.trust.OwnerOf(b.Namespace, b.Adapter, contract.HostFunctionID(b.Adapter, host, contract.OpAdapterInfo))
 	if !o.Registered {
 		return ""
 	}
@@ -287,7 +287,7 @@ func hasCode(err error, code contract.Code) bool {
 // naming it.
 func (r *Router) invokeHost(ctx context.Context, b Binding, host, op string, data json.RawMessage) (json.RawMessage, error) {
 	id := contract.HostFunctionID(b.Adapter, host, op)
-	o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, id)
+	o := r.trust.OwnerOf(b.Namespace, b.Adapter, id)
 	if !o.Registered {
 		return nil, r.hostGone(b, host, op).ErrorBody()
 	}
@@ -512,10 +512,10 @@ func (r *Router) refreshInfo(ctx context.Context, b Binding, hosts []string) {
 			fresh := hostInfo{at: time.Now(), free: -1, memory: -1}
 			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, contract.HostFunctionID(b.Adapter, h, contract.OpAdapterInfo))
+			o := r.trust.OwnerOf(b.Namespace, b.Adapter, contract.HostFunctionID(b.Adapter, h, contract.OpAdapterInfo))
 			if out, err := r.invokeHost(ictx, b, h, contract.OpAdapterInfo, json.RawMessage(`{}`)); err == nil {
 				fresh.free, fresh.memory = capacityOf(out)
-				if o2 := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, contract.HostFunctionID(b.Adapter, h, contract.OpAdapterInfo)); o2.WorkerID == o.WorkerID {
+				if o2 := r.trust.OwnerOf(b.Namespace, b.Adapter, contract.HostFunctionID(b.Adapter, h, contract.OpAdapterInfo)); o2.WorkerID == o.WorkerID {
 					// The same connection before and after: its answer.
 					r.noteInstance(h, o.WorkerID, instanceFact(out))
 				}

@@ -65,6 +65,9 @@ type Options struct {
 	// adapter's binary and found none ("" when it found one or did not
 	// look): the S301 hint then leads with installing it.
 	NotInstalled func(adapter, namespace string) string
+	// Trust is the engine's trust rules (NewTrust), when its assembler
+	// made them before the router; nil = New installs them.
+	Trust *Trust
 }
 
 // Router is the iii-sandbox router. Create it with New; Close detaches it.
@@ -73,6 +76,8 @@ type Router struct {
 	opts   Options
 	log    hclog.Logger
 	worker *engine.LocalWorker
+	// trust decides whom callers' data may be forwarded to (trust.go).
+	trust *Trust
 
 	// explicit is a binding set with Bind; it wins over the config's.
 	explicit atomic.Pointer[Binding]
@@ -107,7 +112,14 @@ func New(eng *engine.Engine, opts Options) (*Router, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	r := &Router{eng: eng, opts: opts, log: opts.Logger, checked: map[Binding]ownerCheck{}}
+	trust := opts.Trust
+	if trust == nil {
+		var err error
+		if trust, err = NewTrust(eng); err != nil {
+			return nil, err
+		}
+	}
+	r := &Router{eng: eng, opts: opts, log: opts.Logger, trust: trust, checked: map[Binding]ownerCheck{}}
 	w, err := eng.AttachLocalWorker(engine.LocalWorkerSpec{
 		Name:        WorkerName,
 		Namespace:   engine.DefaultNamespace,
@@ -159,7 +171,7 @@ func (r *Router) Bind(adapter, namespace string) error {
 		return &protocol.ErrorBody{Code: protocol.CodeInvalidNamespace, Message: fmt.Sprintf(
 			"sandbox namespace %q is not valid: use lower case letters, digits, _ and -", namespace)}
 	}
-	r.eng.ProtectAdapter(adapter)
+	r.trust.Protect(adapter)
 	r.explicit.Store(&Binding{Adapter: adapter, Namespace: namespace})
 	r.log.Info("sandbox router bound", "adapter", adapter, "namespace", namespace)
 	return nil
@@ -205,10 +217,10 @@ func (r *Router) forward(op string) engine.Handler {
 		}
 		target := contract.AdapterFunctionID(b.Adapter, op)
 		if !r.hosted(b) {
-			o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, target)
+			o := r.trust.OwnerOf(b.Namespace, b.Adapter, target)
 			if !o.Registered && contract.IsPauseOp(op) {
 				// An adapter that runs but has no pause capability.
-				if io := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, contract.AdapterFunctionID(b.Adapter, contract.OpAdapterInfo)); io.Registered && io.Trusted {
+				if io := r.trust.OwnerOf(b.Namespace, b.Adapter, contract.AdapterFunctionID(b.Adapter, contract.OpAdapterInfo)); io.Registered && io.Trusted {
 					return nil, contract.PauseUnsupported(b.Adapter, op).ErrorBody()
 				}
 			}
@@ -229,7 +241,7 @@ func (r *Router) forward(op string) engine.Handler {
 		if errors.As(err, &eb) {
 			switch eb.Code {
 			case protocol.CodeFunctionNotFound:
-				if contract.IsPauseOp(op) && r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, contract.AdapterFunctionID(b.Adapter, contract.OpAdapterInfo)).Registered {
+				if contract.IsPauseOp(op) && r.trust.OwnerOf(b.Namespace, b.Adapter, contract.AdapterFunctionID(b.Adapter, contract.OpAdapterInfo)).Registered {
 					// The adapter runs but has no pause capability.
 					return nil, contract.PauseUnsupported(b.Adapter, op).ErrorBody()
 				}
@@ -290,7 +302,7 @@ const (
 // whose adapter::info reports another contract major. The answer is kept
 // per owning worker connection, so the check costs one call per
 // connection; a reconnect or another worker taking over checks again.
-func (r *Router) checkContract(ctx context.Context, b Binding, o engine.AdapterOwner) *contract.Error {
+func (r *Router) checkContract(ctx context.Context, b Binding, o AdapterOwner) *contract.Error {
 	if !o.Registered {
 		return r.notRunning(b)
 	}

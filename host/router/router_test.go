@@ -423,7 +423,7 @@ func TestSquatterIsNotAnAdapter(t *testing.T) {
 	// Binding made squat a known adapter: the squatter's functions were
 	// evicted (docs/security.md, Adapter names).
 	assert.Check(t, is.Contains(se.Message, "not running there"))
-	assert.Check(t, !te.Engine.AdapterOwnerOf("default", "squat", "squat::create").Registered)
+	assert.Check(t, !te.router.trust.OwnerOf("default", "squat", "squat::create").Registered)
 	select {
 	case <-called:
 		t.Fatal("the router forwarded to a worker without the engine token")

@@ -110,7 +110,7 @@ func TestSandboxHostServesTheRouter(t *testing.T) {
 	assert.Equal(t, rej.Code, engine.CodeForbidden)
 	assert.Equal(t, rej.FunctionID, "other::create")
 	waitRegistered(t, te, "sbx", "remote::exec")
-	o := te.Engine.AdapterOwnerOf("sbx", "remote", "remote::create")
+	o := te.router.trust.OwnerOf("sbx", "remote", "remote::create")
 	assert.Assert(t, o.Trusted && o.Host == "h1", "%+v", o)
 
 	assert.NilError(t, te.router.Bind("remote", "sbx"))
@@ -140,7 +140,7 @@ func TestSandboxHostServesTheRouter(t *testing.T) {
 	// Binding made squat a known adapter: the plain credential's
 	// functions under it were evicted (docs/security.md, Adapter names).
 	assert.Check(t, is.Contains(se.Message, "not running there"))
-	assert.Check(t, !te.Engine.AdapterOwnerOf("sbx", "squat", "squat::create").Registered)
+	assert.Check(t, !te.router.trust.OwnerOf("sbx", "squat", "squat::create").Registered)
 	assert.DeepEqual(t, squat.calls(), []string(nil))
 
 	// Revoked: the host's connection is closed, and sandbox::* is S301.

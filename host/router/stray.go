@@ -78,10 +78,10 @@ func (r *Router) strayWarning() string {
 		return ""
 	}
 	id := contract.AdapterFunctionID(b.Adapter, contract.OpAdapterInfo)
-	o := r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, id)
+	o := r.trust.OwnerOf(b.Namespace, b.Adapter, id)
 	if !o.Registered {
 		id = contract.AdapterFunctionID(b.Adapter, contract.OpCreate)
-		if o = r.eng.AdapterOwnerOf(b.Namespace, b.Adapter, id); !o.Registered {
+		if o = r.trust.OwnerOf(b.Namespace, b.Adapter, id); !o.Registered {
 			return ""
 		}
 	}

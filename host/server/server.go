@@ -113,6 +113,9 @@ type Server struct {
 	wm  atomic.Pointer[workermanager.Manager]
 	ph  *pluginhost.Host
 	rt  *router.Router
+	// trust is the router's rules on adapter names and sandbox host
+	// credentials, installed into eng before anything else touches it.
+	trust *router.Trust
 
 	mu  sync.Mutex
 	cfg *config.Config
@@ -182,6 +185,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	s.cfg, s.fileState = cfg, stateOf(data, nil)
 	s.eng = engine.New(engine.Options{Logger: s.log.Named("engine"), Version: opts.Version, NamespaceGrace: grace, AdminToken: s.engineToken})
+	// The trust rules come first: the sandbox: binding and the persisted
+	// sandbox host credentials below are judged by them.
+	if s.trust, err = router.NewTrust(s.eng); err != nil {
+		s.closeEngine()
+		return nil, err
+	}
 	s.setSandbox(cfg.Sandbox)
 	s.loadCredentials()
 	s.syncHTTPFunctions(nil, cfg.HTTPFunctions)
@@ -199,7 +208,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// Installed adapters' names are theirs before any worker connects
 	// (docs/security.md, Adapter names).
 	for _, a := range s.ph.Installed() {
-		s.eng.ProtectAdapter(a)
+		s.trust.Protect(a)
 	}
 	if s.rt, err = router.New(s.eng, router.Options{
 		Logger:        s.log.Named(router.WorkerName),
@@ -207,6 +216,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		Hosted:        s.ph.Hosted,
 		EngineURL:     s.engineURL,
 		NotInstalled:  s.notInstalled,
+		Trust:         s.trust,
 	}); err != nil {
 		s.abortStart()
 		return nil, err
@@ -342,7 +352,7 @@ func (s *Server) setSandbox(b *config.Sandbox) {
 	s.eng.SetHostHeartbeat(time.Duration(b.HostHeartbeatMS) * time.Millisecond)
 	c := *b
 	// The bound adapter's names are its own, running or not.
-	s.eng.ProtectAdapter(c.Adapter)
+	s.trust.Protect(c.Adapter)
 	s.sandbox.Store(&c)
 }
 
