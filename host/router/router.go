@@ -171,7 +171,7 @@ func (r *Router) Bind(adapter, namespace string) error {
 		return &protocol.ErrorBody{Code: protocol.CodeInvalidNamespace, Message: fmt.Sprintf(
 			"sandbox namespace %q is not valid: use lower case letters, digits, _ and -", namespace)}
 	}
-	r.trust.Protect(adapter)
+	r.trust.Reserve(adapter)
 	r.explicit.Store(&Binding{Adapter: adapter, Namespace: namespace})
 	r.log.Info("sandbox router bound", "adapter", adapter, "namespace", namespace)
 	return nil

@@ -89,7 +89,8 @@ func (t *Trust) Known() []string {
 	return out
 }
 
-// Reserve makes name a known adapter (engine.ReserveName, and Protect):
+// Reserve makes name a known adapter (the server, Bind, and through
+// engine.ReserveName the plugin host and issued credentials):
 // from now on <name>::* may be registered only by the adapter's trusted
 // owner (the engine token's holder, an in-process worker such as the
 // plugin host, or a sandbox host credential issued for that adapter and
@@ -108,10 +109,6 @@ func (t *Trust) Reserve(name string) {
 	t.add(name)
 	t.eng.Reexamine(name + "::")
 }
-
-// Protect is Reserve, for the parts that own the trust (the server, the
-// router's Bind).
-func (t *Trust) Protect(name string) { t.Reserve(name) }
 
 // prefixOf returns the adapter whose names id falls under, and whether id
 // is one: <a>::* for a known adapter a, and whatever a is, <a>::worker::*

@@ -185,7 +185,7 @@ func (te *trustEnv) has(ns, id string) bool {
 // is a known adapter; others get FORBIDDEN and nothing is registered.
 func TestAdapterNamesOnlyTheirOwner(t *testing.T) {
 	te := newTrustEnv(t)
-	te.trust.Protect("hostdir")
+	te.trust.Reserve("hostdir")
 	assert.Check(t, is.DeepEqual(te.trust.Known(), []string{"hostdir"}))
 	plain := te.issue(t, `{"label":"compose/p/w","namespace":"p","allow":{"default":["*"]}}`)
 	hostTok := te.issue(t, `{"label":"hosts/h1","namespace":"p","sandbox_host":{"adapter":"hostdir","host_name":"h1"}}`)

@@ -208,7 +208,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// Installed adapters' names are theirs before any worker connects
 	// (docs/security.md, Adapter names).
 	for _, a := range s.ph.Installed() {
-		s.trust.Protect(a)
+		s.trust.Reserve(a)
 	}
 	if s.rt, err = router.New(s.eng, router.Options{
 		Logger:        s.log.Named(router.WorkerName),
@@ -352,7 +352,7 @@ func (s *Server) setSandbox(b *config.Sandbox) {
 	s.eng.SetHostHeartbeat(time.Duration(b.HostHeartbeatMS) * time.Millisecond)
 	c := *b
 	// The bound adapter's names are its own, running or not.
-	s.trust.Protect(c.Adapter)
+	s.trust.Reserve(c.Adapter)
 	s.sandbox.Store(&c)
 }
 
