@@ -2,8 +2,6 @@ package adapter
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -46,8 +44,8 @@ const (
 // Names and places inside a worker's state directory and guest.
 const (
 	diskName = "disk.ext4"
-	// installMarker records, on the persistent disk, the hash of the
-	// install command that last succeeded.
+	// installMarker records, on the persistent disk, the inputs of the
+	// install step that last succeeded (workers_install.go).
 	installMarker = "/var/lib/iii/install.sha256"
 	procWorker    = "worker"
 	procInstall   = "install"
@@ -140,6 +138,9 @@ type workerRun struct {
 	proc  *agentclient.Proc
 	// flush writes the command's last line that had no newline.
 	flush func()
+	// manifests are the install step's manifests the copy sent (file
+	// name → sha256), for the install step's key.
+	manifests map[string]string
 }
 
 func (r *workerRun) markReady(err error) {
@@ -561,7 +562,7 @@ func (w *workerVM) steps(run *workerRun, pl *workerPlan) (BootSteps, error) {
 		return nil, err
 	}
 	return append(s,
-		BootStep{StepCopyWorkspace, func(ctx context.Context, b *Boot) error { return w.stepCopyWorkspace(ctx, b, pl) }},
+		BootStep{StepCopyWorkspace, func(ctx context.Context, b *Boot) error { return w.stepCopyWorkspace(ctx, b, run, pl) }},
 		BootStep{StepPublishConfig, func(ctx context.Context, b *Boot) error { return w.stepPublishConfig(ctx, b, pl) }},
 		BootStep{StepInstall, func(ctx context.Context, b *Boot) error { return w.stepInstall(ctx, b, run, pl) }},
 		BootStep{StepStartWorker, func(ctx context.Context, b *Boot) error { return w.stepStartWorker(ctx, b, run, pl) }},
@@ -660,7 +661,7 @@ func makeDisk(ctx context.Context, p string, sizeMB uint64) error {
 }
 
 // stepCopyWorkspace streams the host directory into /workspace.
-func (w *workerVM) stepCopyWorkspace(ctx context.Context, b *Boot, pl *workerPlan) error {
+func (w *workerVM) stepCopyWorkspace(ctx context.Context, b *Boot, run *workerRun, pl *workerPlan) error {
 	t0 := time.Now()
 	pr, pw := io.Pipe()
 	type result struct {
@@ -694,6 +695,9 @@ func (w *workerVM) stepCopyWorkspace(ctx context.Context, b *Boot, pl *workerPla
 	if rep := copyReport(tr.st, pl.req.Install); rep != "" {
 		w.note("%s", rep)
 	}
+	run.mu.Lock()
+	run.manifests = tr.st.Manifests
+	run.mu.Unlock()
 	return nil
 }
 
@@ -730,20 +734,24 @@ func (w *workerVM) stepPublishConfig(ctx context.Context, b *Boot, pl *workerPla
 	return nil
 }
 
-// stepInstall runs the install command unless the disk says this command
-// already succeeded.
+// stepInstall runs the install command unless the disk records that it
+// already succeeded with the same inputs (workers_install.go).
 func (w *workerVM) stepInstall(ctx context.Context, b *Boot, run *workerRun, pl *workerPlan) error {
 	if pl.req.Install == "" {
 		return nil
 	}
-	sum := sha256.Sum256([]byte(pl.req.Install))
-	want := hex.EncodeToString(sum[:])
+	run.mu.Lock()
+	manifests := run.manifests
+	run.mu.Unlock()
+	want := newInstallInputs(pl.req.Install, b.Env, b.Image.Digest, manifests)
 	var have strings.Builder
-	if _, _, err := b.Agent.ReadFileTo(ctx, installMarker, &have); err == nil && strings.TrimSpace(have.String()) == want {
+	_, _, rerr := b.Agent.ReadFileTo(ctx, installMarker, &have)
+	why := installReason(want, have.String(), rerr == nil)
+	if why == "" {
 		w.note("install: already done on this disk")
 		return nil
 	}
-	w.note("install: %s", pl.req.Install)
+	w.note("install: %s: %s", why, pl.req.Install)
 	t0 := time.Now()
 	proc, flush, err := w.spawn(ctx, b, procInstall, pl.req.Install, pl)
 	if err != nil {
@@ -764,7 +772,7 @@ func (w *workerVM) stepInstall(ctx context.Context, b *Boot, run *workerRun, pl 
 		w.note("install: exited with status %d", es.ExitCode)
 		return contract.NewError(contract.S300, "the worker's install command `%s` exited with status %d; its output is in worker::logs", truncate(pl.req.Install, 200), es.ExitCode)
 	}
-	if _, err := b.Agent.WriteFile(ctx, &agentproto.FSRequest{Path: installMarker, Mode: "0600", Parents: true}, strings.NewReader(want+"\n")); err != nil {
+	if _, err := b.Agent.WriteFile(ctx, &agentproto.FSRequest{Path: installMarker, Mode: "0600", Parents: true}, strings.NewReader(want.encode())); err != nil {
 		return contract.NewError(contract.S300, "record the finished install on the worker's disk: %v", err)
 	}
 	w.note("install: done in %s", roundDur(time.Since(t0)))

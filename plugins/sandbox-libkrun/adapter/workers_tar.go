@@ -3,8 +3,11 @@ package adapter
 import (
 	"archive/tar"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -109,6 +112,9 @@ type tarStats struct {
 	// Left are the entries left out, in walk order (at most
 	// maxSkippedListed; Skipped counts them all).
 	Left []skippedEntry
+	// Manifests are the install step's manifests the copy carried
+	// (isInstallManifest): file name → hex sha256 of the bytes sent.
+	Manifests map[string]string
 }
 
 func (st *tarStats) leave(rel string, dir bool, why string) {
@@ -172,9 +178,21 @@ func writeWorkspaceTar(ctx context.Context, w io.Writer, root string, rule copyR
 				}
 				st.Symlinks++
 			case fi.Mode().IsRegular():
-				n, err := tarFile(tw, full, r)
+				// A manifest is hashed as it is sent, so the install's
+				// key is what the guest got, not a second read.
+				var sum hash.Hash
+				if isInstallManifest(r) {
+					sum = sha256.New()
+				}
+				n, err := tarFile(tw, full, r, sum)
 				if err != nil {
 					return err
+				}
+				if sum != nil {
+					if st.Manifests == nil {
+						st.Manifests = map[string]string{}
+					}
+					st.Manifests[r] = hex.EncodeToString(sum.Sum(nil))
 				}
 				st.Files++
 				st.Bytes += n
@@ -261,8 +279,9 @@ func oneOrThem(n int) string {
 
 // tarFile adds one regular file. It is opened without following links and
 // checked again once open, so a file swapped for a link or a FIFO between
-// the walk and the open is refused rather than read through.
-func tarFile(tw *tar.Writer, full, rel string) (int64, error) {
+// the walk and the open is refused rather than read through. sum, when
+// not nil, also gets the bytes written.
+func tarFile(tw *tar.Writer, full, rel string, sum hash.Hash) (int64, error) {
 	f, err := os.OpenFile(full, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return 0, fmt.Errorf("open %s: %w", full, err)
@@ -278,7 +297,11 @@ func tarFile(tw *tar.Writer, full, rel string) (int64, error) {
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: fi.Size(), Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}); err != nil {
 		return 0, err
 	}
-	n, err := io.CopyN(tw, f, fi.Size())
+	var dst io.Writer = tw
+	if sum != nil {
+		dst = io.MultiWriter(tw, sum)
+	}
+	n, err := io.CopyN(dst, f, fi.Size())
 	if err != nil {
 		return n, fmt.Errorf("copy %s (it may have changed while it was copied; start the worker again): %w", full, err)
 	}
