@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/icmd"
 
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
@@ -72,7 +75,11 @@ iii.registerFunction("w::ping", async () => ({ pong: true }));
 	// Nothing the install depends on changed: the disk's record holds.
 	assert.NilError(t, os.WriteFile(filepath.Join(p.Dir, "w", "worker.mjs"),
 		append(files["w/worker.mjs"], []byte("// an edit to code only\n")...), 0o644))
-	p.MustCall(t, "compose::restart", "worker=w")
+	// A VM worker's restart boots its VM again: longer than a call's
+	// default wait under TCG.
+	res := icmd.RunCmd(icmd.Command(p.III, "call", "--port", strconv.Itoa(p.Port), "--timeout-ms", "600000", "compose::restart", "worker=w"),
+		icmd.WithEnv(p.Env...), icmd.Dir(p.Dir), icmd.WithTimeout(11*time.Minute))
+	res.Assert(t, icmd.Success)
 	waitReady(t, p, "w")
 	assert.Equal(t, count(p, "install: already done on this disk"), 1)
 	assert.Equal(t, count(p, "installing version 1.0.0"), 1, "a code edit did not run the install")
