@@ -52,6 +52,19 @@ func layerRules() []rule {
 		{From: "compose/vmworkers", Allow: []string{"contract", "protocol", "client", "internal/", "compose"},
 			Deny: []string{"compose/daemon", "compose/fileedit", "compose/engineproc"},
 			Why:  "the VM workers are a part compose/daemon uses, not a user of it"},
+		// sandbox-libkrun: the adapter wires the sandboxes to the worker
+		// VMs and the boot pipeline; the worker VMs boot through the
+		// pipeline; the pipeline knows neither; the configuration is read
+		// by all three and reads none of them.
+		{From: "plugins/sandbox-libkrun/boot", Allow: []string{"contract", "protocol", "client", "internal/", "plugins/"},
+			Deny: []string{"plugins/sandbox-libkrun/adapter", "plugins/sandbox-libkrun/workervm"},
+			Why:  "the boot pipeline is what sandboxes and worker VMs boot through, not a user of them"},
+		{From: "plugins/sandbox-libkrun/workervm", Allow: []string{"contract", "protocol", "client", "internal/", "plugins/"},
+			Deny: []string{"plugins/sandbox-libkrun/adapter"},
+			Why:  "the worker VMs are a part the adapter uses, not a user of it"},
+		{From: "plugins/sandbox-libkrun/config", Allow: []string{"contract", "protocol", "client", "internal/", "plugins/"},
+			Deny: []string{"plugins/sandbox-libkrun/adapter", "plugins/sandbox-libkrun/boot", "plugins/sandbox-libkrun/workervm"},
+			Why:  "the adapter's configuration is read by its parts and reads none of them"},
 		{From: "workers/", Allow: []string{"protocol", "client", "internal/", "workers/"},
 			Why: "the registry workers are ordinary workers of the engine"},
 	}
@@ -195,7 +208,18 @@ func TestCheckerCatchesWrongImports(t *testing.T) {
 		{"the managed engine imports the engine's config", "compose/engineproc", "host/config", true},
 		{"the managed engine imports the file editor", "compose/engineproc", "compose/fileedit", true},
 		{"the file editor imports the VM workers", "compose/fileedit", "compose/vmworkers", true},
+		{"the boot pipeline imports the adapter", "plugins/sandbox-libkrun/boot", "plugins/sandbox-libkrun/adapter", true},
+		{"the boot pipeline imports the worker VMs", "plugins/sandbox-libkrun/boot", "plugins/sandbox-libkrun/workervm", true},
+		{"the worker VMs import the adapter", "plugins/sandbox-libkrun/workervm", "plugins/sandbox-libkrun/adapter", true},
+		{"the adapter's configuration imports the boot pipeline", "plugins/sandbox-libkrun/config", "plugins/sandbox-libkrun/boot", true},
+		{"the adapter's configuration imports the adapter", "plugins/sandbox-libkrun/config", "plugins/sandbox-libkrun/adapter", true},
+		{"the worker VMs import the host", "plugins/sandbox-libkrun/workervm", "host/engine", true},
 		{"sdk imports the contract's schemas", "plugins/sdk", "contract/schema", false},
+		{"the worker VMs boot through the pipeline", "plugins/sandbox-libkrun/workervm", "plugins/sandbox-libkrun/boot", false},
+		{"the boot pipeline reads the configuration", "plugins/sandbox-libkrun/boot", "plugins/sandbox-libkrun/config", false},
+		{"the boot pipeline uses the runner", "plugins/sandbox-libkrun/boot", "plugins/sandbox-libkrun/runner", false},
+		{"the adapter wires the worker VMs", "plugins/sandbox-libkrun/adapter", "plugins/sandbox-libkrun/workervm", false},
+		{"the adapter wires the boot pipeline", "plugins/sandbox-libkrun/adapter", "plugins/sandbox-libkrun/boot", false},
 		{"the daemon imports the VM workers", "compose/daemon", "compose/vmworkers", false},
 		{"the daemon imports the managed engine", "compose/daemon", "compose/engineproc", false},
 		{"the file editor imports the compose file model", "compose/fileedit", "compose/composefile", false},

@@ -1,12 +1,10 @@
 package adapter
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,6 +14,8 @@ import (
 
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/boot"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/config"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
 )
@@ -40,13 +40,6 @@ const recordName = "sandbox.json"
 
 // recordFormat is sandbox.json's version; another is not adopted.
 const recordFormat = 1
-
-// maxRecordBytes bounds sandbox.json; a real one is well under 8 KiB.
-const maxRecordBytes = 256 << 10
-
-// adoptTimeout bounds adopting one sandbox: the runner's handshake and the
-// agent's hello (a VM that is running answers at once).
-const adoptTimeout = 20 * time.Second
 
 // sandboxRecord is sandbox.json.
 type sandboxRecord struct {
@@ -78,33 +71,6 @@ func (r *sandboxRecord) validate() error {
 	}
 	if _, err := uuid.Parse(r.SandboxID); err != nil {
 		return fmt.Errorf("%s: sandbox id: %w", recordName, err)
-	}
-	return nil
-}
-
-// readJSONFile decodes a small JSON file strictly: one object of known
-// fields, bounded in size. The state directory is the adapter's own, but a
-// guest never writes there and neither should anything else.
-func readJSONFile(path string, limit int64, v any) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return err
-	}
-	if int64(len(b)) > limit {
-		return fmt.Errorf("%s is larger than %d bytes", filepath.Base(path), limit)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Base(path), err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%s: trailing data", filepath.Base(path))
 	}
 	return nil
 }
@@ -158,7 +124,7 @@ func (p *Provider) AdoptSandboxes(context.Context) ([]sandboxkit.Adopted, error)
 // adoptAll adopts every sandbox an earlier adapter process left under
 // stateDir, in parallel; the directories it cannot adopt are left to the
 // leftover clean-up that follows.
-func (p *Provider) adoptAll(ctx context.Context, cfg *Config) []sandboxkit.Adopted {
+func (p *Provider) adoptAll(ctx context.Context, cfg *config.Config) []sandboxkit.Adopted {
 	des, err := os.ReadDir(cfg.StateDir)
 	if err != nil {
 		return nil
@@ -171,7 +137,7 @@ func (p *Provider) adoptAll(ctx context.Context, cfg *Config) []sandboxkit.Adopt
 	t0 := time.Now()
 	for _, de := range des {
 		name := de.Name()
-		if !de.IsDir() || len(name) != sandboxDirLen || !runner.ValidDirName(name) {
+		if !de.IsDir() || len(name) != config.SandboxDirLen || !runner.ValidDirName(name) {
 			continue
 		}
 		if _, err := os.Lstat(filepath.Join(cfg.StateDir, name, recordName)); err != nil {
@@ -180,7 +146,7 @@ func (p *Provider) adoptAll(ctx context.Context, cfg *Config) []sandboxkit.Adopt
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			actx, cancel := context.WithTimeout(ctx, adoptTimeout)
+			actx, cancel := context.WithTimeout(ctx, boot.AdoptTimeout)
 			defer cancel()
 			a, err := p.adoptDir(actx, cfg, name)
 			log := p.log.With("state_dir", name)
@@ -204,7 +170,7 @@ func (p *Provider) adoptAll(ctx context.Context, cfg *Config) []sandboxkit.Adopt
 }
 
 // adoptDir adopts one sandbox's state directory.
-func (p *Provider) adoptDir(ctx context.Context, cfg *Config, name string) (sandboxkit.Adopted, error) {
+func (p *Provider) adoptDir(ctx context.Context, cfg *config.Config, name string) (sandboxkit.Adopted, error) {
 	dir, err := runner.OpenDir(cfg.StateDir, name)
 	if err != nil {
 		return sandboxkit.Adopted{}, err
@@ -214,7 +180,7 @@ func (p *Provider) adoptDir(ctx context.Context, cfg *Config, name string) (sand
 		return sandboxkit.Adopted{}, err
 	}
 	var rec sandboxRecord
-	if err := readJSONFile(dir.File(recordName), maxRecordBytes, &rec); err != nil {
+	if err := boot.ReadJSONFile(dir.File(recordName), boot.MaxRecordBytes, &rec); err != nil {
 		return release(err)
 	}
 	if err := rec.validate(); err != nil {
@@ -228,7 +194,7 @@ func (p *Provider) adoptDir(ctx context.Context, cfg *Config, name string) (sand
 		cleaned: make(chan struct{}),
 	}
 	var meta pauseMeta
-	switch err := readJSONFile(dir.File(pauseMetaName), maxRecordBytes, &meta); {
+	switch err := boot.ReadJSONFile(dir.File(pauseMetaName), boot.MaxRecordBytes, &meta); {
 	case err == nil:
 		if meta.Format != pauseFormat || meta.SandboxID != id || meta.Runner.Validate() != nil {
 			return release(fmt.Errorf("%s does not describe this sandbox", pauseMetaName))
@@ -246,7 +212,7 @@ func (p *Provider) adoptDir(ctx context.Context, cfg *Config, name string) (sand
 		return release(err)
 	default:
 		var rc runner.Config
-		if err := readJSONFile(dir.File(runner.ConfigName), maxRecordBytes, &rc); err != nil {
+		if err := boot.ReadJSONFile(dir.File(runner.ConfigName), boot.MaxRecordBytes, &rc); err != nil {
 			return release(err)
 		}
 		if err := rc.Validate(); err != nil {
@@ -259,7 +225,7 @@ func (p *Provider) adoptDir(ctx context.Context, cfg *Config, name string) (sand
 		if err != nil {
 			return release(fmt.Errorf("take over its runner: %w", err))
 		}
-		agent, err := dialAgent(ctx, proc, rc.Spec.SocketPath(), p.log.With("sandbox_id", id))
+		agent, err := boot.DialAgent(ctx, proc, rc.Spec.SocketPath(), p.log.With("sandbox_id", id))
 		if err != nil {
 			// Detach, not Release: a VM whose agent is slow to answer
 			// may still be adopted by the next try, within the grace.

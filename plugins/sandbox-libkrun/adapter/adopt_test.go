@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"gotest.tools/v3/assert"
+
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/boot"
 )
 
 const goodRecord = `{"format":1,"sandbox_id":"0b9c6a4e-1f7d-4c1e-9a57-3d2f3e1c9b10","image":"python","backend":"qemu","created":"2026-12-02T10:00:00Z","idle_timeout_ms":300000}`
@@ -24,13 +26,13 @@ func TestSandboxRecordRead(t *testing.T) {
 		{name: "back end", in: strings.Replace(goodRecord, `"qemu"`, `"xen"`, 1), err: "back end"},
 		{name: "not a uuid", in: strings.Replace(goodRecord, `0b9c6a4e-`, `../../`, 1), err: "sandbox id"},
 		{name: "negative idle", in: strings.Replace(goodRecord, `300000`, `-1`, 1), err: "negative"},
-		{name: "huge", in: `{"format":1,"env":["` + strings.Repeat("a", maxRecordBytes) + `"]}`, err: "larger than"},
+		{name: "huge", in: `{"format":1,"env":["` + strings.Repeat("a", boot.MaxRecordBytes) + `"]}`, err: "larger than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), recordName)
 			assert.NilError(t, os.WriteFile(p, []byte(tc.in), 0o600))
 			var rec sandboxRecord
-			err := readJSONFile(p, maxRecordBytes, &rec)
+			err := boot.ReadJSONFile(p, boot.MaxRecordBytes, &rec)
 			if err == nil {
 				err = rec.validate()
 			}
@@ -54,7 +56,7 @@ func FuzzSandboxRecord(f *testing.F) {
 			t.Skip()
 		}
 		var rec sandboxRecord
-		if readJSONFile(p, maxRecordBytes, &rec) == nil {
+		if boot.ReadJSONFile(p, boot.MaxRecordBytes, &rec) == nil {
 			_ = rec.validate()
 		}
 	})

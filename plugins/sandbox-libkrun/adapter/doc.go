@@ -1,15 +1,14 @@
 // Package adapter is the sandbox-libkrun adapter: a sandboxkit.Provider
 // that boots every sandbox as a microVM, and New, which puts the kit's
-// Manager over it.
+// Manager over it and serves worker::* too.
 //
-// The Provider chooses a back end once per process (libkrun when it loads
-// and boots a probe VM, else QEMU with the best accelerator that boots,
-// else S300 saying what is missing), then boots each sandbox through a
-// pipeline of named steps (DefaultBootSteps): resolve the image, build the
-// initramfs, lock a state directory, spawn the VM's runner process, wait
-// for the guest agent's hello, configure the guest. Every step undoes its
-// work when a later one fails. A sandbox is then a thin layer over the
-// agent connection (package agentclient); the contract's rules stay in
-// sandboxkit. docs/sandbox-libkrun.md describes configuration, the state
-// directory and the clean-up guarantees.
+// The Provider holds the adapter's state and wires its parts together:
+// package boot chooses the back end once per process and boots each VM
+// through a pipeline of named steps (the Provider is its boot.Host);
+// package workervm runs the worker VMs; package config reads the keys. A
+// sandbox is then a thin layer over the agent connection (package
+// agentclient), which pauses, resumes and outlives the adapter process
+// (adopt.go); the contract's rules stay in sandboxkit.
+// docs/sandbox-libkrun.md describes configuration, the state directory and
+// the clean-up guarantees.
 package adapter

@@ -11,6 +11,7 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend/qemu"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/boot"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
 )
@@ -127,13 +128,13 @@ func (s *sandbox) Pause(ctx context.Context) error {
 	if err := qemu.Quit(ctx, s.dir.Path); err != nil {
 		log.Warn("quit QEMU after saving a paused sandbox; killing it", "error", err)
 	}
-	qctx, cancel := context.WithTimeout(ctx, powerOffWait)
+	qctx, cancel := context.WithTimeout(ctx, boot.PowerOffWait)
 	select {
 	case <-proc.Done():
 	case <-qctx.Done():
 	}
 	cancel()
-	if err := proc.Stop(ctx, releaseGrace); err != nil {
+	if err := proc.Stop(ctx, boot.ReleaseGrace); err != nil {
 		log.Warn("stop the runner of a paused sandbox", "pid", proc.PID, "error", err)
 	}
 	err := s.writePaused(tmp, statePath)
@@ -166,7 +167,7 @@ func (s *sandbox) unpause(ctx context.Context, proc *runner.Process, cause error
 		}
 		dctx, cancel := context.WithTimeout(ctx, s.p.current().BootTimeout)
 		defer cancel()
-		c, err := dialAgent(dctx, proc, s.vm.SocketPath(), s.p.log.With("sandbox_id", s.id))
+		c, err := boot.DialAgent(dctx, proc, s.vm.SocketPath(), s.p.log.With("sandbox_id", s.id))
 		if err != nil {
 			return err
 		}
@@ -255,14 +256,14 @@ func (s *sandbox) Resume(ctx context.Context) error {
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, s.p.current().BootTimeout)
-	agent, err := dialAgent(dctx, proc, spec.SocketPath(), log)
+	agent, err := boot.DialAgent(dctx, proc, spec.SocketPath(), log)
 	cancel()
 	if err != nil {
-		return fail(contract.NewError(contract.S300, "the paused sandbox's VM did not come back (it stays paused): %v%s", err, vmTails(s.dir.Path, 20)))
+		return fail(contract.NewError(contract.S300, "the paused sandbox's VM did not come back (it stays paused): %v%s", err, boot.VMTails(s.dir.Path, 20)))
 	}
 	// Like every clone of a template, a resumed VM has its old RNG
 	// state and clock: nothing may run before it is made fresh.
-	fresh, err := s.p.freshen(ctx, &Boot{Agent: agent}, sandboxHostname(s.id))
+	fresh, err := boot.Freshen(ctx, &boot.Boot{Host: s.p.host(), Agent: agent}, boot.SandboxHostname(s.id))
 	if err == nil && !fresh {
 		err = errors.New("the guest agent cannot reseed its RNG")
 	}

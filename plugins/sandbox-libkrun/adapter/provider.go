@@ -15,10 +15,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/boot"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/catalog"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/config"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/consolelog"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/images"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/workervm"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
 )
 
@@ -31,6 +34,10 @@ const (
 	Version = "0.3.1"
 )
 
+// AgentName is the guest agent binary's file name for arch, as it is
+// shipped beside the adapter (boot.AgentName).
+func AgentName(arch string) string { return boot.AgentName(arch) }
+
 // Options configure a Provider.
 type Options struct {
 	Log hclog.Logger
@@ -42,7 +49,7 @@ type Options struct {
 	Home string
 	// Steps replaces the boot pipeline (tests); nil means
 	// DefaultBootSteps().
-	Steps BootSteps
+	Steps boot.BootSteps
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -53,15 +60,15 @@ type Provider struct {
 	log   hclog.Logger
 	exe   string
 	home  string
-	steps BootSteps
+	steps boot.BootSteps
 	now   func() time.Time
 
 	// Set once by Configure. cfg's keys that need a restart to change
 	// are the current ones; read those a reload changes from current().
-	cfg   *Config
+	cfg   *config.Config
 	store *images.Store
 	// live is the configuration as last reloaded (reconfigure.go).
-	live atomic.Pointer[Config]
+	live atomic.Pointer[config.Config]
 
 	// bg ends with Shutdown; selection attempts run under it.
 	bg       context.Context
@@ -70,7 +77,7 @@ type Provider struct {
 	mu sync.Mutex
 	// The back-end selection: sel once it succeeded; selErr is the last
 	// failure; selRun is closed when the attempt under way ends.
-	sel    *selection
+	sel    *boot.Selection
 	selErr error
 	selRun chan struct{}
 	// sandboxes are the booted ones whose clean-up has not finished, for
@@ -82,14 +89,14 @@ type Provider struct {
 	adopted []sandboxkit.Adopted
 	closed  bool
 	// workers are the worker VMs (worker::*), set by Configure.
-	workers *workerSet
+	workers *workervm.Set
 	// kit and catalog are the kit's configuration (ConfigureKit), for
 	// the warm pool; pool is nil without warm_pool.
 	kit     *sandboxkit.Config
 	catalog []contract.CatalogImage
-	pool    *warmPool
+	pool    *boot.WarmPool
 	// templates is nil without snapshot_templates.
-	templates *templateStore
+	templates *boot.Templates
 }
 
 var (
@@ -101,7 +108,7 @@ var (
 // current is the configuration as last reloaded: where the keys a reload
 // changes are read (reconfigure.go). Before Configure, and for a Provider
 // a test built by hand, it is cfg.
-func (p *Provider) current() *Config {
+func (p *Provider) current() *config.Config {
 	if c := p.live.Load(); c != nil {
 		return c
 	}
@@ -135,7 +142,7 @@ func NewProvider(opts Options) (*Provider, error) {
 		p.home, _ = os.UserHomeDir()
 	}
 	if p.steps == nil {
-		p.steps = DefaultBootSteps()
+		p.steps = boot.DefaultBootSteps()
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -159,7 +166,7 @@ func (p *Provider) Presets() []contract.CatalogImage {
 // state_dir, and starts choosing the back end in the background (the
 // first create waits for it).
 func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessage) error {
-	cfg, err := ParseConfig(keys, p.home, hostGOOS())
+	cfg, err := config.ParseConfig(keys, p.home, config.HostGOOS())
 	if err != nil {
 		return err
 	}
@@ -167,38 +174,38 @@ func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessag
 	if err != nil {
 		// The store checks the mirror URLs; its message names the
 		// mirror key it refused.
-		key := KeyCacheDir
-		if strings.HasPrefix(err.Error(), KeyRegistryMirrors) {
-			key = KeyRegistryMirrors
+		key := config.KeyCacheDir
+		if strings.HasPrefix(err.Error(), config.KeyRegistryMirrors) {
+			key = config.KeyRegistryMirrors
 		}
-		return &ConfigError{Key: key, Reason: err.Error()}
+		return &config.ConfigError{Key: key, Reason: err.Error()}
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		_ = store.Close()
-		return &ConfigError{Key: KeyStateDir, Reason: err.Error()}
+		return &config.ConfigError{Key: config.KeyStateDir, Reason: err.Error()}
 	}
-	var pool *warmPool
+	var pool *boot.WarmPool
 	if len(cfg.WarmPool) > 0 {
 		p.mu.Lock()
 		kit, catalog := p.kit, p.catalog
 		p.mu.Unlock()
-		err := cfgErr(KeyWarmPool, "needs the kit's configuration (the catalog and the allowlist)")
+		err := config.Err(config.KeyWarmPool, "needs the kit's configuration (the catalog and the allowlist)")
 		if kit != nil {
-			err = checkWarmPool(cfg.WarmPool, catalog, kit.Allowed)
+			err = config.CheckWarmPool(cfg.WarmPool, catalog, kit.Allowed)
 		}
 		if err != nil {
 			_ = store.Close()
 			return err
 		}
-		pool = newWarmPool(p, cfg.WarmPool, kit, catalog)
+		pool = boot.NewWarmPool(p.host(), cfg.WarmPool, kit, catalog)
 	}
 	// Adopt first: what an earlier adapter process left running or
 	// paused is taken over; only the rest is a leftover to clean.
 	adopted := p.adoptAll(ctx, cfg)
 	leftovers := runner.CleanLeftovers(ctx, cfg.StateDir, p.log)
-	templates := newTemplateStore(p, cfg)
-	templates.cleanLeftovers(ctx)
-	workers := newWorkerSet(ctx, p, cfg)
+	templates := boot.NewTemplates(p.host(), cfg)
+	templates.CleanLeftovers(ctx)
+	workers := workervm.New(ctx, p.host(), p.KeepsSandboxes, cfg)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -212,7 +219,7 @@ func (p *Provider) Configure(ctx context.Context, keys map[string]json.RawMessag
 	p.templates = templates
 	p.startSelectionLocked()
 	if pool != nil {
-		go pool.run(p.bg)
+		go pool.Run(p.bg)
 	}
 	return nil
 }
@@ -226,7 +233,7 @@ func (p *Provider) startSelectionLocked() chan struct{} {
 	p.selRun = done
 	go func() {
 		start := p.now()
-		sel, err := p.selectBackend(p.bg)
+		sel, err := boot.Select(p.bg, p.host())
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		switch {
@@ -249,7 +256,7 @@ func (p *Provider) startSelectionLocked() chan struct{} {
 // selected waits for the back-end selection. A failed selection is tried
 // again by the next caller: the operator may have installed what was
 // missing.
-func (p *Provider) selected(ctx context.Context) (*selection, error) {
+func (p *Provider) selected(ctx context.Context) (*boot.Selection, error) {
 	p.mu.Lock()
 	if p.sel != nil {
 		s := p.sel
@@ -296,23 +303,23 @@ func (p *Provider) Info(context.Context) map[string]any {
 	m["boot_timeout_ms"] = cur.BootTimeout.Milliseconds()
 	m["adopt_grace_ms"] = cur.AdoptGrace.Milliseconds()
 	m["live_vms"] = len(p.sandboxes)
-	m["host_roots"] = append([]string{}, p.workers.roots...)
+	m["host_roots"] = p.workers.Roots()
 	m["network_allow_cidrs"] = append([]string{}, p.cfg.NetworkAllowCIDRs...)
 	m["network_dns_servers"] = append([]string{}, cur.NetworkDNSServers...)
 	m["console_log_max_kb"] = cmp.Or(cur.ConsoleLogMaxBytes, consolelog.DefaultMaxBytes) >> 10
 	if p.pool != nil {
-		m["warm_pool"] = p.pool.info()
+		m["warm_pool"] = p.pool.Info()
 	} else {
 		m["warm_pool"] = map[string]any{}
 	}
-	m["snapshot_templates"] = p.templates.info()
+	m["snapshot_templates"] = p.templates.Info()
 	if len(p.leftovers) > 0 {
 		m["leftovers_cleaned"] = len(p.leftovers)
 	}
 	switch {
 	case p.sel != nil:
 		m["backend_state"] = "ready"
-		for k, v := range p.sel.facts() {
+		for k, v := range p.sel.Facts() {
 			m[k] = v
 		}
 	case p.selRun != nil:
@@ -336,29 +343,12 @@ func (p *Provider) Boot(ctx context.Context, spec sandboxkit.BootSpec) (sandboxk
 	}
 	pool := p.pool
 	p.mu.Unlock()
-	b := pool.claimFor(ctx, spec)
+	b := pool.ClaimFor(ctx, spec)
 	if b == nil {
-		t0 := time.Now()
-		b = &Boot{Provider: p, Spec: spec}
-		err := p.steps.Run(ctx, b)
-		if err != nil && b.restore != nil && ctx.Err() == nil {
-			p.templates.restoreFailed(b.tplKey, err)
-			b = &Boot{Provider: p, Spec: spec, noTemplate: true}
-			err = p.steps.Run(ctx, b)
-		}
-		if err != nil && b.helloLost && ctx.Err() == nil {
-			// Rarely, under TCG on a loaded host, a VM whose agent is up
-			// never gets the host's hello across several connections
-			// (cause not found yet: docs/sandbox-libkrun.md). A new VM
-			// does; the caller waits one boot_timeout_ms more.
-			p.log.Warn("the sandbox VM's agent never answered; booting another VM", "sandbox_id", spec.ID, "error", err.Error())
-			b = &Boot{Provider: p, Spec: spec, noTemplate: true}
-			err = p.steps.Run(ctx, b)
-		}
-		if err != nil {
+		var err error
+		if b, err = boot.Cold(ctx, p.host(), spec); err != nil {
 			return nil, err
 		}
-		p.afterBoot(b, time.Since(t0))
 	}
 	sb := newSandbox(p, b)
 	sb.rec = sandboxRecord{
@@ -370,7 +360,7 @@ func (p *Provider) Boot(ctx context.Context, spec sandboxkit.BootSpec) (sandboxk
 		// The sandbox works; it only cannot outlive this adapter.
 		p.log.Warn("could not record the sandbox for the next adapter process", "sandbox_id", spec.ID, "error", err)
 	}
-	args := []any{"sandbox_id", spec.ID, "image", spec.Image.Name, "pooled", b.Pooled, "restored", b.restore != nil}
+	args := []any{"sandbox_id", spec.ID, "image", spec.Image.Name, "pooled", b.Pooled, "restored", b.Restored()}
 	for _, st := range b.Timings {
 		args = append(args, st.Step+"_ms", st.Duration.Milliseconds())
 	}
@@ -378,23 +368,12 @@ func (p *Provider) Boot(ctx context.Context, spec sandboxkit.BootSpec) (sandboxk
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		b.rollback()
+		b.Rollback()
 		return nil, contract.NewError(contract.S300, "the sandbox adapter is shutting down")
 	}
 	p.sandboxes[sb] = struct{}{}
 	p.mu.Unlock()
 	return sb, nil
-}
-
-// afterBoot counts a restore, or starts recording the template a cold boot
-// found missing.
-func (p *Provider) afterBoot(b *Boot, took time.Duration) {
-	switch {
-	case b.restore != nil:
-		p.templates.restoredOne()
-	case b.tplMiss:
-		p.templates.recordLater(b.tplKey, b.Spec, took)
-	}
 }
 
 // forget drops a stopped sandbox.
@@ -441,14 +420,14 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[len(live)] = workers.shutdown(ctx)
+			errs[len(live)] = workers.Shutdown(ctx)
 		}()
 	}
 	if pool != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[len(live)+1] = pool.shutdown(ctx)
+			errs[len(live)+1] = pool.Shutdown(ctx)
 		}()
 	}
 	for i, sb := range live {
@@ -459,7 +438,7 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	errs = append(errs, templates.wait(ctx))
+	errs = append(errs, templates.Wait(ctx))
 	if run != nil {
 		select {
 		case <-run:
@@ -490,7 +469,7 @@ func New(opts Options) (*Adapter, error) {
 		Name:               Name,
 		Version:            Version,
 		Logger:             opts.Log,
-		ProviderConfigKeys: ConfigKeys(),
+		ProviderConfigKeys: config.ConfigKeys(),
 	})
 	return &Adapter{Manager: m, provider: p}, nil
 }

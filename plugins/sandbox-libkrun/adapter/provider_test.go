@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/catalog"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/config"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
 )
 
@@ -70,16 +72,16 @@ func TestConfigureErrors(t *testing.T) {
 		keys map[string]any
 		key  string
 	}{
-		{"a remote plain-http mirror", map[string]any{"registry_mirrors": map[string]any{"docker.io": "http://mirror.invalid:5000"}}, KeyRegistryMirrors},
-		{"a bad accel", map[string]any{"accel": "turbo"}, KeyAccel},
+		{"a remote plain-http mirror", map[string]any{"registry_mirrors": map[string]any{"docker.io": "http://mirror.invalid:5000"}}, config.KeyRegistryMirrors},
+		{"a bad accel", map[string]any{"accel": "turbo"}, config.KeyAccel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			home := dirs.Short(t, "ah")
 			p := newTestProvider(t, Options{Home: home})
 			err := p.Configure(context.Background(), rawKeys(t, tc.keys))
-			var ce *ConfigError
+			var ce *config.ConfigError
 			assert.Assert(t, is.ErrorType(err, ce), "%v", err)
-			assert.Equal(t, err.(*ConfigError).Key, tc.key)
+			assert.Equal(t, err.(*config.ConfigError).Key, tc.key)
 		})
 	}
 }
@@ -105,6 +107,17 @@ func TestSelectionFailureIsS300(t *testing.T) {
 	assert.Equal(t, info["backend_state"], "failed")
 	assert.Check(t, strings.Contains(info["backend_error"].(string), "no-qemu"))
 	assert.Check(t, is.Len(dirs.Names(t, filepath.Join(home, ".iii", "sandbox")), 0))
+}
+
+// elfHeader is the start of an ELF file of that class, byte order, type
+// and machine: enough for the adapter's check of its guest agent.
+func elfHeader(class, data byte, typ, machine uint16) []byte {
+	h := make([]byte, 64)
+	copy(h, "\x7fELF")
+	h[4], h[5] = class, data
+	binary.LittleEndian.PutUint16(h[16:], typ)
+	binary.LittleEndian.PutUint16(h[18:], machine)
+	return h
 }
 
 // machineOf is the ELF machine number of this host's architecture.

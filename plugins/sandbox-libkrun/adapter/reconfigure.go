@@ -6,6 +6,8 @@ import (
 	"errors"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/boot"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/config"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
 )
 
@@ -29,20 +31,20 @@ import (
 
 // liveKeys are the keys Reconfigure applies without a restart.
 var liveKeys = map[string]bool{
-	KeyBootTimeoutMS:          true,
-	KeyAdoptGraceMS:           true,
-	KeyWarmPool:               true,
-	KeySnapshotTemplates:      true,
-	KeySnapshotTemplatesMaxMB: true,
-	KeyNetworkDNSServers:      true,
-	KeyConsoleLogMaxKB:        true,
+	config.KeyBootTimeoutMS:          true,
+	config.KeyAdoptGraceMS:           true,
+	config.KeyWarmPool:               true,
+	config.KeySnapshotTemplates:      true,
+	config.KeySnapshotTemplatesMaxMB: true,
+	config.KeyNetworkDNSServers:      true,
+	config.KeyConsoleLogMaxKB:        true,
 }
 
 // LiveKeys lists, in ConfigKeys order, the keys a reload applies without
 // restarting the adapter.
 func LiveKeys() []string {
 	var out []string
-	for _, k := range ConfigKeys() {
+	for _, k := range config.ConfigKeys() {
 		if liveKeys[k] {
 			out = append(out, k)
 		}
@@ -52,30 +54,30 @@ func LiveKeys() []string {
 
 // changedConfigKeys lists, in ConfigKeys order, the keys whose parsed
 // values differ between a and b.
-func changedConfigKeys(a, b *Config) []string {
-	fields := map[string]func(c *Config) any{
-		KeyHypervisor:             func(c *Config) any { return c.Hypervisor },
-		KeyAccel:                  func(c *Config) any { return c.Accel },
-		KeyKernel:                 func(c *Config) any { return c.Kernel },
-		KeyQEMUBinary:             func(c *Config) any { return c.QEMUBinary },
-		KeyLibkrunPath:            func(c *Config) any { return c.LibkrunPath },
-		KeyAgentPath:              func(c *Config) any { return c.AgentPath },
-		KeyStateDir:               func(c *Config) any { return c.StateDir },
-		KeyCacheDir:               func(c *Config) any { return c.CacheDir },
-		KeyRegistryMirrors:        func(c *Config) any { return c.RegistryMirrors },
-		KeyBootTimeoutMS:          func(c *Config) any { return c.BootTimeout },
-		KeyHostRoots:              func(c *Config) any { return c.HostRoots },
-		KeyWorkerDiskMB:           func(c *Config) any { return c.WorkerDiskMB },
-		KeyNetworkAllowCIDRs:      func(c *Config) any { return c.NetworkAllowCIDRs },
-		KeyWarmPool:               func(c *Config) any { return c.WarmPool },
-		KeySnapshotTemplates:      func(c *Config) any { return c.SnapshotTemplates },
-		KeySnapshotTemplatesMaxMB: func(c *Config) any { return c.SnapshotTemplatesMaxMB },
-		KeyNetworkDNSServers:      func(c *Config) any { return c.NetworkDNSServers },
-		KeyConsoleLogMaxKB:        func(c *Config) any { return c.ConsoleLogMaxBytes },
-		KeyAdoptGraceMS:           func(c *Config) any { return c.AdoptGrace },
+func changedConfigKeys(a, b *config.Config) []string {
+	fields := map[string]func(c *config.Config) any{
+		config.KeyHypervisor:             func(c *config.Config) any { return c.Hypervisor },
+		config.KeyAccel:                  func(c *config.Config) any { return c.Accel },
+		config.KeyKernel:                 func(c *config.Config) any { return c.Kernel },
+		config.KeyQEMUBinary:             func(c *config.Config) any { return c.QEMUBinary },
+		config.KeyLibkrunPath:            func(c *config.Config) any { return c.LibkrunPath },
+		config.KeyAgentPath:              func(c *config.Config) any { return c.AgentPath },
+		config.KeyStateDir:               func(c *config.Config) any { return c.StateDir },
+		config.KeyCacheDir:               func(c *config.Config) any { return c.CacheDir },
+		config.KeyRegistryMirrors:        func(c *config.Config) any { return c.RegistryMirrors },
+		config.KeyBootTimeoutMS:          func(c *config.Config) any { return c.BootTimeout },
+		config.KeyHostRoots:              func(c *config.Config) any { return c.HostRoots },
+		config.KeyWorkerDiskMB:           func(c *config.Config) any { return c.WorkerDiskMB },
+		config.KeyNetworkAllowCIDRs:      func(c *config.Config) any { return c.NetworkAllowCIDRs },
+		config.KeyWarmPool:               func(c *config.Config) any { return c.WarmPool },
+		config.KeySnapshotTemplates:      func(c *config.Config) any { return c.SnapshotTemplates },
+		config.KeySnapshotTemplatesMaxMB: func(c *config.Config) any { return c.SnapshotTemplatesMaxMB },
+		config.KeyNetworkDNSServers:      func(c *config.Config) any { return c.NetworkDNSServers },
+		config.KeyConsoleLogMaxKB:        func(c *config.Config) any { return c.ConsoleLogMaxBytes },
+		config.KeyAdoptGraceMS:           func(c *config.Config) any { return c.AdoptGrace },
 	}
 	var out []string
-	for _, k := range ConfigKeys() {
+	for _, k := range config.ConfigKeys() {
 		get := fields[k]
 		// A key added to ConfigKeys without a line here counts as
 		// changed, and so restarts the adapter rather than being ignored.
@@ -104,7 +106,7 @@ func restartKeys(changed []string) []string {
 // checked against the new catalog and allowlist and booted in the new
 // default shape.
 func (p *Provider) Reconfigure(ctx context.Context, keys map[string]json.RawMessage) error {
-	next, err := ParseConfig(keys, p.home, hostGOOS())
+	next, err := config.ParseConfig(keys, p.home, config.HostGOOS())
 	if err != nil {
 		return err
 	}
@@ -120,9 +122,9 @@ func (p *Provider) Reconfigure(ctx context.Context, keys map[string]json.RawMess
 		return contract.RestartRequired(restart)
 	}
 	if len(next.WarmPool) > 0 {
-		err := cfgErr(KeyWarmPool, "needs the kit's configuration (the catalog and the allowlist)")
+		err := config.Err(config.KeyWarmPool, "needs the kit's configuration (the catalog and the allowlist)")
 		if kit != nil {
-			err = checkWarmPool(next.WarmPool, catalog, kit.Allowed)
+			err = config.CheckWarmPool(next.WarmPool, catalog, kit.Allowed)
 		}
 		if err != nil {
 			return err
@@ -131,16 +133,16 @@ func (p *Provider) Reconfigure(ctx context.Context, keys map[string]json.RawMess
 
 	// Nothing below fails: the reload is applied whole.
 	p.live.Store(next)
-	p.templates.apply(ctx, next.SnapshotTemplates, next.SnapshotTemplatesMaxMB)
+	p.templates.Apply(ctx, next.SnapshotTemplates, next.SnapshotTemplatesMaxMB)
 	p.mu.Lock()
 	pool := p.pool
 	switch {
 	case pool != nil && kit != nil:
-		pool.resize(next.WarmPool, kit, catalog)
+		pool.Resize(next.WarmPool, kit, catalog)
 	case pool == nil && len(next.WarmPool) > 0 && !p.closed:
-		pool = newWarmPool(p, next.WarmPool, kit, catalog)
+		pool = boot.NewWarmPool(p.host(), next.WarmPool, kit, catalog)
 		p.pool = pool
-		go pool.run(p.bg)
+		go pool.Run(p.bg)
 	}
 	p.mu.Unlock()
 	if len(changed) > 0 {

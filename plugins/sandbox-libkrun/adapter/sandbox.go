@@ -14,23 +14,9 @@ import (
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/boot"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/runner"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
-)
-
-// How a sandbox stops: the guest is asked to power off (short, since a
-// tmpfs upper layer has nothing worth flushing), then the runner is let go
-// and finally killed.
-const (
-	shutdownTimeout = 2 * time.Second
-	// powerOffWait is how long a QEMU VM gets to exit after the guest
-	// accepted the power-off (ACPI S5 on microvm ends QEMU).
-	powerOffWait = 3 * time.Second
-	// releaseGrace is how long a runner gets to kill its VM and exit
-	// after its lifeline closes, before it is SIGKILLed.
-	releaseGrace = 2 * time.Second
-	// stopBudget bounds the whole clean-up of one sandbox.
-	stopBudget = 30 * time.Second
 )
 
 // sandbox is one VM, as the kit sees it: running, or paused (pause.go:
@@ -73,7 +59,7 @@ type sandbox struct {
 
 var _ sandboxkit.Sandbox = (*sandbox)(nil)
 
-func newSandbox(p *Provider, b *Boot) *sandbox {
+func newSandbox(p *Provider, b *boot.Boot) *sandbox {
 	s := &sandbox{
 		p: p, id: b.Spec.ID, backend: b.Selection.Backend,
 		dir: b.Dir, proc: b.Runner, agent: b.Agent, vm: b.VM,
@@ -165,7 +151,7 @@ func (s *sandbox) stop() {
 	defer s.p.forget(s)
 	s.move.Lock()
 	defer s.move.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), stopBudget)
+	ctx, cancel := context.WithTimeout(context.Background(), boot.StopBudget)
 	defer cancel()
 	log := s.p.log.With("sandbox_id", s.id)
 	s.mu.Lock()
@@ -191,13 +177,13 @@ func (s *sandbox) stop() {
 			// The adapter is going: the runner kills the VM at once.
 			break
 		}
-		sctx, scancel := context.WithTimeout(ctx, shutdownTimeout)
+		sctx, scancel := context.WithTimeout(ctx, boot.ShutdownTimeout)
 		err := agent.Shutdown(sctx)
 		scancel()
 		// libkrun on x86_64 has no ACPI: a powered-off guest halts but
 		// its VMM stays, so only QEMU is worth waiting for.
 		if err == nil && s.backend == backend.QEMU {
-			t := time.NewTimer(powerOffWait)
+			t := time.NewTimer(boot.PowerOffWait)
 			select {
 			case <-proc.Done():
 			case <-t.C:
@@ -208,7 +194,7 @@ func (s *sandbox) stop() {
 	}
 	_ = agent.Close()
 	var errs []error
-	if err := proc.Stop(ctx, releaseGrace); err != nil {
+	if err := proc.Stop(ctx, boot.ReleaseGrace); err != nil {
 		errs = append(errs, fmt.Errorf("stop the VM runner (pid %d): %w", proc.PID, err))
 	}
 	if err := s.dir.Remove(); err != nil {
@@ -224,7 +210,7 @@ func (s *sandbox) stop() {
 func (s *sandbox) Exec(ctx context.Context, spec sandboxkit.ExecSpec) (sandboxkit.ExecResult, error) {
 	req := agentclient.ExecRequest{
 		Argv:           spec.Argv,
-		Env:            MergeEnv(s.env, spec.Env),
+		Env:            boot.MergeEnv(s.env, spec.Env),
 		Workdir:        spec.Workdir,
 		Timeout:        spec.Timeout,
 		MaxOutputBytes: contract.ExecOutputCap,

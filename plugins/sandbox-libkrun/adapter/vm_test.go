@@ -11,6 +11,7 @@ import (
 
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/boot"
 )
 
 // configured returns a provider configured with keys, its state and cache
@@ -49,11 +50,11 @@ func TestProbeViaRunner(t *testing.T) {
 	defer cancel()
 	s, err := p.selected(ctx)
 	assert.NilError(t, err)
-	assert.NilError(t, p.probeViaRunner(ctx, s, time.Minute))
+	assert.NilError(t, boot.ProbeViaRunner(ctx, p.host(), s, time.Minute))
 	assert.Check(t, is.Len(dirs.Names(t, p.cfg.StateDir), 0))
 
 	// A probe that cannot answer in time fails, and cleans up too.
-	err = p.probeViaRunner(ctx, s, time.Millisecond)
+	err = boot.ProbeViaRunner(ctx, p.host(), s, time.Millisecond)
 	assert.ErrorContains(t, err, "no hello from the guest agent in time")
 	assert.Check(t, is.Len(dirs.Names(t, p.cfg.StateDir), 0))
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/iii-sandbox/iii/contract"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/config"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/workervm"
 	"github.com/iii-sandbox/iii/plugins/sdk/sandboxkit"
 )
 
@@ -27,7 +29,7 @@ func (a *Adapter) Configure(ctx context.Context, configJSON []byte) error {
 	if err := a.Manager.Configure(ctx, configJSON); err != nil {
 		return err
 	}
-	kit, _, err := sandboxkit.ParseConfig(configJSON, a.provider.Presets(), ConfigKeys())
+	kit, _, err := sandboxkit.ParseConfig(configJSON, a.provider.Presets(), config.ConfigKeys())
 	if err != nil {
 		// The Manager accepted the same document; this cannot differ.
 		return err
@@ -36,7 +38,7 @@ func (a *Adapter) Configure(ctx context.Context, configJSON []byte) error {
 	if err != nil {
 		return err
 	}
-	ws.setKit(kit.AutoInstall, func(ctx context.Context) []contract.CatalogImage {
+	ws.SetKit(kit.AutoInstall, func(ctx context.Context) []contract.CatalogImage {
 		c, err := a.Manager.CatalogList(ctx, &contract.CatalogListRequest{})
 		if err != nil {
 			return nil
@@ -47,7 +49,7 @@ func (a *Adapter) Configure(ctx context.Context, configJSON []byte) error {
 }
 
 // workerSet returns the worker VMs, once configured.
-func (p *Provider) workerSet() (*workerSet, error) {
+func (p *Provider) workerSet() (*workervm.Set, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.workers == nil {
@@ -62,7 +64,7 @@ func (a *Adapter) WorkerStart(ctx context.Context, req *contract.WorkerStartRequ
 	if err != nil {
 		return nil, err
 	}
-	return ws.start(ctx, req)
+	return ws.Start(ctx, req)
 }
 
 // WorkerStop implements contract.WorkerAdapter.
@@ -71,7 +73,7 @@ func (a *Adapter) WorkerStop(ctx context.Context, req *contract.WorkerStopReques
 	if err != nil {
 		return nil, err
 	}
-	return ws.stop(ctx, req)
+	return ws.Stop(ctx, req)
 }
 
 // WorkerStatus implements contract.WorkerAdapter.
@@ -80,11 +82,7 @@ func (a *Adapter) WorkerStatus(_ context.Context, req *contract.WorkerStatusRequ
 	if err != nil {
 		return nil, err
 	}
-	w, err := ws.get(req.VMID, false)
-	if err != nil {
-		return nil, err
-	}
-	return w.status(), nil
+	return ws.Status(req.VMID)
 }
 
 // WorkerList implements contract.WorkerAdapter.
@@ -93,7 +91,7 @@ func (a *Adapter) WorkerList(context.Context, *contract.WorkerListRequest) (*con
 	if err != nil {
 		return nil, err
 	}
-	return ws.list()
+	return ws.List()
 }
 
 // WorkerLogs implements contract.WorkerAdapter.
@@ -102,7 +100,7 @@ func (a *Adapter) WorkerLogs(_ context.Context, req *contract.WorkerLogsRequest)
 	if err != nil {
 		return nil, err
 	}
-	return ws.logs(req)
+	return ws.Logs(req)
 }
 
 // WorkerRemove implements contract.WorkerAdapter.
@@ -111,5 +109,5 @@ func (a *Adapter) WorkerRemove(ctx context.Context, req *contract.WorkerRemoveRe
 	if err != nil {
 		return nil, err
 	}
-	return ws.remove(ctx, req)
+	return ws.Remove(ctx, req)
 }
