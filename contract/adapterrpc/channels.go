@@ -77,20 +77,9 @@ func (s *channelServer) Read(in *pb.ReadChannelRequest, stream grpc.ServerStream
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return err
 	}
-	chunks, _ := r.(contract.ChunkReader)
 	for {
-		var (
-			buf  []byte
-			rerr error
-		)
-		if chunks != nil {
-			buf, rerr = chunks.ReadChunk(contract.ChunkSize)
-		} else {
-			buf = make([]byte, contract.ChunkSize)
-			var n int
-			n, rerr = r.Read(buf)
-			buf = buf[:n]
-		}
+		// A fresh buffer each time: gRPC may hold a message after Send.
+		buf, rerr := nextChunk(r, nil)
 		if len(buf) > 0 {
 			if err := stream.Send(&pb.ChannelData{Data: buf}); err != nil {
 				return err
@@ -383,3 +372,17 @@ func (w *brokerWriter) Abort() {
 }
 
 func (brokerChannels) Gone(err error) bool { return errors.Is(err, errGone) }
+
+// nextChunk returns r's next bytes: as they come, without a copy, when r
+// is a contract.ChunkReader; else read into buf (a new buffer when buf is
+// nil).
+func nextChunk(r io.Reader, buf []byte) ([]byte, error) {
+	if c, ok := r.(contract.ChunkReader); ok {
+		return c.ReadChunk(contract.ChunkSize)
+	}
+	if buf == nil {
+		buf = make([]byte, contract.ChunkSize)
+	}
+	n, err := r.Read(buf)
+	return buf[:n], err
+}

@@ -354,20 +354,9 @@ func (c *Client) FsWrite(ctx context.Context, req *contract.FsWriteRequest, cont
 // the adapter sees a broken stream rather than a short file. A reader
 // that went away is not a failure of the content.
 func feed(ctx context.Context, w adapterjson.ChannelWriter, content io.Reader, ch adapterjson.Channels) error {
-	chunks, _ := content.(contract.ChunkReader)
 	buf := make([]byte, contract.ChunkSize)
 	for {
-		var (
-			b    []byte
-			rerr error
-		)
-		if chunks != nil {
-			b, rerr = chunks.ReadChunk(contract.ChunkSize)
-		} else {
-			var n int
-			n, rerr = content.Read(buf)
-			b = buf[:n]
-		}
+		b, rerr := nextChunk(content, buf)
 		if len(b) > 0 {
 			if _, err := w.WriteContext(ctx, b); err != nil {
 				w.Abort()
