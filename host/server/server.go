@@ -37,6 +37,7 @@ import (
 	"github.com/iii-sandbox/iii/host/router"
 	"github.com/iii-sandbox/iii/host/workermanager"
 	"github.com/iii-sandbox/iii/internal/exepages"
+	"github.com/iii-sandbox/iii/internal/idletrim"
 )
 
 // Options configure Run.
@@ -99,7 +100,28 @@ func Run(ctx context.Context, opts Options) error {
 	} else {
 		s.log.Debug("released the start-up pages of the binary", "bytes", n)
 	}
+	// And again each time the engine goes quiet after work: the pages and
+	// heap the calls used stay resident otherwise (P7 after use).
+	trimCtx, stopTrim := context.WithCancel(ctx)
+	trimDone := make(chan struct{})
+	go func() {
+		defer close(trimDone)
+		idletrim.Run(trimCtx, idletrim.DefaultPolicy(), idletrim.ProcessCPU, s.trimIdle)
+	}()
+	defer func() { stopTrim(); <-trimDone }()
 	return s.Serve(ctx)
+}
+
+// trimIdle gives back what an idle engine no longer uses: freed heap and
+// the binary's pages the last calls touched.
+func (s *Server) trimIdle() {
+	debug.FreeOSMemory()
+	n, err := exepages.Release()
+	if err != nil {
+		s.log.Debug("could not release the binary's pages once idle", "error", err)
+		return
+	}
+	s.log.Trace("idle: released freed heap and the binary's pages", "bytes", n)
 }
 
 // Server is a running engine assembled from config.yaml.
