@@ -26,7 +26,15 @@ import (
 type engineChannels struct {
 	eng *engine.Engine
 	h   *Host
+	// owner is what the channels this adapter creates count against
+	// (Options.MaxChannels): one adapter in one namespace, across its
+	// processes.
+	owner string
 }
+
+// channelOwner names m's channels in the engine's table; worker ids are
+// UUIDs, so the form cannot name a worker connection.
+func (m *managed) channelOwner() string { return "adapter:" + m.key.ns + "/" + m.key.adapter }
 
 var _ adapterjson.Channels = engineChannels{}
 
@@ -51,8 +59,7 @@ func (c engineChannels) OpenWriter(_ context.Context, ref protocol.StreamChannel
 }
 
 func (c engineChannels) Create(context.Context) (writer, reader protocol.StreamChannelRef, err error) {
-	writer, reader = c.eng.CreateChannel(0)
-	return writer, reader, nil
+	return c.eng.CreateOwnedChannel(c.owner, c.h.opts.MaxChannels)
 }
 
 func (engineChannels) Gone(err error) bool { return errors.Is(err, engine.ErrChannelClosed) }

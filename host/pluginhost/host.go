@@ -87,6 +87,10 @@ type Options struct {
 	// process waits for the old process's calls in flight (handover.go).
 	// Default: DefaultHandoverDrain.
 	HandoverDrain time.Duration
+	// MaxChannels caps the engine channels one adapter (in one namespace,
+	// across its processes) holds through its channel service; default
+	// engine.MaxChannelsPerAdapter.
+	MaxChannels int
 	// OnConfig, when set, is told every configuration an adapter is
 	// (re)started with, before the launch. The server stores it in the
 	// configuration worker as the in-memory entry <namespace>-<adapter>,
@@ -129,6 +133,9 @@ func (o *Options) defaults() {
 	set(&o.HealthyAfter, DefaultHealthyAfter)
 	set(&o.HandoverDrain, DefaultHandoverDrain)
 	o.MaxRestartBackoff = max(o.MaxRestartBackoff, o.RestartBackoff)
+	if o.MaxChannels <= 0 {
+		o.MaxChannels = engine.MaxChannelsPerAdapter
+	}
 }
 
 // Host runs sandbox adapters as go-plugin subprocesses and publishes each

@@ -136,7 +136,7 @@ func (h *Host) launch(ctx context.Context, m *managed, path string, config []byt
 	tail := &stderrTail{}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  contract.Handshake(),
-		VersionedPlugins: adapterrpc.VersionedPlugins(&adapterrpc.Plugin{Channels: engineChannels{eng: h.eng, h: h}}),
+		VersionedPlugins: adapterrpc.VersionedPlugins(&adapterrpc.Plugin{Channels: engineChannels{eng: h.eng, h: h, owner: m.channelOwner()}}),
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
