@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -59,7 +58,10 @@ func (e *Engine) registerBuiltins(b *LocalWorker) {
 			}
 			return raw, nil
 		}
-		if err := b.register(bi.def, handler, true); err != nil {
+		// engine::channels::watch waits, so it does not run inline on the
+		// caller's read loop.
+		inline := bi.def.ID != FnChannelsWatch
+		if err := b.register(bi.def, handler, inline); err != nil {
 			e.log.Error("register builtin", "function_id", bi.def.ID, "error", err)
 		}
 	}
@@ -81,6 +83,10 @@ func builtinTable() []builtin {
 			RequestSchema: json.RawMessage(schemaChannelsCreateIn), ResponseSchema: json.RawMessage(schemaChannelsCreateOut)}, (*Engine).fnChannelsCreate},
 		{FunctionDef{ID: FnChannelsDrop, Description: "Remove a channel now, given either of its refs (its id and access key): ends that are open close as going away. Returns {dropped}.",
 			RequestSchema: json.RawMessage(schemaChannelsDropIn), ResponseSchema: json.RawMessage(schemaChannelsDropOut)}, (*Engine).fnChannelsDrop},
+		{FunctionDef{ID: FnChannelsLease, Description: "The calling connection's channel lease: an id prefix and a secret to mint channel refs with, checked when an end is first opened. Returns {lease_id, secret}.",
+			RequestSchema: json.RawMessage(schemaChannelsLeaseIn), ResponseSchema: json.RawMessage(schemaChannelsLeaseOut)}, (*Engine).fnChannelsLease},
+		{FunctionDef{ID: FnChannelsWatch, Description: "For a channel lease's holder: retire the counters under retire_below, then answer the served channels whose reader opened, waiting up to wait_ms for one. Returns {opened}.",
+			RequestSchema: json.RawMessage(schemaChannelsWatchIn), ResponseSchema: json.RawMessage(schemaChannelsWatchOut)}, (*Engine).fnChannelsWatch},
 		{FunctionDef{ID: FnCredentialsIssue, Privileged: true, Description: "Issue a narrow credential: its holder may register in one namespace and call what it grants, never a privileged function. Returns {token}.",
 			RequestSchema: schemaCredentialsIssueIn}, (*Engine).fnCredentialsIssue},
 		{FunctionDef{ID: FnCredentialsRevoke, Privileged: true, Description: "Revoke a credential and close the connections made with it.",
@@ -774,7 +780,7 @@ func (e *Engine) fnChannelsDrop(_ context.Context, call *Call) (any, *protocol.E
 	count := 0
 	for _, r := range refs {
 		c := e.channels.get(r.ChannelID)
-		if c == nil || subtle.ConstantTimeCompare([]byte(r.AccessKey), []byte(c.key)) != 1 {
+		if c == nil || !c.keyMatches(r.AccessKey) {
 			continue
 		}
 		e.channels.remove(c)

@@ -83,6 +83,9 @@ type chanItem struct {
 // a context registered with the engine's.
 type channel struct {
 	id, key string
+	// rkey is a minted channel's read-end key (channels_lease.go); key is
+	// then its write end's. "": one key opens either end.
+	rkey    string
 	owner   string // worker id whose disconnect removes it; "" = none
 	created time.Time
 	size    int // items the buffer holds once open
@@ -113,6 +116,23 @@ type channel struct {
 	readerTaken atomic.Bool
 	writerDone  atomic.Bool
 	readerDone  atomic.Bool
+}
+
+// keyFor is the key that opens the dir end.
+func (c *channel) keyFor(dir string) string {
+	if c.rkey != "" && dir == protocol.DirectionRead {
+		return c.rkey
+	}
+	return c.key
+}
+
+// keyMatches reports whether key opens either end (what a drop needs).
+func (c *channel) keyMatches(key string) bool {
+	ok := subtle.ConstantTimeCompare([]byte(key), []byte(c.key)) == 1
+	if c.rkey != "" {
+		ok = subtle.ConstantTimeCompare([]byte(key), []byte(c.rkey)) == 1 || ok
+	}
+	return ok
 }
 
 func (c *channel) refs() (writer, reader protocol.StreamChannelRef) {
@@ -205,11 +225,16 @@ type channelTable struct {
 	// connection's count against MaxChannelsPerConnection, and the http
 	// worker makes one for every few requests.
 	byOwner map[string]int
+	// Channel leases (channels_lease.go), by lease id and by holder.
+	leases  map[string]*channelLease
+	leaseOf map[string]*channelLease
 }
 
 func (t *channelTable) init() {
 	t.m = make(map[string]*channel)
 	t.byOwner = make(map[string]int)
+	t.leases = make(map[string]*channelLease)
+	t.leaseOf = make(map[string]*channelLease)
 }
 
 func (t *channelTable) create(e *Engine, bufferSize int, owner string) *channel {
@@ -278,11 +303,24 @@ func (t *channelTable) removeWhere(match func(*channel) bool) int {
 	return len(gone)
 }
 
+// removeOwned ends owner's lease, then removes its channels.
 func (t *channelTable) removeOwned(owner string) {
+	t.dropLease(owner)
 	t.removeWhere(func(c *channel) bool { return c.owner == owner })
 }
 
-func (t *channelTable) removeAll() { t.removeWhere(func(*channel) bool { return true }) }
+func (t *channelTable) removeAll() {
+	t.mu.Lock()
+	owners := make([]string, 0, len(t.leaseOf))
+	for o := range t.leaseOf {
+		owners = append(owners, o)
+	}
+	t.mu.Unlock()
+	for _, o := range owners {
+		t.dropLease(o)
+	}
+	t.removeWhere(func(*channel) bool { return true })
+}
 
 func (t *channelTable) len() int {
 	t.mu.Lock()
@@ -311,13 +349,24 @@ func (e *Engine) sweepChannels() {
 }
 
 func (e *Engine) serveChannel(rw http.ResponseWriter, r *http.Request, ls *listenerState) {
-	c := e.channels.get(r.PathValue("id"))
-	key := r.URL.Query().Get("key")
-	if c == nil || subtle.ConstantTimeCompare([]byte(key), []byte(c.key)) != 1 {
+	id, q := r.PathValue("id"), r.URL.Query()
+	key, dir := q.Get("key"), q.Get("dir")
+	c := e.channels.get(id)
+	if c == nil && (dir == protocol.DirectionRead || dir == protocol.DirectionWrite) {
+		// A minted ref's channel is made on the first open of an end.
+		var err error
+		if c, err = e.channels.materialise(e, id, key, dir); err != nil {
+			http.Error(rw, err.Error(), http.StatusTooManyRequests)
+			return
+		}
+		if c != nil {
+			key = c.keyFor(dir) // checked by materialise
+		}
+	}
+	if c == nil || subtle.ConstantTimeCompare([]byte(key), []byte(c.keyFor(dir))) != 1 {
 		http.Error(rw, "channel not found", http.StatusNotFound)
 		return
 	}
-	dir := r.URL.Query().Get("dir")
 	if dir != protocol.DirectionRead && dir != protocol.DirectionWrite {
 		http.Error(rw, "dir must be read or write", http.StatusBadRequest)
 		return
