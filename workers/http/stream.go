@@ -29,18 +29,30 @@ import (
 //
 // Most functions touch neither channel, so a request's channels are made
 // to cost as little as possible when unused:
-//   - both are created in one engine::channels::create call, the
-//     request_body one holding the body already (up to 64 KiB; a larger
-//     body is written through the writer socket, as before), and under
-//     load one call creates several requests' channels (createbatch.go);
+//   - the worker mints both refs itself under its connection's channel
+//     lease (engine::channels::lease, client.ChannelLease): no call, no
+//     frame, and no engine table entry for a channel nobody opens; the
+//     engine makes a channel when one of its ends is first opened;
+//   - the body is not sent anywhere in advance: request_body is minted
+//     "served", and when a function opens it, the engine says so through
+//     engine::channels::watch, which the worker keeps waiting while it has
+//     requests in flight, and the worker writes the body through the
+//     writer end then;
 //   - the worker opens its read end of response only when it needs it: when
 //     the function returned null, or once the function has run for
 //     openResponseAfter (so a long function writing much before it returns
 //     is drained as it writes, not held up by the channel's buffer);
-//   - when the request ends, both channels are dropped in the background,
-//     many requests' in one engine::channels::drop, so an unused channel
-//     does not hold a slot of the worker's connection, and the response is
-//     not held back by the drop's round trip.
+//   - when requests end, the same watch call retires their counters (all
+//     under the oldest request still in flight): their refs open nothing
+//     from then on, and what is left of their channels is removed.
+//
+// An engine without leases (or one that refuses the worker the lease
+// builtins) gets the channels created instead: both in one
+// engine::channels::create call, the request_body one holding the body
+// (up to 64 KiB; a larger body is written through the writer socket),
+// several requests' in one call under load (createbatch.go), dropped in
+// the background when the request ends, many requests' in one
+// engine::channels::drop.
 
 // maxStreamHeaders bounds one set_headers message.
 const maxStreamHeaders = 64 << 10
@@ -52,6 +64,16 @@ const maxStreamHeaders = 64 << 10
 // this long at most, where a reader opened at the start would not hold it
 // up; every request that needs no reader is spared a socket.
 const openResponseAfter = 250 * time.Millisecond
+
+// watchWait is how long one engine::channels::watch call waits for a
+// function to open a request's body: with requests in flight the worker
+// makes one call per watchWait at most (and one more per body served),
+// which is also how often ended requests' refs are retired.
+const watchWait = 100 * time.Millisecond
+
+// leaseRetry is how long the worker creates channels instead after a lease
+// call failed for a reason that may pass.
+const leaseRetry = 5 * time.Second
 
 // Streams opens the two channels of one request.
 type Streams interface {
@@ -76,21 +98,32 @@ type MessageReader interface {
 	ReadMessage(ctx context.Context) (client.ChannelMessage, error)
 }
 
-// maxRequestsWithChannels is how many requests hold their two channels at
-// once: the engine lets one connection hold 256 channels
+// maxRequestsWithChannels is how many requests hold created channels at
+// once (without a lease): the engine lets one connection hold 256 channels
 // (engine.MaxChannelsPerConnection). A request past it waits for an
 // earlier one's channels to be dropped (within default_timeout), rather
 // than failing with the engine's LIMIT_EXCEEDED.
 const maxRequestsWithChannels = 128
 
-// ClientStreams opens channels through a connected client.
+// ClientStreams makes request channels through a connected client.
 type ClientStreams struct {
-	c       *client.Client
-	log     hclog.Logger
+	c   *client.Client
+	log hclog.Logger
+
+	mu       sync.Mutex
+	lease    *client.ChannelLease // nil until leased, and after it was lost
+	leasing  chan struct{}        // closed when the lease call under way ends
+	noLease  time.Time            // create channels instead until then
+	next     uint64               // the next counter to mint; two a request
+	live     map[uint64]*clientStreams
+	watching bool   // the watch loop runs
+	retired  uint64 // what the last watch call retired below
+
+	// Without a lease.
 	drops   dropQueue
 	creates createBatcher
-	// slots holds one token per request whose channels may still exist:
-	// taken before they are created, given back once the engine has
+	// slots holds one token per request whose created channels may still
+	// exist: taken before they are created, given back once the engine has
 	// answered their drop.
 	slots chan struct{}
 }
@@ -101,7 +134,7 @@ func NewClientStreams(c *client.Client, log hclog.Logger) *ClientStreams {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	cs := &ClientStreams{c: c, log: log, slots: make(chan struct{}, maxRequestsWithChannels)}
+	cs := &ClientStreams{c: c, log: log, slots: make(chan struct{}, maxRequestsWithChannels), live: map[uint64]*clientStreams{}}
 	cs.drops.c, cs.drops.log, cs.drops.release = c, log, cs.release
 	cs.creates.create, cs.creates.dropLater, cs.creates.release = c.CreateChannels, cs.drops.add, cs.release
 	return cs
@@ -113,11 +146,128 @@ func (cs *ClientStreams) release(requests int) {
 	}
 }
 
-// Open creates the request's channels in one call, shared with other
-// requests' under load (createbatch.go); a body too large to create the
-// request_body channel with is written through its writer socket, starting
-// now.
+// currentLease is the connection's channel lease, fetched on first use and
+// after a reconnect; nil when the engine has none to give (the caller then
+// creates channels).
+func (cs *ClientStreams) currentLease(ctx context.Context) *client.ChannelLease {
+	for {
+		cs.mu.Lock()
+		if l := cs.lease; l != nil && l.Current() {
+			cs.mu.Unlock()
+			return l
+		}
+		if time.Now().Before(cs.noLease) {
+			cs.mu.Unlock()
+			return nil
+		}
+		if wait := cs.leasing; wait != nil {
+			cs.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		done := make(chan struct{})
+		cs.leasing, cs.lease = done, nil
+		cs.mu.Unlock()
+
+		l, err := cs.c.LeaseChannels(ctx)
+		cs.mu.Lock()
+		cs.leasing, cs.lease = nil, l
+		if err != nil && ctx.Err() == nil {
+			// An engine before leases, or a session not allowed them.
+			cs.noLease = time.Now().Add(leaseRetry)
+			cs.log.Debug("no channel lease; creating request channels instead", "error", err)
+		}
+		cs.mu.Unlock()
+		close(done)
+		if err != nil {
+			return nil
+		}
+	}
+}
+
+// Open gives the request its two channels: minted under the lease, or
+// created (createbatch.go) when there is none.
 func (cs *ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams, error) {
+	l := cs.currentLease(ctx)
+	if l == nil {
+		return cs.create(ctx, body)
+	}
+	s := &clientStreams{cs: cs, lease: l, body: body, rctx: ctx}
+	cs.mu.Lock()
+	s.counter = cs.next
+	cs.next += 2
+	cs.live[s.counter] = s
+	start := !cs.watching
+	cs.watching = true
+	cs.mu.Unlock()
+	if start {
+		go cs.watch()
+	}
+	reqID, resID := l.ID(s.counter, true), l.ID(s.counter+1, false)
+	s.reqR, s.resW = l.Ref(reqID, protocol.DirectionRead), l.Ref(resID, protocol.DirectionWrite)
+	s.reqID, s.resID = reqID, resID
+	s.early = time.AfterFunc(openResponseAfter, s.openResponse)
+	return s, nil
+}
+
+// watch runs while requests with minted channels are in flight (and once
+// more after the last ends): each engine::channels::watch call retires the
+// counters under the oldest request in flight, and waits up to watchWait
+// for functions opening request bodies, which it then serves.
+func (cs *ClientStreams) watch() {
+	for {
+		cs.mu.Lock()
+		below := cs.next
+		for n := range cs.live {
+			below = min(below, n)
+		}
+		idle := len(cs.live) == 0
+		if idle && below == cs.retired {
+			cs.watching = false
+			cs.mu.Unlock()
+			return
+		}
+		cs.mu.Unlock()
+		wait := watchWait
+		if idle {
+			wait = 0
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait+30*time.Second)
+		opened, err := cs.c.WatchChannels(ctx, below, wait)
+		cancel()
+		cs.mu.Lock()
+		if err != nil {
+			// The lease went with its connection (a reconnect; the engine
+			// removed its channels), or the engine stops: what was in
+			// flight is moot, and the next request leases anew.
+			cs.log.Debug("watching the request channels", "error", err)
+			cs.lease, cs.retired = nil, below
+			cs.mu.Unlock()
+			if !idle {
+				time.Sleep(watchWait) // not a tight loop of failing calls
+			}
+			continue
+		}
+		cs.retired = below
+		for _, id := range opened {
+			m, ok := protocol.ParseMintedID(id)
+			if s := cs.live[m.Counter]; ok && s != nil && s.reqID == id {
+				s.serveBody()
+			}
+		}
+		cs.mu.Unlock()
+	}
+}
+
+// create opens the request's channels without a lease: created in one
+// call, shared with other requests' under load (createbatch.go); a body
+// too large to create the request_body channel with is written through
+// its writer socket, starting now.
+func (cs *ClientStreams) create(ctx context.Context, body []byte) (RequestStreams, error) {
 	select {
 	case cs.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -133,18 +283,7 @@ func (cs *ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams,
 	}
 	s := &clientStreams{cs: cs, reqR: pairs[0].Reader, resW: pairs[1].Writer, resR: pairs[1].Reader, rctx: ctx}
 	if !filled {
-		s.endsContext()
-		s.wrote = make(chan struct{})
-		reqW := pairs[0].Writer
-		go func() {
-			defer close(s.wrote)
-			w, err := cs.c.OpenChannelWriter(s.octx, reqW)
-			if err != nil {
-				return
-			}
-			_, _ = w.WriteContext(s.octx, body)
-			_ = w.Close()
-		}()
+		s.writeBody(pairs[0].Writer, body)
 	}
 	s.early = time.AfterFunc(openResponseAfter, s.openResponse)
 	return s, nil
@@ -157,41 +296,80 @@ type clientStreams struct {
 	// octx is what the worker's ends live in: as long as the request, not
 	// as the call that opened them. Made only for a request that opens an
 	// end (endsContext): most open none.
-	octx   context.Context
-	cancel context.CancelFunc
-	early  *time.Timer
+	ctxOnce sync.Once
+	octx    context.Context
+	cancel  context.CancelFunc
+	early   *time.Timer
+
+	// Minted channels (lease non-nil): the request's counter (request_body;
+	// response is the next), their ids, and the body to serve.
+	lease        *client.ChannelLease
+	counter      uint64
+	reqID, resID string
+	body         []byte
+	serving      bool // under cs.mu: the body is being written, or was
 
 	openOnce sync.Once
 	opening  atomic.Bool   // the read end of response is being (or was) opened
 	opened   chan struct{} // made when opening begins; closed once it is open, or failed to
 	reader   *client.ChannelReader
 	openErr  error
-	wrote    chan struct{} // nil when the body was created with its channel
+	wrote    chan struct{} // closed once the body's writer is done; nil: none started
 	once     sync.Once
 }
 
-// endsContext makes octx; called before the request's ends are shared
-// (from Open) or under openOnce.
+// endsContext makes octx, once.
 func (s *clientStreams) endsContext() {
-	s.octx, s.cancel = context.WithCancel(context.WithoutCancel(s.rctx))
+	s.ctxOnce.Do(func() {
+		s.octx, s.cancel = context.WithCancel(context.WithoutCancel(s.rctx))
+	})
 }
 
 func (s *clientStreams) Refs() (protocol.StreamChannelRef, protocol.StreamChannelRef) {
 	return s.reqR, s.resW
 }
 
+// serveBody writes the body through request_body's writer end, whose
+// reader the function opened; cs.mu is held.
+func (s *clientStreams) serveBody() {
+	if s.serving {
+		return
+	}
+	s.serving = true
+	s.writeBody(s.lease.Ref(s.reqID, protocol.DirectionWrite), s.body)
+}
+
+// writeBody writes body through the writer end ref and closes it, in the
+// background; Close waits for it.
+func (s *clientStreams) writeBody(ref protocol.StreamChannelRef, body []byte) {
+	s.endsContext()
+	s.wrote = make(chan struct{})
+	go func() {
+		defer close(s.wrote)
+		w, err := s.cs.c.OpenChannelWriter(s.octx, ref)
+		if err != nil {
+			s.cs.log.Debug("open a request body's channel", "error", err)
+			return
+		}
+		_, _ = w.WriteContext(s.octx, body)
+		_ = w.Close()
+	}()
+}
+
 // openResponse dials the worker's read end of the response channel, once,
 // in the background.
 func (s *clientStreams) openResponse() {
 	s.openOnce.Do(func() {
-		if s.octx == nil {
-			s.endsContext()
+		s.endsContext()
+		ref := s.resR
+		if s.lease != nil {
+			ref = s.lease.Ref(s.resID, protocol.DirectionRead)
 		}
 		s.opened = make(chan struct{})
 		s.opening.Store(true)
 		go func() {
 			defer close(s.opened)
-			s.reader, s.openErr = s.cs.c.OpenChannelReader(s.octx, s.resR)
+			s.reader, s.openErr = s.cs.c.OpenChannelReader(s.octx, ref)
 		}()
 	})
 }
@@ -212,10 +390,21 @@ func (s *clientStreams) Response(ctx context.Context) (MessageReader, error) {
 func (s *clientStreams) Close() {
 	s.once.Do(func() {
 		s.early.Stop()
-		// Dropping ends whatever still runs on either channel (a function
-		// still writing its response, a body nobody reads); it goes out in
-		// the background, batched with other requests'.
-		s.cs.drops.add(s.reqR, s.resR)
+		var wrote chan struct{}
+		if s.lease != nil {
+			// Retired by the next watch call once older requests ended:
+			// that ends whatever still runs on either channel (a function
+			// still writing its response, a body nobody reads), as a drop.
+			s.cs.mu.Lock()
+			delete(s.cs.live, s.counter)
+			wrote = s.wrote // no body is served after this
+			s.cs.mu.Unlock()
+		} else {
+			// Dropping ends whatever still runs on either channel; it goes
+			// out in the background, batched with other requests'.
+			s.cs.drops.add(s.reqR, s.resR)
+			wrote = s.wrote
+		}
 		s.openOnce.Do(func() {}) // too late for the timer to open it now
 		if s.cancel != nil {
 			s.cancel()
@@ -226,8 +415,8 @@ func (s *clientStreams) Close() {
 				_ = s.reader.Close()
 			}
 		}
-		if s.wrote != nil {
-			<-s.wrote
+		if wrote != nil {
+			<-wrote
 		}
 	})
 }

@@ -34,6 +34,20 @@ func streamingWorker(t *testing.T, timeoutMS int) (url string, app *client.Clien
 // the worker's channels.
 func streamingWorkerEnv(t *testing.T, timeoutMS int) (url string, app *client.Client, env *enginetest.Env, cs *ClientStreams) {
 	t.Helper()
+	return streamingWorkerMode(t, timeoutMS, true)
+}
+
+// channelModes are the two ways a worker gets its request channels.
+var channelModes = []struct {
+	name   string
+	minted bool
+}{{"minted", true}, {"created", false}}
+
+// streamingWorkerMode is streamingWorkerEnv with the request channels
+// minted under the connection's lease, or (minted false) created, as with
+// an engine that gives no lease.
+func streamingWorkerMode(t *testing.T, timeoutMS int, minted bool) (url string, app *client.Client, env *enginetest.Env, cs *ClientStreams) {
+	t.Helper()
 	env = enginetest.Start(t, enginetest.Options{ClientName: "test", Wait: waitfor.Default, CallTimeout: waitfor.Default})
 	hc := env.Anonymous(t, "http")
 	cfg, err := ParseConfig(json.RawMessage(fmt.Sprintf(`{"port":0,"default_timeout":%d}`, timeoutMS)))
@@ -41,6 +55,9 @@ func streamingWorkerEnv(t *testing.T, timeoutMS int) (url string, app *client.Cl
 	assert.Check(t, cfg.StreamingOn(), "streaming is on by default")
 	w := New(cfg, Options{Invoker: ClientInvoker{C: hc}})
 	cs = NewClientStreams(hc, nil)
+	if !minted {
+		cs.noLease = time.Now().Add(time.Hour)
+	}
 	w.SetStreams(cs)
 	assert.NilError(t, w.Listen())
 	t.Cleanup(func() {
@@ -90,7 +107,13 @@ func do(t *testing.T, method, url, body string) (*http.Response, string) {
 // and headers as text messages, then the body in binary pieces, the
 // writer's close ending it. Status or headers after the body are ignored.
 func TestStreamingResponse(t *testing.T) {
-	url, app := streamingWorker(t, 5000)
+	for _, mode := range channelModes {
+		t.Run(mode.name, func(t *testing.T) { testStreamingResponse(t, mode.minted) })
+	}
+}
+
+func testStreamingResponse(t *testing.T, minted bool) {
+	url, app, _, cs := streamingWorkerMode(t, 5000, minted)
 	route(t, app, "app::echo", "/echo", "POST", func(ctx context.Context, inv *client.Invocation) (any, error) {
 		var req Request
 		if err := json.Unmarshal(inv.Data, &req); err != nil {
@@ -128,6 +151,10 @@ func TestStreamingResponse(t *testing.T) {
 	assert.Check(t, is.Equal(resp.Header.Get("Content-Type"), "text/plain"))
 	assert.Check(t, is.Equal(resp.Header.Get("X-Streamed"), "yes"))
 	assert.Check(t, is.Equal(body, "hello raw, not JSON"))
+	cs.mu.Lock()
+	leased := cs.lease != nil
+	cs.mu.Unlock()
+	assert.Check(t, is.Equal(leased, minted))
 }
 
 // A function that returns null and never writes gets 504 after
@@ -202,13 +229,20 @@ func TestStreamingOff(t *testing.T) {
 	assert.Check(t, is.Contains(string(b), `"response":{"channel_id":"c","access_key":"k","direction":"write"}`))
 }
 
-// A body larger than a channel's creation content (64 KiB) reaches
-// request_body through the writer socket; a smaller one is created with
-// its channel. A function that writes more messages than the response
+// A function reads request_body whatever the body's size: served on demand
+// when minted; when created, a body larger than a channel's creation
+// content (64 KiB) reaches it through the writer socket, a smaller one is
+// created with its channel. A function that writes more messages than the response
 // channel buffers before it returns null is drained once it has run for
 // openResponseAfter, and its response is whole.
 func TestStreamingBodiesAndEarlyWrites(t *testing.T) {
-	url, app := streamingWorker(t, 5000)
+	for _, mode := range channelModes {
+		t.Run(mode.name, func(t *testing.T) { testStreamingBodiesAndEarlyWrites(t, mode.minted) })
+	}
+}
+
+func testStreamingBodiesAndEarlyWrites(t *testing.T, minted bool) {
+	url, app, _, _ := streamingWorkerMode(t, 5000, minted)
 	route(t, app, "app::len", "/len", "POST", func(ctx context.Context, inv *client.Invocation) (any, error) {
 		var req Request
 		if err := json.Unmarshal(inv.Data, &req); err != nil {
@@ -258,11 +292,21 @@ func TestStreamingBodiesAndEarlyWrites(t *testing.T) {
 }
 
 // More requests at once than one connection may hold channels for (the
-// engine's 256, two a request): the ones past it wait for earlier
-// requests' channels to be dropped instead of failing with LIMIT_EXCEEDED.
+// engine's 256, two a request). Minted, they are all in flight together:
+// channels nobody opens do not count. Created, the ones past it wait for
+// earlier requests' channels to be dropped instead of failing with
+// LIMIT_EXCEEDED.
 func TestStreamingManyRequestsAtOnce(t *testing.T) {
 	assert.Equal(t, 2*maxRequestsWithChannels, engine.MaxChannelsPerConnection)
-	url, app := streamingWorker(t, 10000)
+	t.Run("minted", func(t *testing.T) { testStreamingManyRequestsAtOnce(t, true, engine.MaxChannelsPerConnection+30) })
+	t.Run("created", func(t *testing.T) { testStreamingManyRequestsAtOnce(t, false, maxRequestsWithChannels) })
+}
+
+// testStreamingManyRequestsAtOnce sends together maxRequestsWithChannels+30
+// requests, or more when atOnce is larger, whose functions each wait until
+// atOnce of them have arrived.
+func testStreamingManyRequestsAtOnce(t *testing.T, minted bool, atOnce int) {
+	url, app, _, _ := streamingWorkerMode(t, 10000, minted)
 	var mu sync.Mutex
 	arrived := 0
 	all := make(chan struct{})
@@ -272,7 +316,7 @@ func TestStreamingManyRequestsAtOnce(t *testing.T) {
 			return map[string]any{"status_code": 200}, err
 		}
 		mu.Lock()
-		if arrived++; arrived == maxRequestsWithChannels {
+		if arrived++; arrived == atOnce {
 			close(all)
 		}
 		mu.Unlock()
@@ -284,7 +328,7 @@ func TestStreamingManyRequestsAtOnce(t *testing.T) {
 		return map[string]any{"status_code": 200, "body": "ok"}, nil
 	})
 	do(t, "GET", url+"/wait?warm=1", "") // the route is there
-	const n = maxRequestsWithChannels + 30
+	n := max(maxRequestsWithChannels+30, atOnce)
 	c := &http.Client{Timeout: waitfor.Default, Transport: &http.Transport{MaxIdleConnsPerHost: n}}
 	defer c.CloseIdleConnections()
 	errs := make(chan error, n)
@@ -308,12 +352,26 @@ func TestStreamingManyRequestsAtOnce(t *testing.T) {
 	}
 }
 
+// waitRetired waits until the worker has no request in flight and the
+// engine has retired every ref it minted.
+func waitRetired(t *testing.T, cs *ClientStreams) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		if cs.watching || len(cs.live) > 0 || cs.retired != cs.next {
+			return poll.Continue("%d requests in flight, refs retired below %d of %d", len(cs.live), cs.retired, cs.next)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(waitfor.Default), poll.WithDelay(10*time.Millisecond))
+}
+
 // requestRefs is the channel refs one request's function received.
 type requestRefs struct{ body, response protocol.StreamChannelRef }
 
 // A request whose function uses neither channel leaves nothing behind: once
-// it is answered, its refs open nothing (the worker dropped the channels,
-// which the engine had never opened).
+// it is answered, its refs open nothing (the worker retired its minted
+// refs; the engine had never made their channels).
 func TestStreamingUnusedChannelsCleanedUp(t *testing.T) {
 	url, app, _, cs := streamingWorkerEnv(t, 5000)
 	got := make(chan requestRefs, 10)
@@ -331,14 +389,8 @@ func TestStreamingUnusedChannelsCleanedUp(t *testing.T) {
 	for len(got) > 0 {
 		refs = <-got // the last request's (do may have retried)
 	}
-	// A request's slot is given back once the engine has answered the
-	// drop of its channels.
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if n := len(cs.slots); n > 0 {
-			return poll.Continue("%d requests' channels not dropped yet", n)
-		}
-		return poll.Success()
-	}, poll.WithTimeout(waitfor.Default), poll.WithDelay(10*time.Millisecond))
+	waitRetired(t, cs)
+	assert.Check(t, is.Equal(len(cs.slots), 0), "no channels were created")
 	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Default)
 	defer cancel()
 	_, err := app.OpenChannelReader(ctx, refs.body)
