@@ -258,6 +258,23 @@ func (t *channelTable) create(e *Engine, bufferSize int, owner string) *channel 
 	return c
 }
 
+// find returns the channel whose dir end key opens: one in the table, or a
+// minted one made now (channels_lease.go). nil when there is none (unknown,
+// a wrong key, finished); an error when a bound refuses making it. An
+// engine-made channel's one key opens either end (dir is checked later).
+func (t *channelTable) find(e *Engine, id, key, dir string) (*channel, error) {
+	c := t.get(id)
+	if c == nil && (dir == protocol.DirectionRead || dir == protocol.DirectionWrite) {
+		// A minted ref's channel is made on the first open of an end;
+		// materialise checks the key.
+		return t.materialise(e, id, key, dir)
+	}
+	if c == nil || subtle.ConstantTimeCompare([]byte(key), []byte(c.keyFor(dir))) != 1 {
+		return nil, nil
+	}
+	return c, nil
+}
+
 func (t *channelTable) get(id string) *channel {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -349,21 +366,14 @@ func (e *Engine) sweepChannels() {
 }
 
 func (e *Engine) serveChannel(rw http.ResponseWriter, r *http.Request, ls *listenerState) {
-	id, q := r.PathValue("id"), r.URL.Query()
-	key, dir := q.Get("key"), q.Get("dir")
-	c := e.channels.get(id)
-	if c == nil && (dir == protocol.DirectionRead || dir == protocol.DirectionWrite) {
-		// A minted ref's channel is made on the first open of an end.
-		var err error
-		if c, err = e.channels.materialise(e, id, key, dir); err != nil {
-			http.Error(rw, err.Error(), http.StatusTooManyRequests)
-			return
-		}
-		if c != nil {
-			key = c.keyFor(dir) // checked by materialise
-		}
+	q := r.URL.Query()
+	dir := q.Get("dir")
+	c, err := e.channels.find(e, r.PathValue("id"), q.Get("key"), dir)
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusTooManyRequests)
+		return
 	}
-	if c == nil || subtle.ConstantTimeCompare([]byte(key), []byte(c.keyFor(dir))) != 1 {
+	if c == nil {
 		http.Error(rw, "channel not found", http.StatusNotFound)
 		return
 	}

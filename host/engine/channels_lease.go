@@ -160,7 +160,9 @@ func (t *channelTable) materialise(e *Engine, id, key, dir string) (*channel, er
 		return nil, nil
 	}
 	if _, made := l.used[m.Counter]; made {
-		return t.get(id), nil // nil once it finished or was removed
+		// The other end made it meanwhile (nil once it finished or was
+		// removed); the key was checked above.
+		return t.get(id), nil
 	}
 	if len(l.used) >= maxLeaseUsed {
 		return nil, &errChannelLimit{fmt.Sprintf("the channel lease of connection %s holds %d unretired channels, its limit", l.owner, maxLeaseUsed)}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -215,4 +216,28 @@ func TestChannelLeaseInProcess(t *testing.T) {
 	te := startEngine(t, Options{})
 	_, err := te.Invoke(context.Background(), "", FnChannelsLease, json.RawMessage(`{}`))
 	assert.Check(t, is.ErrorContains(err, "belongs to a worker connection"))
+}
+
+// In-process ends (plugin hosts, adapters) open minted refs too, with the
+// same checks.
+func TestChannelLeaseInProcessEnds(t *testing.T) {
+	te := startEngine(t, Options{})
+	w := te.dial(t)
+	l := leaseOf(t, w)
+	bad := l.ref(1, false, protocol.DirectionRead)
+	bad.AccessKey = l.ref(1, false, protocol.DirectionWrite).AccessKey
+	_, err := te.OpenChannelReader(bad)
+	assert.Check(t, is.ErrorIs(err, ErrChannelNotFound))
+
+	r, err := te.OpenChannelReader(l.ref(1, false, protocol.DirectionRead))
+	assert.NilError(t, err)
+	wr := dialChannel(t, te, l.ref(1, false, protocol.DirectionWrite))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	assert.NilError(t, wr.Write(ctx, websocket.MessageBinary, []byte("in process")))
+	assert.NilError(t, wr.Close(websocket.StatusNormalClosure, ""))
+	b, err := io.ReadAll(r)
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(string(b), "in process"))
+	assert.NilError(t, r.Close())
 }

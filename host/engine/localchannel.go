@@ -2,8 +2,8 @@ package engine
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 
@@ -47,8 +47,11 @@ func (e *Engine) openChannel(ref protocol.StreamChannelRef, dir string) (*channe
 	if ref.Direction != dir {
 		return nil, ErrChannelDirection
 	}
-	c := e.channels.get(ref.ChannelID)
-	if c == nil || subtle.ConstantTimeCompare([]byte(ref.AccessKey), []byte(c.key)) != 1 {
+	c, err := e.channels.find(e, ref.ChannelID, ref.AccessKey, dir)
+	if err != nil {
+		return nil, fmt.Errorf("channel %s: %w", ref.ChannelID, err)
+	}
+	if c == nil {
 		return nil, ErrChannelNotFound
 	}
 	taken := &c.readerTaken
