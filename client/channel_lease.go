@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/iii-sandbox/iii/protocol"
@@ -73,13 +74,29 @@ func (l *ChannelLease) Ref(id, direction string) protocol.StreamChannelRef {
 	return protocol.StreamChannelRef{ChannelID: id, AccessKey: l.keys.Key(id, direction), Direction: direction}
 }
 
-// WatchChannels retires the current lease's counters under retireBelow
-// (their refs open nothing from then on, and what is left of their
-// channels is removed), then returns the ids of served channels whose
+// MaxWatchExcept is the most counters one WatchChannels call keeps live
+// (the engine's bound).
+const MaxWatchExcept = 4096
+
+// WatchChannels retires the current lease's counters under retireBelow but
+// those in except (at most MaxWatchExcept): their refs open nothing from
+// then on (a retired counter stays retired), and what is left of their
+// channels is removed. Then it returns the ids of served channels whose
 // reader opened since the last call, waiting up to wait for one. ctx must
 // allow for the wait.
-func (c *Client) WatchChannels(ctx context.Context, retireBelow uint64, wait time.Duration) ([]string, error) {
-	in := fmt.Appendf(nil, `{"retire_below":%d,"wait_ms":%d}`, retireBelow, wait.Milliseconds())
+func (c *Client) WatchChannels(ctx context.Context, retireBelow uint64, except []uint64, wait time.Duration) ([]string, error) {
+	if len(except) > MaxWatchExcept {
+		return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("at most %d counters stay live in one watch call, not %d", MaxWatchExcept, len(except))}
+	}
+	in := make([]byte, 0, 64+len(except)*8)
+	in = fmt.Appendf(in, `{"retire_below":%d,"wait_ms":%d,"except":[`, retireBelow, wait.Milliseconds())
+	for i, n := range except {
+		if i > 0 {
+			in = append(in, ',')
+		}
+		in = strconv.AppendUint(in, n, 10)
+	}
+	in = append(in, "]}"...)
 	raw, err := c.Call(ctx, fnWatchChannels, json.RawMessage(in))
 	if err != nil {
 		return nil, err

@@ -47,7 +47,7 @@ func TestChannelLease(t *testing.T) {
 		}
 		got <- string(b)
 	}()
-	opened, err := c.WatchChannels(ctx, 0, 5*time.Second)
+	opened, err := c.WatchChannels(ctx, 0, nil, 5*time.Second)
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(opened, []string{id}))
 	w, err := c.OpenChannelWriter(ctx, l.Ref(id, protocol.DirectionWrite))
@@ -57,7 +57,7 @@ func TestChannelLease(t *testing.T) {
 	assert.NilError(t, w.Close())
 	assert.Check(t, is.Equal(<-got, "the body"))
 
-	_, err = c.WatchChannels(ctx, 3, 0)
+	_, err = c.WatchChannels(ctx, 3, nil, 0)
 	assert.NilError(t, err)
 	_, err = other.OpenChannelWriter(ctx, l.Ref(l.ID(2, false), protocol.DirectionWrite))
 	assert.Check(t, is.Equal(CodeOf(err), CodeChannelUnavailable), "retired: %v", err)
@@ -73,7 +73,7 @@ func TestChannelLease(t *testing.T) {
 	assert.Check(t, !l.Current())
 	_, err = other.OpenChannelWriter(ctx, l.Ref(l.ID(10, false), protocol.DirectionWrite))
 	assert.Check(t, is.Equal(CodeOf(err), CodeChannelUnavailable), "the old connection's lease: %v", err)
-	_, err = c.WatchChannels(ctx, 0, 0)
+	_, err = c.WatchChannels(ctx, 0, nil, 0)
 	assert.Check(t, is.Equal(CodeOf(err), "NOT_FOUND"), "no lease on the new connection yet: %v", err)
 	l2, err := c.LeaseChannels(ctx)
 	assert.NilError(t, err)

@@ -36,8 +36,10 @@ import (
 //   - each minted id makes a channel at most once: the counters of those
 //     made are kept (used) until the holder retires them, so a finished
 //     channel's ref opens nothing; the holder retires the counters of
-//     requests that ended (engine::channels::watch's retire_below), which
-//     also removes what is left of their channels, as a drop would;
+//     requests that ended (engine::channels::watch: every counter under
+//     retire_below but those of requests still in flight, listed in
+//     except), which also removes what is left of their channels, as a
+//     drop would. A retired counter stays retired;
 //   - a channel is made only within the connection's channel bound and the
 //     engine's, and a lease keeps at most maxLeaseUsed counters unretired.
 //
@@ -59,6 +61,9 @@ const (
 	maxLeaseUsed = 16 * MaxChannelsPerConnection
 	// maxLeaseEvents bounds the served channels waiting to be reported.
 	maxLeaseEvents = MaxChannelsPerConnection
+	// maxWatchExcept bounds the counters one watch call keeps live under
+	// retire_below (the http worker's requests in flight).
+	maxWatchExcept = 4096
 	// maxWatchWait bounds one engine::channels::watch call's wait.
 	maxWatchWait   = 30 * time.Second
 	leaseSecretLen = 32
@@ -70,11 +75,14 @@ type channelLease struct {
 	secret []byte
 	keys   *protocol.MintKeyer
 
-	mu    sync.Mutex
-	gone  bool   // its connection ended
-	below uint64 // counters under it are retired
-	// used is every counter at or above below whose channel was made, with
-	// that channel's id.
+	mu   sync.Mutex
+	gone bool // its connection ended
+	// A counter is live (its refs may make a channel) when it is at or
+	// above below, or in except: retired ones are neither.
+	below  uint64
+	except map[uint64]struct{}
+	// used is every live counter whose channel was made, with that
+	// channel's id.
 	used   map[uint64]string
 	events []string      // served channels whose reader opened, not yet reported
 	wake   chan struct{} // cap 1: an event was added
@@ -156,7 +164,7 @@ func (t *channelTable) materialise(e *Engine, id, key, dir string) (*channel, er
 	// end cannot pass between.
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.gone || m.Counter < l.below {
+	if l.gone || !l.live(m.Counter) {
 		return nil, nil
 	}
 	if _, made := l.used[m.Counter]; made {
@@ -192,19 +200,46 @@ func (t *channelTable) materialise(e *Engine, id, key, dir string) (*channel, er
 	return c, nil
 }
 
-// retire ends the counters under below: their refs open nothing from now
-// on, and what is left of the channels made from them is removed, as
-// engine::channels::drop would.
-func (t *channelTable) retire(l *channelLease, below uint64) {
-	l.mu.Lock()
-	if below <= l.below {
-		l.mu.Unlock()
-		return
+// live reports whether counter n is not retired; l.mu is held.
+func (l *channelLease) live(n uint64) bool {
+	if n >= l.below {
+		return true
 	}
-	l.below = below
+	_, ok := l.except[n]
+	return ok
+}
+
+// retire ends every counter under below but those in except (and those
+// retired already stay so): their refs open nothing from now on, and what
+// is left of the channels made from them is removed, as
+// engine::channels::drop would.
+func (t *channelTable) retire(l *channelLease, below uint64, except []uint64) {
+	declared := make(map[uint64]struct{}, len(except))
+	for _, n := range except {
+		declared[n] = struct{}{}
+	}
+	// Live from now on: live before, and declared live now.
+	declaredLive := func(n uint64) bool {
+		_, ok := declared[n]
+		return ok || n >= below
+	}
+	l.mu.Lock()
+	mark := max(l.below, below)
+	keep := make(map[uint64]struct{}, len(except))
+	for n := range declared {
+		if n < mark && l.live(n) {
+			keep[n] = struct{}{}
+		}
+	}
+	for n := range l.except {
+		if n < mark && declaredLive(n) {
+			keep[n] = struct{}{}
+		}
+	}
+	l.below, l.except = mark, keep
 	var gone []string
 	for n, id := range l.used {
-		if n < below {
+		if !l.live(n) {
 			gone = append(gone, id)
 			delete(l.used, n)
 		}
@@ -267,21 +302,28 @@ func (e *Engine) fnChannelsLease(_ context.Context, call *Call) (any, *protocol.
 
 // ── engine::channels::watch ───────────────────────────────────────────────
 
-// fnChannelsWatch serves the holder of a lease ({retire_below, wait_ms} →
-// {opened: [channel_id, …]}): it first retires the counters under
-// retire_below, then answers the served channels whose reader opened since
+// fnChannelsWatch serves the holder of a lease ({retire_below, except,
+// wait_ms} → {opened: [channel_id, …]}): it first retires the counters
+// under retire_below but those in except, then answers the served channels whose reader opened since
 // the last call, waiting up to wait_ms (at most maxWatchWait) for one. The
 // http worker keeps one such call waiting while it has requests in flight.
 func (e *Engine) fnChannelsWatch(ctx context.Context, call *Call) (any, *protocol.ErrorBody) {
 	var in struct {
-		RetireBelow *uint64 `json:"retire_below"`
-		WaitMS      int64   `json:"wait_ms"`
+		RetireBelow *uint64  `json:"retire_below"`
+		Except      []uint64 `json:"except"`
+		WaitMS      int64    `json:"wait_ms"`
 	}
 	if errb := decodeInput(call.Data, &in); errb != nil {
 		return nil, errb
 	}
 	if in.WaitMS < 0 {
 		return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "wait_ms must be 0 or more"}
+	}
+	if len(in.Except) > maxWatchExcept {
+		return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: fmt.Sprintf("except names at most %d counters", maxWatchExcept)}
+	}
+	if in.Except != nil && in.RetireBelow == nil {
+		return nil, &protocol.ErrorBody{Code: CodeInvalidArgument, Message: "except needs retire_below"}
 	}
 	e.channels.mu.Lock()
 	l := e.channels.leaseOf[call.CallerWorkerID]
@@ -290,7 +332,7 @@ func (e *Engine) fnChannelsWatch(ctx context.Context, call *Call) (any, *protoco
 		return nil, &protocol.ErrorBody{Code: CodeNotFound, Message: "this connection holds no channel lease (engine::channels::lease)"}
 	}
 	if in.RetireBelow != nil {
-		e.channels.retire(l, *in.RetireBelow)
+		e.channels.retire(l, *in.RetireBelow, in.Except)
 	}
 	wait := min(time.Duration(in.WaitMS)*time.Millisecond, maxWatchWait)
 	ev := l.takeEvents(ctx, wait)
@@ -313,7 +355,8 @@ const schemaChannelsLeaseOut = `{"type":"object","required":["lease_id","secret"
 	`"secret":{"type":"string","description":"32 bytes, base64: an end's access key is the first 16 bytes of HMAC-SHA256(secret, direction NUL channel_id), in hex."}}}`
 
 const schemaChannelsWatchIn = `{"type":"object","properties":{` +
-	`"retire_below":{"type":"integer","minimum":0,"description":"Counters under it are retired: their refs open nothing, and what is left of their channels is removed."},` +
+	`"retire_below":{"type":"integer","minimum":0,"description":"Counters under it are retired (but those in except): their refs open nothing, and what is left of their channels is removed. A retired counter stays retired."},` +
+	`"except":{"type":"array","maxItems":4096,"items":{"type":"integer","minimum":0},"description":"Counters under retire_below that stay live (requests still in flight)."},` +
 	`"wait_ms":{"type":"integer","minimum":0,"description":"How long to wait for an opened served channel (at most 30000)."}}}`
 
 const schemaChannelsWatchOut = `{"type":"object","required":["opened"],"properties":{` +

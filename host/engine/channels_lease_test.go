@@ -241,3 +241,56 @@ func TestChannelLeaseInProcessEnds(t *testing.T) {
 	assert.Check(t, is.Equal(string(b), "in process"))
 	assert.NilError(t, r.Close())
 }
+
+// Retiring with except: every counter under the mark but the listed ones
+// is retired, and a retired counter never comes back (a later call with a
+// lower mark, or listing it again).
+func TestChannelLeaseRetireExcept(t *testing.T) {
+	te := startEngine(t, Options{})
+	w := te.dial(t)
+	l := leaseOf(t, w)
+	te.channels.mu.Lock()
+	lease := te.channels.leaseOf[w.workerID]
+	te.channels.mu.Unlock()
+	r4 := l.ref(4, false, protocol.DirectionRead)
+	made, err := te.channels.materialise(te.Engine, r4.ChannelID, r4.AccessKey, r4.Direction)
+	assert.NilError(t, err)
+	assert.Assert(t, made != nil)
+	r3 := l.ref(3, false, protocol.DirectionRead)
+	made3, err := te.channels.materialise(te.Engine, r3.ChannelID, r3.AccessKey, r3.Direction)
+	assert.NilError(t, err)
+	assert.Assert(t, made3 != nil)
+
+	for _, step := range []struct {
+		below  uint64
+		except []uint64
+		live   []uint64 // of counters 0…13
+	}{
+		{below: 10, except: []uint64{3, 4}, live: []uint64{3, 4, 10, 11, 12, 13}},
+		{below: 12, except: []uint64{4, 5}, live: []uint64{4, 12, 13}},
+		{below: 8, except: []uint64{11, 13}, live: []uint64{12, 13}},
+		{below: 13, except: []uint64{12}, live: []uint64{12, 13}},
+	} {
+		te.channels.retire(lease, step.below, step.except)
+		var live []uint64
+		lease.mu.Lock()
+		for n := range uint64(14) {
+			if lease.live(n) {
+				live = append(live, n)
+			}
+		}
+		lease.mu.Unlock()
+		assert.Check(t, is.DeepEqual(live, step.live), "retire below %d except %v", step.below, step.except)
+	}
+	assert.Check(t, te.channels.get(r3.ChannelID) == nil, "counter 3's channel went when it was retired")
+	assert.Check(t, te.channels.get(r4.ChannelID) == nil, "and counter 4's")
+	assert.Check(t, is.Equal(httpStatus(t, channelURL(te, l.ref(5, false, "read"))), http.StatusNotFound))
+	_ = dialChannel(t, te, l.ref(12, false, protocol.DirectionRead))
+
+	// Through the builtin: except needs retire_below, and is bounded.
+	code, _ := errBody(t, w.call("x1", FnChannelsWatch, nil, `{"except":[1]}`))
+	assert.Check(t, is.Equal(code, CodeInvalidArgument))
+	many := strings.Repeat("1,", maxWatchExcept) + "1"
+	code, _ = errBody(t, w.call("x2", FnChannelsWatch, nil, `{"retire_below":1,"except":[`+many+`]}`))
+	assert.Check(t, is.Equal(code, CodeInvalidArgument))
+}

@@ -117,7 +117,7 @@ type ClientStreams struct {
 	next     uint64               // the next counter to mint; two a request
 	live     map[uint64]*clientStreams
 	watching bool   // the watch loop runs
-	retired  uint64 // what the last watch call retired below
+	retired  uint64 // every counter under it is retired (by the last watch call)
 
 	// Without a lease.
 	drops   dropQueue
@@ -221,9 +221,18 @@ func (cs *ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams,
 func (cs *ClientStreams) watch() {
 	for {
 		cs.mu.Lock()
-		below := cs.next
+		// Every counter minted so far is retired but those of requests in
+		// flight (two each); with more of them than one call may name, all
+		// under the oldest in flight.
+		below, except := cs.next, make([]uint64, 0, 2*len(cs.live))
 		for n := range cs.live {
-			below = min(below, n)
+			except = append(except, n, n+1)
+		}
+		if len(except) > client.MaxWatchExcept {
+			for n := range cs.live {
+				below = min(below, n)
+			}
+			except = nil
 		}
 		idle := len(cs.live) == 0
 		if idle && below == cs.retired {
@@ -237,7 +246,7 @@ func (cs *ClientStreams) watch() {
 			wait = 0
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), wait+30*time.Second)
-		opened, err := cs.c.WatchChannels(ctx, below, wait)
+		opened, err := cs.c.WatchChannels(ctx, below, except, wait)
 		cancel()
 		cs.mu.Lock()
 		if err != nil {
@@ -253,6 +262,9 @@ func (cs *ClientStreams) watch() {
 			continue
 		}
 		cs.retired = below
+		for _, n := range except {
+			cs.retired = min(cs.retired, n)
+		}
 		for _, id := range opened {
 			m, ok := protocol.ParseMintedID(id)
 			if s := cs.live[m.Counter]; ok && s != nil && s.reqID == id {

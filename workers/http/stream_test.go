@@ -481,3 +481,83 @@ func TestStreamingForeignCallerRefused(t *testing.T) {
 		t.Fatal("the slow request was not answered")
 	}
 }
+
+// A long request in flight does not keep ended requests' refs alive: the
+// worker's watch calls retire every counter but those of requests in
+// flight, so a short request's refs open nothing soon after it is
+// answered, while the long request still streams its response.
+func TestStreamingRetiresAroundLongRequest(t *testing.T) {
+	url, app, _, _ := streamingWorkerEnv(t, 10000)
+	release := make(chan struct{})
+	route(t, app, "app::long", "/long", "GET", func(ctx context.Context, inv *client.Invocation) (any, error) {
+		var req Request
+		if err := json.Unmarshal(inv.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.QueryParams["warm"] != "" {
+			return map[string]any{"status_code": 200}, nil
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		w, err := app.OpenChannelWriter(ctx, *req.Response)
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			defer w.Close()
+			_, _ = w.Write([]byte("late"))
+		}()
+		return nil, nil
+	})
+	got := make(chan requestRefs, 10)
+	route(t, app, "app::short", "/short", "GET", func(_ context.Context, inv *client.Invocation) (any, error) {
+		var req Request
+		_ = json.Unmarshal(inv.Data, &req)
+		got <- requestRefs{*req.RequestBody, *req.Response}
+		return map[string]any{"status_code": 200, "body": "ok"}, nil
+	})
+	do(t, "GET", url+"/long?warm=1", "")
+	do(t, "GET", url+"/short", "")
+	for len(got) > 0 {
+		<-got
+	}
+	answered := make(chan string, 1)
+	go func() {
+		r, err := http.Get(url + "/long")
+		if err != nil {
+			answered <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		answered <- fmt.Sprintf("%d %s", r.StatusCode, b)
+	}()
+	resp, body := do(t, "GET", url+"/short", "")
+	assert.Assert(t, resp.StatusCode == 200, body)
+	refs := <-got
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Default)
+	defer cancel()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		w, err := app.OpenChannelWriter(ctx, refs.response)
+		if err == nil {
+			_ = w.Close()
+			return poll.Continue("the short request's response ref still opens")
+		}
+		if client.CodeOf(err) != client.CodeChannelUnavailable {
+			return poll.Error(err)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(waitfor.Default), poll.WithDelay(20*time.Millisecond))
+	_, err := app.OpenChannelReader(ctx, refs.body)
+	assert.Check(t, is.Equal(client.CodeOf(err), client.CodeChannelUnavailable), "%v", err)
+	close(release)
+	select {
+	case a := <-answered:
+		assert.Check(t, is.Equal(a, "200 late"))
+	case <-time.After(waitfor.Default):
+		t.Fatal("the long request was not answered")
+	}
+}

@@ -172,7 +172,9 @@ func run(clients int, dur time.Duration, rounds int, only string) error {
 		return err
 	}
 	// The http worker with streaming on (its default in a project): each
-	// request also creates, opens and drops its two channels. The route is
+	// request also carries its two channels' refs, minted under the
+	// worker's channel lease (the echo opens neither, so the engine never
+	// makes them; the worker retires them in its watch calls). The route is
 	// bound on the worker directly (one engine serves one provider of the
 	// trigger type); the function is called through the engine as above.
 	sc, err := dial("http-streaming")
