@@ -82,3 +82,20 @@ func TestChannelLease(t *testing.T) {
 	assert.NilError(t, err)
 	assert.NilError(t, wr.Close())
 }
+
+// RefPair mints what two Ref calls would, with one allocation.
+func TestChannelLeaseRefPair(t *testing.T) {
+	l := &ChannelLease{id: "0123456789abcdef01234567", keys: protocol.NewMintKeyer([]byte("secret"))}
+	for _, tc := range []struct{ a, b MintEnd }{
+		{MintEnd{Counter: 0, Served: true, Direction: protocol.DirectionRead}, MintEnd{Counter: 1, Direction: protocol.DirectionWrite}},
+		{MintEnd{Counter: 1<<64 - 2, Served: true, Direction: protocol.DirectionWrite}, MintEnd{Counter: 1<<64 - 1, Served: true, Direction: protocol.DirectionRead}},
+		{MintEnd{Counter: 7, Direction: protocol.DirectionRead}, MintEnd{Counter: 7, Direction: protocol.DirectionWrite}},
+	} {
+		ra, rb := l.RefPair(tc.a, tc.b)
+		assert.Check(t, is.DeepEqual(ra, l.Ref(l.ID(tc.a.Counter, tc.a.Served), tc.a.Direction)))
+		assert.Check(t, is.DeepEqual(rb, l.Ref(l.ID(tc.b.Counter, tc.b.Served), tc.b.Direction)))
+	}
+	a, b := MintEnd{Counter: 1 << 40, Served: true, Direction: protocol.DirectionRead}, MintEnd{Counter: 1<<40 + 1, Direction: protocol.DirectionWrite}
+	n := testing.AllocsPerRun(100, func() { _, _ = l.RefPair(a, b) })
+	assert.Check(t, n <= 1, "%v allocations", n)
+}

@@ -109,12 +109,28 @@ func NewMintKeyer(secret []byte) *MintKeyer {
 // the writer end.
 func (k *MintKeyer) Key(id, direction string) string {
 	var out [MintKeyLen]byte
+	return string(k.AppendKey(out[:0], id, direction))
+}
+
+// AppendKey appends Key(id, direction) to b.
+func (k *MintKeyer) AppendKey(b []byte, id, direction string) []byte {
+	return k.appendKey(b, direction, id, nil)
+}
+
+// AppendKeyOf is AppendKey of an id held as bytes (it may be part of b:
+// it is read before b is written).
+func (k *MintKeyer) AppendKeyOf(b, id []byte, direction string) []byte {
+	return k.appendKey(b, direction, "", id)
+}
+
+// appendKey keys direction NUL the id (idS or idB).
+func (k *MintKeyer) appendKey(b []byte, direction, idS string, idB []byte) []byte {
 	k.mu.Lock()
 	k.mac.Reset()
-	k.scratch = append(append(append(k.scratch[:0], direction...), 0), id...)
+	k.scratch = append(append(append(append(k.scratch[:0], direction...), 0), idS...), idB...)
 	_, _ = k.mac.Write(k.scratch)
 	sum := k.mac.Sum(k.sum[:0])
-	hex.Encode(out[:], sum[:MintKeyLen/2])
+	b = hex.AppendEncode(b, sum[:MintKeyLen/2])
 	k.mu.Unlock()
-	return string(out[:])
+	return b
 }

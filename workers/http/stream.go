@@ -196,7 +196,7 @@ func (cs *ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams,
 	if l == nil {
 		return cs.create(ctx, body)
 	}
-	s := &clientStreams{cs: cs, lease: l, body: body, rctx: ctx}
+	s := &clientStreams{cs: cs, lease: l, body: body, rctx: ctx, openAt: time.Now().Add(openResponseAfter)}
 	cs.mu.Lock()
 	s.counter = cs.next
 	cs.next += 2
@@ -207,17 +207,18 @@ func (cs *ClientStreams) Open(ctx context.Context, body []byte) (RequestStreams,
 	if start {
 		go cs.watch()
 	}
-	reqID, resID := l.ID(s.counter, true), l.ID(s.counter+1, false)
-	s.reqR, s.resW = l.Ref(reqID, protocol.DirectionRead), l.Ref(resID, protocol.DirectionWrite)
-	s.reqID, s.resID = reqID, resID
-	s.early = time.AfterFunc(openResponseAfter, s.openResponse)
+	s.reqR, s.resW = l.RefPair(client.MintEnd{Counter: s.counter, Served: true, Direction: protocol.DirectionRead},
+		client.MintEnd{Counter: s.counter + 1, Direction: protocol.DirectionWrite})
 	return s, nil
 }
 
 // watch runs while requests with minted channels are in flight (and once
-// more after the last ends): each engine::channels::watch call retires the
-// counters under the oldest request in flight, and waits up to watchWait
-// for functions opening request bodies, which it then serves.
+// more after the last ends): each engine::channels::watch call retires
+// every counter minted so far but those of requests in flight, and waits
+// up to watchWait for functions opening request bodies, which it then
+// serves. It also opens the response of each request that has run for
+// openResponseAfter (a timer per request would cost every request that
+// ends sooner, nearly all, a timer armed and stopped).
 func (cs *ClientStreams) watch() {
 	for {
 		cs.mu.Lock()
@@ -225,8 +226,16 @@ func (cs *ClientStreams) watch() {
 		// flight (two each); with more of them than one call may name, all
 		// under the oldest in flight.
 		below, except := cs.next, make([]uint64, 0, 2*len(cs.live))
-		for n := range cs.live {
+		now, wait := time.Now(), watchWait
+		for n, s := range cs.live {
 			except = append(except, n, n+1)
+			if !s.opening.Load() {
+				if d := s.openAt.Sub(now); d <= 0 {
+					s.openResponse()
+				} else {
+					wait = min(wait, d)
+				}
+			}
 		}
 		if len(except) > client.MaxWatchExcept {
 			for n := range cs.live {
@@ -241,7 +250,6 @@ func (cs *ClientStreams) watch() {
 			return
 		}
 		cs.mu.Unlock()
-		wait := watchWait
 		if idle {
 			wait = 0
 		}
@@ -267,7 +275,7 @@ func (cs *ClientStreams) watch() {
 		}
 		for _, id := range opened {
 			m, ok := protocol.ParseMintedID(id)
-			if s := cs.live[m.Counter]; ok && s != nil && s.reqID == id {
+			if s := cs.live[m.Counter]; ok && s != nil && s.reqR.ChannelID == id {
 				s.serveBody()
 			}
 		}
@@ -311,15 +319,16 @@ type clientStreams struct {
 	ctxOnce sync.Once
 	octx    context.Context
 	cancel  context.CancelFunc
-	early   *time.Timer
+	early   *time.Timer // created channels: opens response after openResponseAfter
+	openAt  time.Time   // minted: when the watch loop opens response
 
 	// Minted channels (lease non-nil): the request's counter (request_body;
-	// response is the next), their ids, and the body to serve.
-	lease        *client.ChannelLease
-	counter      uint64
-	reqID, resID string
-	body         []byte
-	serving      bool // under cs.mu: the body is being written, or was
+	// response is the next; reqR and resW carry their ids), and the body to
+	// serve.
+	lease   *client.ChannelLease
+	counter uint64
+	body    []byte
+	serving bool // under cs.mu: the body is being written, or was
 
 	openOnce sync.Once
 	opening  atomic.Bool   // the read end of response is being (or was) opened
@@ -348,7 +357,7 @@ func (s *clientStreams) serveBody() {
 		return
 	}
 	s.serving = true
-	s.writeBody(s.lease.Ref(s.reqID, protocol.DirectionWrite), s.body)
+	s.writeBody(s.lease.Ref(s.reqR.ChannelID, protocol.DirectionWrite), s.body)
 }
 
 // writeBody writes body through the writer end ref and closes it, in the
@@ -375,7 +384,7 @@ func (s *clientStreams) openResponse() {
 		s.endsContext()
 		ref := s.resR
 		if s.lease != nil {
-			ref = s.lease.Ref(s.resID, protocol.DirectionRead)
+			ref = s.lease.Ref(s.resW.ChannelID, protocol.DirectionRead)
 		}
 		s.opened = make(chan struct{})
 		s.opening.Store(true)
@@ -401,7 +410,9 @@ func (s *clientStreams) Response(ctx context.Context) (MessageReader, error) {
 
 func (s *clientStreams) Close() {
 	s.once.Do(func() {
-		s.early.Stop()
+		if s.early != nil {
+			s.early.Stop()
+		}
 		var wrote chan struct{}
 		if s.lease != nil {
 			// Retired by the next watch call once older requests ended:
