@@ -59,8 +59,9 @@ const (
 	// maxLeaseUsed bounds the counters a lease keeps (made, not retired):
 	// past it, first opens are refused until the holder retires some.
 	maxLeaseUsed = 16 * MaxChannelsPerConnection
-	// maxLeaseEvents bounds the served channels waiting to be reported.
-	maxLeaseEvents = MaxChannelsPerConnection
+	// maxLeaseEvents bounds the served channels waiting to be reported:
+	// each is a counter made (used), so as many as those may wait.
+	maxLeaseEvents = maxLeaseUsed
 	// maxWatchExcept bounds the counters one watch call keeps live under
 	// retire_below (the http worker's requests in flight).
 	maxWatchExcept = 4096
