@@ -561,3 +561,49 @@ func TestStreamingRetiresAroundLongRequest(t *testing.T) {
 		t.Fatal("the long request was not answered")
 	}
 }
+
+// Many requests at once whose functions all read their bodies: each gets
+// its own body, served on demand through the watch call.
+func TestStreamingManyBodiesServed(t *testing.T) {
+	url, app := streamingWorker(t, 10000)
+	route(t, app, "app::body", "/body", "POST", func(ctx context.Context, inv *client.Invocation) (any, error) {
+		var req Request
+		if err := json.Unmarshal(inv.Data, &req); err != nil {
+			return nil, err
+		}
+		r, err := app.OpenChannelReader(ctx, *req.RequestBody)
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		raw, err := io.ReadAll(r)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"status_code": 200, "body": string(raw)}, nil
+	})
+	do(t, "POST", url+"/body", "warm")
+	const n = 150
+	c := &http.Client{Timeout: waitfor.Default, Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	defer c.CloseIdleConnections()
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			want := fmt.Sprintf("body of request %d", i)
+			r, err := c.Post(url+"/body", "text/plain", strings.NewReader(want))
+			if err != nil {
+				errs <- err
+				return
+			}
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode != 200 || string(b) != fmt.Sprintf("%q", want) {
+				err = fmt.Errorf("request %d: %d %s", i, r.StatusCode, b)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		assert.Check(t, waitfor.Recv(t, errs, waitfor.Default, "a response"))
+	}
+}
