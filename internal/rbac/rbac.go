@@ -30,6 +30,10 @@ const DefaultNamespace = "default"
 // (engine::functions::list, …) are not among them.
 var Infrastructure = []string{
 	"engine::channels::create",
+	// A connection's own channel lease (minted refs) and its watch: they
+	// reach no channel but the caller's own.
+	"engine::channels::lease",
+	"engine::channels::watch",
 	"engine::workers::register",
 	"engine::log::info",
 	"engine::log::warn",

@@ -42,9 +42,10 @@ import (
 //     the function returned null, or once the function has run for
 //     openResponseAfter (so a long function writing much before it returns
 //     is drained as it writes, not held up by the channel's buffer);
-//   - when requests end, the same watch call retires their counters (all
-//     under the oldest request still in flight): their refs open nothing
-//     from then on, and what is left of their channels is removed.
+//   - when requests end, the same watch call retires their counters (every
+//     one under the newest minted but those of requests still in flight):
+//     their refs open nothing from then on, and what is left of their
+//     channels is removed.
 //
 // An engine without leases (or one that refuses the worker the lease
 // builtins) gets the channels created instead: both in one
