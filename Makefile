@@ -40,35 +40,34 @@ modules: ## Download every module go.mod names into the module cache (an adapter
 
 build-sandbox: ## Build only what make demo runs into bin/: iii, sandbox-libkrun, the guest agent.
 	@mkdir -p $(BIN)
-	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/iii ./cmd/iii
-	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/sandbox-libkrun ./plugins/sandbox-libkrun/cmd/sandbox-libkrun
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./cmd/iii ./plugins/sandbox-libkrun/cmd/sandbox-libkrun
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(HOST_ARCH) $(GO) build -trimpath -ldflags '-s -w' \
 		-o $(BIN)/iii-guest-agent-linux-$(HOST_ARCH) ./plugins/sandbox-libkrun/cmd/iii-guest-agent
 
 build: modules build-sandbox ## Build every binary into bin/: iii, the adapters, the guest agent.
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/sandbox-hostdir ./plugins/sdk/examples/hostdir/cmd/sandbox-hostdir
-	$(GO) run ./scripts/publish -registry $(BIN)/registry -name sandbox-libkrun -version $(ADAPTER_VERSION) \
+	$(GO) run -trimpath ./scripts/publish -registry $(BIN)/registry -name sandbox-libkrun -version $(ADAPTER_VERSION) \
 		-description 'The sandbox adapter that runs sandboxes and worker VMs as microVMs' \
 		-default-config '$(SANDBOX_LIBKRUN_DEFAULTS)' \
 		$(BIN)/sandbox-libkrun $(BIN)/iii-guest-agent-linux-$(HOST_ARCH)
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/state ./workers/state/cmd/state
-	$(GO) run ./scripts/publish -registry $(BIN)/registry -name state -version $(STATE_VERSION) \
+	$(GO) run -trimpath ./scripts/publish -registry $(BIN)/registry -name state -version $(STATE_VERSION) \
 		-description 'Scoped key/value state with change triggers (state::*, trigger type state)' \
 		-default-config '$(STATE_DEFAULTS)' $(BIN)/state
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/cron ./workers/cron/cmd/cron
-	$(GO) run ./scripts/publish -registry $(BIN)/registry -name cron -version $(CRON_VERSION) \
+	$(GO) run -trimpath ./scripts/publish -registry $(BIN)/registry -name cron -version $(CRON_VERSION) \
 		-description 'Fire functions on cron schedules, seconds field first, UTC (trigger type cron)' \
 		-default-config '$(CRON_DEFAULTS)' $(BIN)/cron
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/http ./workers/http/cmd/http
-	$(GO) run ./scripts/publish -registry $(BIN)/registry -name http -version $(HTTP_VERSION) \
+	$(GO) run -trimpath ./scripts/publish -registry $(BIN)/registry -name http -version $(HTTP_VERSION) \
 		-description 'HTTP routes as triggers (trigger type http, its own listener on 127.0.0.1:3111)' \
 		-default-config '$(HTTP_DEFAULTS)' $(BIN)/http
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/queue ./workers/queue/cmd/queue
-	$(GO) run ./scripts/publish -registry $(BIN)/registry -name queue -version $(QUEUE_VERSION) \
+	$(GO) run -trimpath ./scripts/publish -registry $(BIN)/registry -name queue -version $(QUEUE_VERSION) \
 		-description 'Durable topics and function queues: retries, dead letters, the enqueue provider (trigger type durable:subscriber)' \
 		-default-config '$(QUEUE_DEFAULTS)' $(BIN)/queue
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/pubsub ./workers/pubsub/cmd/pubsub
-	$(GO) run ./scripts/publish -registry $(BIN)/registry -name pubsub -version $(PUBSUB_VERSION) \
+	$(GO) run -trimpath ./scripts/publish -registry $(BIN)/registry -name pubsub -version $(PUBSUB_VERSION) \
 		-description 'Deprecated: publish and the subscribe trigger type, fire and forget (use queue for messages that must arrive)' \
 		-default-config '$(PUBSUB_DEFAULTS)' $(BIN)/pubsub
 
@@ -81,7 +80,7 @@ setup-test: setup ## Install what the tests need too (idempotent): the pinned No
 test: setup-test build vet cross ## Set up, build and run the whole test suite; ends with the environment it ran in.
 	@rm -rf $(BIN)/test-facts; rc=0; \
 	III_BIN_DIR=$(BIN) III_TEST_FACTS=$(BIN)/test-facts $(GO) test -count=1 -timeout 25m ./... || rc=$$?; \
-	$(GO) run ./scripts/testenv -facts $(BIN)/test-facts -root $(CURDIR); exit $$rc
+	$(GO) run -trimpath ./scripts/testenv -facts $(BIN)/test-facts -root $(CURDIR); exit $$rc
 
 test-nokvm: ## make test in a mount namespace whose /dev holds no kvm (proves the suite needs none).
 	./scripts/test-nokvm.sh make test
