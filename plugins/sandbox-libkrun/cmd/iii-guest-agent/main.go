@@ -63,8 +63,10 @@ func run(log hclog.Logger) error {
 	defer port.Close()
 	exec := &guest.Executor{Waiter: reaper}
 	srv := &guest.Server{
-		Port:      port,
-		Exec:      exec,
+		Port: port,
+		// The agent's built-ins (freezing a worker's disk for its copy)
+		// travel as execs; everything else runs in the guest's root.
+		Exec:      &builtinExec{next: exec, upper: &upperFreezer{spec: info.Params.Upper, log: log}},
 		FS:        &guest.FS{Root: "/"},
 		Procs:     &guest.Supervisor{Exec: exec},
 		Workspace: guest.Workspace{},
