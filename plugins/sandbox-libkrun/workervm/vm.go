@@ -59,6 +59,9 @@ type Set struct {
 	dir    string   // <state_dir>/workers
 	roots  []string // resolved host roots
 	diskMB uint64
+	// cache keeps disks right after an install, for new workers with
+	// the same install (diskcache.go).
+	cache diskCache
 
 	// bg is what runs live under. It is not the provider's: when the
 	// adapter stops, its workers get a graceful stop first (shutdown),
@@ -80,7 +83,8 @@ func New(ctx context.Context, h boot.Host, keep func() bool, cfg *config.Config)
 	s := &Set{
 		h: h, keep: keep, dir: filepath.Join(cfg.StateDir, runner.WorkersDirName),
 		roots: resolveHostRoots(cfg.HostRoots), diskMB: cfg.WorkerDiskMB,
-		vms: map[string]*workerVM{}, autoInstall: true,
+		cache: diskCache{dir: filepath.Join(cfg.StateDir, diskCacheDirName)},
+		vms:   map[string]*workerVM{}, autoInstall: true,
 	}
 	s.bg, s.bgCancel = context.WithCancel(context.Background())
 	// What an earlier adapter process left running is adopted
@@ -555,7 +559,7 @@ func (w *workerVM) newBoot(h boot.Host, pl *workerPlan, autoInstall bool) *boot.
 // steps is the sandbox pipeline with the worker's state directory and the
 // worker's own steps.
 func (w *workerVM) steps(run *workerRun, pl *workerPlan) (boot.BootSteps, error) {
-	s, err := w.set.h.Steps().Replace(boot.StepPrepareStateDir, func(ctx context.Context, b *boot.Boot) error { return w.stepPrepareDir(ctx, b) })
+	s, err := w.set.h.Steps().Replace(boot.StepPrepareStateDir, func(ctx context.Context, b *boot.Boot) error { return w.stepPrepareDir(ctx, b, pl) })
 	if err != nil {
 		return nil, err
 	}
@@ -567,8 +571,10 @@ func (w *workerVM) steps(run *workerRun, pl *workerPlan) (boot.BootSteps, error)
 	), nil
 }
 
-// stepPrepareDir takes the worker's state directory and its disk.
-func (w *workerVM) stepPrepareDir(ctx context.Context, b *boot.Boot) error {
+// stepPrepareDir takes the worker's state directory and its disk: the
+// kept one, else a copy of the install cache's disk for this install,
+// else a fresh one.
+func (w *workerVM) stepPrepareDir(ctx context.Context, b *boot.Boot, pl *workerPlan) error {
 	d, err := runner.OpenWorkerDir(w.set.dir, w.id)
 	if errors.Is(err, runner.ErrDirLocked) {
 		return contract.NewError(contract.S300, "worker %s is running under another sandbox-libkrun adapter that shares state_dir %s", w.id, w.set.h.Config().StateDir)
@@ -593,7 +599,7 @@ func (w *workerVM) stepPrepareDir(ctx context.Context, b *boot.Boot) error {
 			return fmt.Errorf("replace the worker's disk: %w", err)
 		}
 	}
-	if !boot.FileExists(disk) {
+	if !boot.FileExists(disk) && !w.restoreCachedDisk(b, pl, disk) {
 		t0 := time.Now()
 		if err := makeDisk(ctx, disk, w.set.diskMB); err != nil {
 			return err
@@ -774,6 +780,7 @@ func (w *workerVM) stepInstall(ctx context.Context, b *boot.Boot, run *workerRun
 		return contract.NewError(contract.S300, "record the finished install on the worker's disk: %v", err)
 	}
 	w.note("install: done in %s", roundDur(time.Since(t0)))
+	w.captureDisk(ctx, b, pl, want.encode())
 	return nil
 }
 
@@ -905,6 +912,13 @@ func (s *Set) Remove(ctx context.Context, req *contract.WorkerRemoveRequest) (*c
 	}
 	w.log.close()
 	s.forget(w)
+	w.mu.Lock()
+	ns, name := w.meta.Namespace, w.meta.Name
+	w.mu.Unlock()
+	// The worker is gone from its project: so is its install's disk.
+	if err := s.cache.remove(ns, name); err != nil {
+		s.h.Log().Warn("cannot delete the worker's cached disk", "vm_id", req.VMID, "error", err)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, contract.NewError(contract.S216, "worker %s is stopped but its state directory could not be deleted: %v; its state (disk, logs, record) stays in %s: delete it by hand",
 			req.VMID, err, dir)
