@@ -164,9 +164,6 @@ func (p *pending) commit(ns, name string) error {
 		fmt.Appendf(nil, "namespace %q\nworker %q\n", ns, name), 0o600)
 }
 
-// abort deletes the copy.
-func (p *pending) abort() { _ = os.Remove(p.tmp) }
-
 // restore copies the cached disk cached to disk, the new worker's, which
 // must not exist yet; a failed copy leaves no disk behind.
 func restore(cached, disk string) (method string, err error) {
