@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 
@@ -21,12 +22,24 @@ func (s *Server) credentialsFile() string {
 	if v, ok := s.lookup(EnvCredentialsFile); ok && v != "" {
 		return v
 	}
-	home, err := os.UserHomeDir()
+	home, err := s.home()
 	if err != nil {
 		s.log.Warn("no home directory: credentials issued with persist: true are refused", "error", err)
 		return ""
 	}
 	return filepath.Join(home, enginetoken.Dir, engine.CredentialsFileName)
+}
+
+// home is the home directory under which ~/.iii lies: HOME from
+// Options.LookupEnv when one is given, else os.UserHomeDir.
+func (s *Server) home() (string, error) {
+	if s.opts.LookupEnv == nil {
+		return os.UserHomeDir()
+	}
+	if h, ok := s.opts.LookupEnv("HOME"); ok && h != "" {
+		return h, nil
+	}
+	return "", errors.New("$HOME is not defined in the engine's environment")
 }
 
 // loadCredentials points the engine at its credentials file and loads the

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"gotest.tools/v3/assert"
 
 	"github.com/iii-sandbox/iii/host/engine"
-	"github.com/iii-sandbox/iii/host/pluginhost"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -20,14 +20,13 @@ import (
 // persist: true is in ~/.iii/engine-credentials.json (0600) and the next
 // engine accepts it; one issued without persist ends with its engine.
 func TestPersistedCredentialsSurviveRestart(t *testing.T) {
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv(pluginhost.EnvEngineToken, "")
-	t.Setenv(EnvCredentialsFile, "")
+	t.Parallel()
+	env := engineEnv(t)
+	home := env["HOME"]
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	writeConfig(t, path, listenerConfig(freePort(t)))
 
-	first := serve(t, path)
+	first := serveWith(t, path, env, hclog.NewNullLogger())
 	admin := dialAdmin(t, first)
 	issue := func(spec string) string {
 		out, errb := admin.call(t, engine.FnCredentialsIssue, spec)
@@ -53,7 +52,7 @@ func TestPersistedCredentialsSurviveRestart(t *testing.T) {
 
 	port := freePort(t)
 	writeConfig(t, path, listenerConfig(port))
-	serve(t, path)
+	serveWith(t, path, env, hclog.NewNullLogger())
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	dialToken(t, addr, kept) // accepted: its first frame is workerregistered
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

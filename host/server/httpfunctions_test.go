@@ -19,6 +19,7 @@ import (
 // A config.yaml naming iii-http-functions starts, its functions call their
 // endpoints, and reloads add, change and remove the worker.
 func TestHTTPFunctionsWorkerReload(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		_ = json.NewEncoder(w).Encode(map[string]any{"path": r.Header.Get("x-iii-function-path"), "body": json.RawMessage(b)})
@@ -108,9 +109,10 @@ func httpSecurity(t *testing.T, r *running) (sec httpfn.Security, on bool) {
 // An unknown key is INVALID_CONFIG at start, as upstream's
 // deny_unknown_fields.
 func TestHTTPFunctionsUnknownKey(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	writeConfig(t, path, listenerConfig(freePort(t))+"  - name: iii-http-functions\n    config: { security: { fake_key: true } }\n")
-	_, err := Start(t.Context(), Options{ConfigPath: path})
+	_, err := Start(t.Context(), Options{ConfigPath: path, LookupEnv: lookupIn(engineEnv(t))})
 	assert.ErrorContains(t, err, "INVALID_CONFIG")
 	assert.ErrorContains(t, err, `unknown key "fake_key"`)
 }

@@ -132,9 +132,10 @@ func callAs(t *testing.T, addr, token, ns, fn, payload string) string {
 }
 
 // startCompose runs a Compose daemon in process, attached to the engine at
-// url, in namespace ns, until the test ends. It finds the engine token as
-// `iii compose` does.
-func startCompose(t *testing.T, url, ns string) {
+// url, in namespace ns, until the test ends. It is given the engine token
+// as $III_ENGINE_TOKEN (the engine's home is not the process's), and
+// otherwise sees the process's environment.
+func startCompose(t *testing.T, url, ns, token string) {
 	t.Helper()
 	out := &syncbuf.Buffer{}
 	served := make(chan struct{})
@@ -143,6 +144,12 @@ func startCompose(t *testing.T, url, ns string) {
 	go func() {
 		done <- daemon.Run(ctx, daemon.Options{
 			Namespace: ns, EngineURL: url, Cwd: t.TempDir(), Out: out,
+			LookupEnv: func(k string) (string, bool) {
+				if k == pluginhost.EnvEngineToken {
+					return token, true
+				}
+				return os.LookupEnv(k)
+			},
 			Logger:   hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info}),
 			Packages: daemon.PackageOptions{Registry: t.TempDir(), Cache: t.TempDir()},
 			OnServe:  func(daemon.Info) { close(served) },
@@ -178,8 +185,7 @@ func startCompose(t *testing.T, url, ns string) {
 // function the docs do not classify fails the test: whoever adds one
 // decides, documents it, and marks it where it is registered.
 func TestPrivilegedFunctions(t *testing.T) {
-	t.Setenv("HOME", t.TempDir())
-	t.Setenv(pluginhost.EnvEngineToken, "")
+	t.Parallel()
 	docs := loadDocTables(t)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	port := freePort(t)
@@ -194,7 +200,7 @@ func TestPrivilegedFunctions(t *testing.T) {
 	// calls get the reason.
 	code, msg := invokeCode(t, r, pluginhost.FnStart, `{"adapter":"sandbox-gone","namespace":"priv","path":"/bin/true"}`)
 	assert.Assert(t, code != "", "the adapter cannot start: %s", msg)
-	startCompose(t, "ws://"+addr, "priv")
+	startCompose(t, "ws://"+addr, "priv", token)
 
 	raw, err := r.s.Engine().Invoke(context.Background(), engine.DefaultNamespace, engine.FnFunctionsList, json.RawMessage(`{"include_internal":true}`))
 	assert.NilError(t, err)

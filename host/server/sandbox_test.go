@@ -33,6 +33,7 @@ import (
 // reloads, engine::adapters::start runs an adapter, and stopping the
 // engine stops the adapter first.
 func TestSandboxRouterFollowsConfig(t *testing.T) {
+	t.Parallel()
 	bins := t.TempDir()
 	hostdir := filepath.Join(bins, "sandbox-hostdir")
 	build := exec.Command("go", "build", "-o", hostdir, "github.com/iii-sandbox/iii/plugins/sdk/examples/hostdir/cmd/sandbox-hostdir")
@@ -54,7 +55,7 @@ func TestSandboxRouterFollowsConfig(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := Start(ctx, Options{ConfigPath: path, Logger: hclog.NewNullLogger(), Version: "0.26.0"})
+	s, err := Start(ctx, Options{ConfigPath: path, Logger: hclog.NewNullLogger(), Version: "0.26.0", LookupEnv: lookupIn(engineEnv(t))})
 	assert.NilError(t, err)
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ctx) }()
@@ -135,6 +136,7 @@ func TestSandboxRouterFollowsConfig(t *testing.T) {
 // error, its calls answer S301 with how to install and start it. The
 // adapter stops with the engine.
 func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
+	t.Parallel()
 	bins := t.TempDir()
 	build := exec.Command("go", "build", "-o", filepath.Join(bins, "sandbox-hostdir"), "github.com/iii-sandbox/iii/plugins/sdk/examples/hostdir/cmd/sandbox-hostdir")
 	build.Stderr = os.Stderr
@@ -174,7 +176,7 @@ func TestBoundAdapterIsStartedByTheEngine(t *testing.T) {
 	// A comeback delay short enough to wait past, long enough for a stop
 	// followed by a start to be well within it.
 	const comeback = 2 * time.Second
-	s, err := Start(ctx, Options{ConfigPath: path, Logger: hclog.NewNullLogger(), Version: "0.26.0", Finder: finder, comebackDelay: comeback})
+	s, err := Start(ctx, Options{ConfigPath: path, Logger: hclog.NewNullLogger(), Version: "0.26.0", Finder: finder, comebackDelay: comeback, LookupEnv: lookupIn(engineEnv(t))})
 	assert.NilError(t, err)
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ctx) }()

@@ -50,13 +50,20 @@ type Options struct {
 	Version     string
 	// Finder is where the adapter the sandbox: section binds is looked
 	// for (the plugin host's search order); the zero value searches the
-	// real environment.
+	// engine's environment (LookupEnv).
 	Finder pluginhost.Finder
 	// AdapterByCompose is set for the engine `iii compose --up` starts
 	// from an engine: section: Compose starts the adapter it binds, from
 	// the locked package and with its layered configuration, so the
 	// engine does not start it first.
 	AdapterByCompose bool
+	// LookupEnv is the engine's environment: ${VAR} in config.yaml,
+	// III_ENGINE_TOKEN, III_NAMESPACE_GRACE_MS, III_ENGINE_CREDENTIALS_FILE
+	// and HOME, under which ~/.iii holds the token and credentials files;
+	// Finder's unset functions read III_PLUGIN_PATH and the home from it.
+	// nil: the process's environment, and os.UserHomeDir for the home.
+	// Tests give each engine its own, so that engines run side by side.
+	LookupEnv func(string) (string, bool)
 
 	// comebackDelay replaces bindingComebackDelay (zero: that); tests
 	// shorten it so that waiting past it is cheap.
@@ -173,7 +180,18 @@ type Server struct {
 // Start loads the config and brings the engine up. On error nothing is
 // left running.
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	s := &Server{opts: opts, path: opts.ConfigPath, log: opts.Logger, lookup: os.LookupEnv, closing: make(chan struct{})}
+	s := &Server{opts: opts, path: opts.ConfigPath, log: opts.Logger, lookup: opts.LookupEnv, closing: make(chan struct{})}
+	if s.lookup == nil {
+		s.lookup = os.LookupEnv
+	}
+	if opts.LookupEnv != nil {
+		if s.opts.Finder.Getenv == nil {
+			s.opts.Finder.Getenv = func(k string) string { v, _ := opts.LookupEnv(k); return v }
+		}
+		if s.opts.Finder.HomeDir == nil {
+			s.opts.Finder.HomeDir = s.home
+		}
+	}
 	if s.path == "" {
 		s.path = DefaultConfigPath
 	}
@@ -222,7 +240,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	// Both attach before any listener accepts a worker, so their names
 	// and sandbox::* are the engine's from the first moment.
-	if s.ph, err = pluginhost.New(s.eng, pluginhost.Options{Logger: s.log.Named("engine"), Finder: opts.Finder, OnConfig: s.storeAdapterConfig, OnStopped: s.adapterStopped, Token: s.engineToken,
+	if s.ph, err = pluginhost.New(s.eng, pluginhost.Options{Logger: s.log.Named("engine"), Finder: s.opts.Finder, OnConfig: s.storeAdapterConfig, OnStopped: s.adapterStopped, Token: s.engineToken,
 		Warnings: s.bindingWarnings}); err != nil {
 		s.abortStart()
 		return nil, err

@@ -49,20 +49,51 @@ type running struct {
 	done   chan error
 }
 
-// serve starts a server on the config at path and serves it in the
-// background; the test's cleanup stops it.
+// engineEnv is an engine's environment in a test: a home of its own (so
+// its ~/.iii token and credentials files are its own) and the test's
+// name-value pairs, which may replace HOME; nothing of the process's
+// environment, so that tests run side by side and a developer's
+// III_ENGINE_TOKEN changes nothing.
+func engineEnv(t *testing.T, kv ...string) map[string]string {
+	t.Helper()
+	if len(kv)%2 != 0 {
+		t.Fatalf("engineEnv: odd name-value list %q", kv)
+	}
+	env := map[string]string{"HOME": t.TempDir()}
+	for i := 0; i < len(kv); i += 2 {
+		env[kv[i]] = kv[i+1]
+	}
+	return env
+}
+
+// lookupIn is Options.LookupEnv over env.
+func lookupIn(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	}
+}
+
+// serve starts a server on the config at path, with an environment of its
+// own, and serves it in the background; the test's cleanup stops it.
 func serve(t *testing.T, path string) *running {
 	t.Helper()
-	return serveLogged(t, path, hclog.NewNullLogger())
+	return serveWith(t, path, engineEnv(t), hclog.NewNullLogger())
 }
 
 // serveLogged is serve with the server's log going to log.
 func serveLogged(t *testing.T, path string, log hclog.Logger) *running {
 	t.Helper()
+	return serveWith(t, path, engineEnv(t), log)
+}
+
+// serveWith is serve with the engine's environment env (engineEnv).
+func serveWith(t *testing.T, path string, env map[string]string, log hclog.Logger) *running {
+	t.Helper()
 	r := &running{path: path, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	s, err := Start(ctx, Options{ConfigPath: path, Stderr: r.stderr, Logger: log, Version: "0.26.0"})
+	s, err := Start(ctx, Options{ConfigPath: path, Stderr: r.stderr, Logger: log, Version: "0.26.0", LookupEnv: lookupIn(env)})
 	if err != nil {
 		cancel()
 		t.Fatalf("start: %v", err)
@@ -219,6 +250,7 @@ func (w *wsWorker) call(t *testing.T, fn, data string) (json.RawMessage, *protoc
 }
 
 func TestConfigurationOverWebSocket(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
 	port := freePort(t)
@@ -276,6 +308,7 @@ func TestConfigurationOverWebSocket(t *testing.T) {
 }
 
 func TestReloadListenerPort(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	p1, p2 := freePort(t), freePort(t)
 	writeConfig(t, path, listenerConfig(p1))
@@ -313,6 +346,7 @@ func TestReloadListenerPort(t *testing.T) {
 }
 
 func TestInvalidReloadStops(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, content, code string
 	}{
@@ -323,6 +357,7 @@ func TestInvalidReloadStops(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			path := filepath.Join(t.TempDir(), "config.yaml")
 			port := freePort(t)
 			writeConfig(t, path, listenerConfig(port))
@@ -346,9 +381,10 @@ func TestInvalidReloadStops(t *testing.T) {
 }
 
 func TestIiiSandboxRejectedAtStart(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	writeConfig(t, path, "workers:\n  - name: iii-sandbox\n    config:\n      image_allowlist: [python, node]\n")
-	err := Run(context.Background(), Options{ConfigPath: path})
+	err := Run(context.Background(), Options{ConfigPath: path, LookupEnv: lookupIn(engineEnv(t))})
 	var ce *config.Error
 	assert.Assert(t, errors.As(err, &ce), "%v", err)
 	assert.Equal(t, ce.Code, config.CodeUnsupportedConfigWorkers)
@@ -356,30 +392,30 @@ func TestIiiSandboxRejectedAtStart(t *testing.T) {
 }
 
 func TestStartErrors(t *testing.T) {
+	t.Parallel()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	assert.NilError(t, err)
-	defer busy.Close()
+	// Held until the parallel subtests are done, after this body returns.
+	t.Cleanup(func() { _ = busy.Close() })
 	busyPort := busy.Addr().(*net.TCPAddr).Port
 	tests := []struct {
 		name    string
 		content string
-		env     map[string]string
+		env     []string
 		code    string
 	}{
-		{name: "grace_env_text", content: "workers: []\n", env: map[string]string{GraceEnv: "soon"}, code: config.CodeInvalidConfig},
-		{name: "grace_env_zero", content: "workers: []\n", env: map[string]string{GraceEnv: "0"}, code: config.CodeInvalidConfig},
+		{name: "grace_env_text", content: "workers: []\n", env: []string{GraceEnv, "soon"}, code: config.CodeInvalidConfig},
+		{name: "grace_env_zero", content: "workers: []\n", env: []string{GraceEnv, "0"}, code: config.CodeInvalidConfig},
 		{name: "listen_failed", content: listenerConfig(busyPort), code: "LISTEN_FAILED"},
 		{name: "configuration_store_unusable", content: "workers:\n  - name: configuration\n    config: { adapter: { config: { directory: ./config.yaml } } }\n  - name: iii-worker-manager\n    config: { port: 0 }\n", code: "ADAPTER_ERROR"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
+			t.Parallel()
 			dir := t.TempDir()
 			path := filepath.Join(dir, "config.yaml")
 			writeConfig(t, path, tc.content)
-			err := Run(context.Background(), Options{ConfigPath: path})
+			err := Run(context.Background(), Options{ConfigPath: path, LookupEnv: lookupIn(engineEnv(t, tc.env...))})
 			assert.Assert(t, err != nil)
 			assert.Assert(t, strings.HasPrefix(err.Error(), tc.code+": "), err.Error())
 			msg := strings.ReplaceAll(err.Error(), dir, "<dir>")
@@ -389,6 +425,8 @@ func TestStartErrors(t *testing.T) {
 	}
 }
 
+// TestMissingFile stays serial: the default path is config.yaml in the
+// working directory, which only t.Chdir can give a test of its own.
 func TestMissingFile(t *testing.T) {
 	t.Run("interactive no", func(t *testing.T) {
 		t.Chdir(t.TempDir())
@@ -407,7 +445,7 @@ func TestMissingFile(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var stderr bytes.Buffer
-		s, err := Start(ctx, Options{ConfigPath: path, Stderr: &stderr})
+		s, err := Start(ctx, Options{ConfigPath: path, Stderr: &stderr, LookupEnv: lookupIn(engineEnv(t))})
 		data, readErr := os.ReadFile(path)
 		assert.NilError(t, readErr, "the file is created before anything else")
 		assert.Equal(t, string(data), "workers: []\n")
@@ -427,6 +465,7 @@ func TestMissingFile(t *testing.T) {
 }
 
 func TestSandboxBinding(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	port := freePort(t)
 	writeConfig(t, path, listenerConfig(port))
@@ -456,11 +495,11 @@ func TestSandboxBinding(t *testing.T) {
 // asks for an hour; with the override, a worker that never names its
 // namespace has its function registered in default almost at once.
 func TestGraceEnvOverride(t *testing.T) {
-	t.Setenv(GraceEnv, "20")
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	port := freePort(t)
 	writeConfig(t, path, "registration_namespace_grace_ms: 3600000\n"+listenerConfig(port))
-	r := serve(t, path)
+	r := serveWith(t, path, engineEnv(t, GraceEnv, "20"), hclog.NewNullLogger())
 	w := dial(t, "127.0.0.1:"+strconv.Itoa(port))
 	w.send(t, &protocol.RegisterFunction{ID: "test::echo"})
 	var answered sync.WaitGroup
@@ -491,13 +530,15 @@ func TestGraceEnvOverride(t *testing.T) {
 }
 
 func TestCleanStop(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	port := freePort(t)
 	writeConfig(t, path, listenerConfig(port))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	var stderr syncbuf.Buffer
-	go func() { done <- Run(ctx, Options{ConfigPath: path, Stderr: &stderr}) }()
+	env := lookupIn(engineEnv(t))
+	go func() { done <- Run(ctx, Options{ConfigPath: path, Stderr: &stderr, LookupEnv: env}) }()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
 		if err != nil {
@@ -514,6 +555,7 @@ func TestCleanStop(t *testing.T) {
 }
 
 func TestRemovedFileStops(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	writeConfig(t, path, listenerConfig(freePort(t)))
 	r := serve(t, path)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"gotest.tools/v3/assert"
 
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
@@ -68,15 +69,16 @@ func until(t *testing.T, p *nodesdk.Proc, want ...string) map[string]map[string]
 // engine started from a config.yaml naming iii-stream with its upstream
 // keys; then the engine restarts and what was set before is read after.
 func TestStreamNodeSDK(t *testing.T) {
+	t.Parallel()
 	ne := nodesdk.Find(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
 	wmPort, streamPort := freePort(t), freePort(t)
-	t.Setenv("STREAM_PORT", strconv.Itoa(streamPort))
+	env := engineEnv(t, "STREAM_PORT", strconv.Itoa(streamPort))
 	writeConfig(t, path, listenerConfig(wmPort)+streamEntry)
 	url := "ws://127.0.0.1:" + strconv.Itoa(wmPort)
 
-	r := serve(t, path)
+	r := serveWith(t, path, env, hclog.NewNullLogger())
 	listener := ne.Start(t, streamScript, map[string]any{"mode": "listen", "url": url, "name": "stream-listener",
 		"stream_name": "presence", "group_id": "room-1", "stream_url": "ws://" + r.s.StreamAddr() + "/"}, nodeWait)
 	info := listener.Line(t, nodeWait)["info"].(map[string]any)
@@ -127,7 +129,7 @@ func TestStreamNodeSDK(t *testing.T) {
 	// The engine restarts: what was set before is read after.
 	r.cancel()
 	assert.NilError(t, r.stopped(t))
-	serve(t, path)
+	serveWith(t, path, env, hclog.NewNullLogger())
 	res = nodeCalls(t, ne, url,
 		call("stream::get", map[string]any{"stream_name": "presence", "group_id": "room-1", "item_id": "user-123"}),
 		call("stream::list", map[string]any{"stream_name": "presence", "group_id": "room-1"}),

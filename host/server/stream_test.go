@@ -49,13 +49,14 @@ func waitStream(t *testing.T, r *running, want bool) {
 // it back, and its data survives both, because it is persisted under the
 // file_path.
 func TestStreamWorkerReload(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
 	wmPort, streamPort := freePort(t), freePort(t)
-	t.Setenv("STREAM_PORT", strconv.Itoa(streamPort))
+	env := engineEnv(t, "STREAM_PORT", strconv.Itoa(streamPort))
 	with := listenerConfig(wmPort) + streamEntry
 	writeConfig(t, path, with)
-	r := serve(t, path)
+	r := serveWith(t, path, env, hclog.NewNullLogger())
 	assert.Equal(t, r.s.StreamAddr(), "127.0.0.1:"+strconv.Itoa(streamPort))
 
 	w := dial(t, "127.0.0.1:"+strconv.Itoa(wmPort))
@@ -100,13 +101,14 @@ func TestStreamWorkerReload(t *testing.T) {
 // at run time (a value it cannot start with leaves it where it was), and a
 // restarted engine runs with the entry, not with a block written back.
 func TestStreamConfigurationEntry(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
 	wmPort, p1 := freePort(t), freePort(t)
-	t.Setenv("STREAM_PORT", strconv.Itoa(p1))
+	env := engineEnv(t, "STREAM_PORT", strconv.Itoa(p1))
 	head := "# my engine\n" + listenerConfig(wmPort)
 	writeConfig(t, path, head+streamEntry+"  - name: iii-http-functions\n")
-	r := serve(t, path)
+	r := serveWith(t, path, env, hclog.NewNullLogger())
 	assert.Equal(t, r.s.StreamAddr(), "127.0.0.1:"+strconv.Itoa(p1))
 
 	file, err := os.ReadFile(path)
@@ -141,11 +143,12 @@ func TestStreamConfigurationEntry(t *testing.T) {
 	r.cancel()
 	assert.NilError(t, r.stopped(t))
 	writeConfig(t, path, head+streamEntry)
-	r = serve(t, path)
+	r = serveWith(t, path, env, hclog.NewNullLogger())
 	assert.Equal(t, r.s.StreamAddr(), "127.0.0.1:"+strconv.Itoa(p2))
 }
 
 func TestStreamWorkerStartErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
 	held, err := net.Listen("tcp", "127.0.0.1:0")
@@ -153,23 +156,24 @@ func TestStreamWorkerStartErrors(t *testing.T) {
 	defer held.Close()
 	port := held.Addr().(*net.TCPAddr).Port
 	writeConfig(t, path, listenerConfig(freePort(t))+fmt.Sprintf("  - name: iii-stream\n    config: { port: %d }\n", port))
-	_, err = Start(t.Context(), Options{ConfigPath: path, Version: "0.26.0"})
+	_, err = Start(t.Context(), Options{ConfigPath: path, Version: "0.26.0", LookupEnv: lookupIn(engineEnv(t))})
 	assert.ErrorContains(t, err, "LISTEN_FAILED")
 
 	writeConfig(t, path, listenerConfig(freePort(t))+"  - name: iii-stream\n    config: { adapter: { name: bridge } }\n")
-	_, err = Start(t.Context(), Options{ConfigPath: path, Version: "0.26.0"})
+	_, err = Start(t.Context(), Options{ConfigPath: path, Version: "0.26.0", LookupEnv: lookupIn(engineEnv(t))})
 	assert.ErrorContains(t, err, "INVALID_CONFIG")
 }
 
 // A reload that replaces the configuration worker (another name) moves the
 // stream worker's entry and its watch to the new one.
 func TestStreamEntryFollowsConfigurationWorker(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
 	wmPort, p1 := freePort(t), freePort(t)
-	t.Setenv("STREAM_PORT", strconv.Itoa(p1))
+	env := engineEnv(t, "STREAM_PORT", strconv.Itoa(p1))
 	writeConfig(t, path, listenerConfig(wmPort)+streamEntry)
-	r := serve(t, path)
+	r := serveWith(t, path, env, hclog.NewNullLogger())
 	assert.Equal(t, r.s.StreamAddr(), "127.0.0.1:"+strconv.Itoa(p1))
 	before := r.s.Configuration()
 
@@ -204,16 +208,17 @@ func TestStreamEntryFollowsConfigurationWorker(t *testing.T) {
 // the log names the URL without its password; bridge is refused by the
 // entry's schema.
 func TestStreamConfigurationRedis(t *testing.T) {
+	t.Parallel()
 	redis := redisserver.Start(t)
 	redisURL, rdb := redis.URL, redis.Client
 	assert.NilError(t, rdb.HSet(t.Context(), "stream:s:g", "i", `"from redis"`).Err())
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
 	wmPort, p1 := freePort(t), freePort(t)
-	t.Setenv("STREAM_PORT", strconv.Itoa(p1))
+	env := engineEnv(t, "STREAM_PORT", strconv.Itoa(p1))
 	writeConfig(t, path, listenerConfig(wmPort)+streamEntry)
 	logs := &syncbuf.Buffer{}
-	r := serveLogged(t, path, hclog.New(&hclog.LoggerOptions{Output: logs}))
+	r := serveWith(t, path, env, hclog.New(&hclog.LoggerOptions{Output: logs}))
 
 	w := dial(t, "127.0.0.1:"+strconv.Itoa(wmPort))
 	_, errb := w.call(t, "stream::set", `{"stream_name":"s","group_id":"g","item_id":"i","data":"from kv"}`)

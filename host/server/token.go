@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/iii-sandbox/iii/host/config"
 	"github.com/iii-sandbox/iii/host/pluginhost"
@@ -50,10 +51,11 @@ func (s *Server) ensureTokenFile(cfg *config.Config) error {
 	if have {
 		return nil
 	}
-	path, err := enginetoken.Path()
+	home, err := s.home()
 	if err != nil {
-		return tokenError(err)
+		return tokenError(fmt.Errorf("cannot find the home directory for ~/%s/%s: %w", enginetoken.Dir, enginetoken.FileName, err))
 	}
+	path := filepath.Join(home, enginetoken.Dir, enginetoken.FileName)
 	tok, created, err := enginetoken.Ensure(path)
 	if err != nil {
 		return tokenError(err)

@@ -78,7 +78,7 @@ func socketCode(t *testing.T, addr, token, fn, payload string) string {
 // one with another token is refused at the handshake; list stays open; a
 // reload changes the token.
 func TestEngineTokenFromConfig(t *testing.T) {
-	t.Setenv(pluginhost.EnvEngineToken, "")
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	port := freePort(t)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
@@ -108,12 +108,12 @@ func TestEngineTokenFromConfig(t *testing.T) {
 
 // TestEngineTokenEnvWins: III_ENGINE_TOKEN replaces engine_token.
 func TestEngineTokenEnvWins(t *testing.T) {
-	t.Setenv(pluginhost.EnvEngineToken, "env-token")
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	port := freePort(t)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	writeConfig(t, path, "engine_token: cfg-token\n"+listenerConfig(port))
-	serve(t, path)
+	serveWith(t, path, engineEnv(t, pluginhost.EnvEngineToken, "env-token"), hclog.NewNullLogger())
 	assert.Equal(t, socketCode(t, addr, "cfg-token", pluginhost.FnStop, `{"adapter":"sandbox-nope"}`), engine.CodeAuthError)
 	assert.Equal(t, socketCode(t, addr, "env-token", pluginhost.FnStop, `{"adapter":"sandbox-nope"}`), pluginhost.CodeNotStarted)
 }
@@ -124,16 +124,15 @@ func TestEngineTokenEnvWins(t *testing.T) {
 // engine_token falls back to it. No token file is touched while another
 // token is in force.
 func TestEngineTokenFile(t *testing.T) {
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv(pluginhost.EnvEngineToken, "")
-	file := filepath.Join(home, ".iii", "engine-token")
+	t.Parallel()
+	env := engineEnv(t)
+	file := filepath.Join(env["HOME"], ".iii", "engine-token")
 
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	port := freePort(t)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	writeConfig(t, path, "engine_token: cfg-token\n"+listenerConfig(port))
-	r := serve(t, path)
+	r := serveWith(t, path, env, hclog.NewNullLogger())
 	_, err := os.Stat(file)
 	assert.Check(t, errors.Is(err, os.ErrNotExist), "engine_token is in force: no file")
 
@@ -158,7 +157,7 @@ func TestEngineTokenFile(t *testing.T) {
 	// A second engine (another config) reuses the file's token.
 	path2 := filepath.Join(t.TempDir(), "config.yaml")
 	writeConfig(t, path2, listenerConfig(freePort(t)))
-	r2 := serve(t, path2)
+	r2 := serveWith(t, path2, env, hclog.NewNullLogger())
 	assert.Equal(t, r2.s.engineToken(), tok)
 }
 
@@ -166,11 +165,12 @@ func TestEngineTokenFile(t *testing.T) {
 // token, stops the engine from starting, with a message that says what to
 // do; so does a home where the file cannot be made.
 func TestEngineTokenFileRefused(t *testing.T) {
-	t.Setenv(pluginhost.EnvEngineToken, "")
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	writeConfig(t, path, listenerConfig(freePort(t)))
-	start := func() error {
-		s, err := Start(context.Background(), Options{ConfigPath: path, Logger: hclog.NewNullLogger(), Version: "0.26.0"})
+	t.Parallel()
+	// start starts and stops an engine on a config of its own, with env.
+	start := func(t *testing.T, env map[string]string) error {
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		writeConfig(t, path, listenerConfig(freePort(t)))
+		s, err := Start(context.Background(), Options{ConfigPath: path, Logger: hclog.NewNullLogger(), Version: "0.26.0", LookupEnv: lookupIn(env)})
 		if err == nil {
 			assert.NilError(t, s.Close())
 		}
@@ -185,32 +185,31 @@ func TestEngineTokenFileRefused(t *testing.T) {
 		{"empty", "", 0o600, "it is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			home := t.TempDir()
-			t.Setenv("HOME", home)
 			file := filepath.Join(home, ".iii", "engine-token")
 			assert.NilError(t, os.MkdirAll(filepath.Dir(file), 0o700))
 			assert.NilError(t, os.WriteFile(file, []byte(tc.content), tc.mode))
 			assert.NilError(t, os.Chmod(file, tc.mode))
-			err := start()
+			err := start(t, engineEnv(t, "HOME", home))
 			assert.Check(t, is.ErrorContains(err, CodeEngineTokenUnusable+": "))
 			assert.Check(t, is.ErrorContains(err, tc.want))
 			assert.Check(t, is.ErrorContains(err, "set III_ENGINE_TOKEN or engine_token in config.yaml"))
 		})
 	}
 	t.Run("home unusable", func(t *testing.T) {
+		t.Parallel()
 		home := filepath.Join(t.TempDir(), "file-not-dir")
 		assert.NilError(t, os.WriteFile(home, nil, 0o600))
-		t.Setenv("HOME", home)
-		err := start()
+		err := start(t, engineEnv(t, "HOME", home))
 		assert.Check(t, is.ErrorContains(err, CodeEngineTokenUnusable+": "))
 		assert.Check(t, is.ErrorContains(err, "not a directory"))
 	})
 	t.Run("the environment's token needs no file", func(t *testing.T) {
+		t.Parallel()
 		home := filepath.Join(t.TempDir(), "file-not-dir")
 		assert.NilError(t, os.WriteFile(home, nil, 0o600))
-		t.Setenv("HOME", home)
-		t.Setenv(pluginhost.EnvEngineToken, "env-token")
-		assert.NilError(t, start())
+		assert.NilError(t, start(t, engineEnv(t, "HOME", home, pluginhost.EnvEngineToken, "env-token")))
 	})
 }
 
@@ -218,12 +217,11 @@ func TestEngineTokenFileRefused(t *testing.T) {
 // ${VAR} in stored values when the engine token's holder reads them; the
 // token's own variable reads as unset even there.
 func TestConfigurationHidesEngineToken(t *testing.T) {
-	t.Setenv(pluginhost.EnvEngineToken, "env-secret-token")
-	t.Setenv("III_TEST_VISIBLE", "visible")
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	port := freePort(t)
 	writeConfig(t, path, listenerConfig(port))
-	serve(t, path)
+	serveWith(t, path, engineEnv(t, pluginhost.EnvEngineToken, "env-secret-token", "III_TEST_VISIBLE", "visible"), hclog.NewNullLogger())
 	w := dialToken(t, "127.0.0.1:"+strconv.Itoa(port), "env-secret-token")
 	_, errb := w.call(t, "configuration::register", `{"id":"probe","name":"p","description":"d","schema":{"type":"object"},`+
 		`"initial_value":{"tok":"${III_ENGINE_TOKEN:hidden}","other":"${III_TEST_VISIBLE:x}"}}`)
@@ -240,11 +238,12 @@ func TestConfigurationHidesEngineToken(t *testing.T) {
 // only; any other connection gets the stored value as written, and may not
 // change it.
 func TestConfigurationGetByCaller(t *testing.T) {
-	t.Setenv("III_TEST_SECRET_DIR", "/srv/secret-place")
+	t.Parallel()
+	env := engineEnv(t, "III_TEST_SECRET_DIR", "/srv/secret-place")
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	port := freePort(t)
 	writeConfig(t, path, listenerConfig(port))
-	r := serve(t, path)
+	r := serveWith(t, path, env, hclog.NewNullLogger())
 	admin, worker := dialAdmin(t, r), dial(t, "127.0.0.1:"+strconv.Itoa(port))
 	const value = `{"home":"${HOME}","dir":"${III_TEST_SECRET_DIR}/data"}`
 	_, errb := worker.call(t, "configuration::register", `{"id":"paths","schema":{"type":"object"},"initial_value":`+value+`}`)
@@ -255,7 +254,7 @@ func TestConfigurationGetByCaller(t *testing.T) {
 	out, errb := worker.call(t, "configuration::get", `{"id":"paths"}`)
 	assert.Assert(t, errb == nil, "%+v", errb)
 	assert.Equal(t, string(out), `{"id":"paths","value":`+value+`}`)
-	home, _ := os.UserHomeDir()
+	home := env["HOME"]
 	out, errb = admin.call(t, "configuration::get", `{"id":"paths"}`)
 	assert.Assert(t, errb == nil, "%+v", errb)
 	assert.Equal(t, string(out), `{"id":"paths","value":{"home":"`+home+`","dir":"/srv/secret-place/data"}}`)

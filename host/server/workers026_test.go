@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
 
@@ -16,16 +17,17 @@ import (
 // their upstream keys, starts unchanged; one reload removes both, the next
 // adds both back.
 func TestConfig026WithBothEngineWorkers(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
 	wmPort, streamPort := freePort(t), freePort(t)
-	t.Setenv("STREAM_PORT", strconv.Itoa(streamPort))
+	env := engineEnv(t, "STREAM_PORT", strconv.Itoa(streamPort))
 	base := "registration_namespace_grace_ms: 5000\n" + listenerConfig(wmPort) +
 		"  - name: configuration\n    config:\n      adapter: { name: fs, config: { directory: ./config } }\n"
 	both := base + "  - name: iii-http-functions\n    config:\n      security: { url_allowlist: ['*'], block_private_ips: true, require_https: true }\n" +
 		"  - name: iii-stream                       # deprecated, still accepted\n    config: { port: ${STREAM_PORT:3112}, host: 127.0.0.1 }\n"
 	writeConfig(t, path, both)
-	r := serve(t, path)
+	r := serveWith(t, path, env, hclog.NewNullLogger())
 	assert.Equal(t, r.s.StreamAddr(), "127.0.0.1:"+strconv.Itoa(streamPort))
 	assert.Assert(t, r.s.Engine().HTTPFunctions() != nil)
 	w := dial(t, "127.0.0.1:"+strconv.Itoa(wmPort))
