@@ -14,6 +14,7 @@ import (
 )
 
 func TestHookOutcomes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		command string
@@ -54,6 +55,7 @@ func TestHookOutcomes(t *testing.T) {
 // A hook cancelled with its context is stopped and returns the context's
 // error, not a hook code.
 func TestHookCancelled(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

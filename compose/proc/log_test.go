@@ -20,6 +20,7 @@ func messages(es []Entry) []string {
 }
 
 func TestStripANSI(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ in, want string }{
 		{"plain", "plain"},
 		{"\x1b[31mred\x1b[0m text", "red text"},
@@ -56,6 +57,7 @@ func FuzzStripANSI(f *testing.F) {
 // Lines are recorded with their stream, escapes stripped; the tail and the
 // stream filter read them back.
 func TestLogTailAndStreamFilter(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, err := OpenLog(dir, "api", LogOptions{})
 	assert.NilError(t, err)
@@ -96,6 +98,7 @@ func TestLogTailAndStreamFilter(t *testing.T) {
 // continue across generations; a cursor whose file was rotated away says
 // so with Truncated.
 func TestLogRotationAndCursors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, err := OpenLog(dir, "w", LogOptions{MaxFileSize: 100, Archives: 3})
 	assert.NilError(t, err)
@@ -160,6 +163,7 @@ func TestLogRotationAndCursors(t *testing.T) {
 
 // Cursors the reader never handed out do not break it.
 func TestReadLogOddCursors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, err := OpenLog(dir, "w", LogOptions{})
 	assert.NilError(t, err)
@@ -189,6 +193,7 @@ func TestReadLogOddCursors(t *testing.T) {
 }
 
 func TestParseRecord(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want Entry
@@ -228,6 +233,7 @@ func FuzzReadLog(f *testing.F) {
 
 // A line longer than one record is split, not lost.
 func TestLongLinesAreSplit(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, err := OpenLog(dir, "w", LogOptions{})
 	assert.NilError(t, err)
@@ -241,6 +247,7 @@ func TestLongLinesAreSplit(t *testing.T) {
 }
 
 func TestOpenLogRejectsBadNames(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"", ".", "..", "a/b"} {
 		_, err := OpenLog(t.TempDir(), name, LogOptions{})
 		assert.Check(t, err != nil, name)

@@ -33,7 +33,8 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // The environment a process gets is exactly the one given: nothing leaks
-// from Compose's own environment.
+// from Compose's own environment. Serial: the process environment it sets
+// is what the test is about.
 func TestStartEnvironmentIsBuilt(t *testing.T) {
 	t.Setenv("PROC_TEST_SECRET", "leak")
 	dir := t.TempDir()
@@ -61,6 +62,7 @@ func TestStartEnvironmentIsBuilt(t *testing.T) {
 // Stop ends every member of the group, not only the leader: a background
 // child of the shell goes too.
 func TestStopEndsTheWholeGroup(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		command string
@@ -97,6 +99,7 @@ func TestStopEndsTheWholeGroup(t *testing.T) {
 
 // A start in a missing directory fails before anything runs.
 func TestStartMissingDir(t *testing.T) {
+	t.Parallel()
 	_, err := Start(Spec{Command: "true", Dir: filepath.Join(t.TempDir(), "nope"), Env: testEnv()})
 	assert.ErrorContains(t, err, "working directory")
 }
@@ -104,6 +107,7 @@ func TestStartMissingDir(t *testing.T) {
 // A grandchild that keeps the output pipe open does not hold up Wait or
 // Stop of the group.
 func TestWaitDoesNotWaitForPipeHolders(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, err := OpenLog(dir, "w", LogOptions{})
 	assert.NilError(t, err)
@@ -121,6 +125,7 @@ func TestWaitDoesNotWaitForPipeHolders(t *testing.T) {
 // An adopted process (not our child) is stopped through its group and its
 // exit is seen by polling.
 func TestAdoptAndStop(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command("sh", "-c", "sleep 300")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	assert.NilError(t, cmd.Start())
@@ -149,6 +154,7 @@ func TestAdoptAndStop(t *testing.T) {
 }
 
 func TestBirthOfSelfIsStable(t *testing.T) {
+	t.Parallel()
 	a, err := Birth(os.Getpid())
 	assert.NilError(t, err)
 	b, err := Birth(os.Getpid())
@@ -160,6 +166,7 @@ func TestBirthOfSelfIsStable(t *testing.T) {
 }
 
 func TestParseStat(t *testing.T) {
+	t.Parallel()
 	tail := " 1 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 %s 1000 100 18446744073709551615"
 	tests := []struct {
 		name  string
@@ -205,6 +212,7 @@ func FuzzParseStat(f *testing.F) {
 // file busy", as a package binary Compose just wrote can be while another
 // goroutine forks) starts once the descriptor is gone.
 func TestStartWaitsOutTextFileBusy(t *testing.T) {
+	t.Parallel()
 	src, err := exec.LookPath("true")
 	assert.NilError(t, err)
 	data, err := os.ReadFile(src)

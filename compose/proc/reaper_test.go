@@ -36,6 +36,7 @@ func waitGone(t *testing.T, what string, gone func() bool) {
 // When the lifeline breaks without "exit", the reaper kills every group
 // it was told about (including a member that ignores SIGTERM) and exits.
 func TestReaperKillsOnLifelineEOF(t *testing.T) {
+	t.Parallel()
 	r, err := StartReaper(ctxT(t), selfExe(t), 200*time.Millisecond)
 	assert.NilError(t, err)
 	p, err := Start(Spec{Command: "trap '' TERM; sleep 300 & sleep 300; wait", Env: testEnv()})
@@ -61,6 +62,7 @@ func TestReaperKillsOnLifelineEOF(t *testing.T) {
 // A clean "exit" leaves the groups alone; untracked groups are never
 // touched.
 func TestReaperExitKillsNothing(t *testing.T) {
+	t.Parallel()
 	r, err := StartReaper(ctxT(t), selfExe(t), time.Second)
 	assert.NilError(t, err)
 	p, err := Start(Spec{Command: "sleep 300", Env: testEnv()})
@@ -87,6 +89,7 @@ func TestReaperExitKillsNothing(t *testing.T) {
 // A Compose killed with SIGKILL leaves nothing: its reaper sees the
 // lifeline break and kills the worker group, then exits itself.
 func TestSIGKILLedComposeLeavesNoWorker(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(selfExe(t), "fake-compose")
 	stdin, err := cmd.StdinPipe()
 	assert.NilError(t, err)
@@ -113,6 +116,7 @@ func TestSIGKILLedComposeLeavesNoWorker(t *testing.T) {
 }
 
 func TestParseReaperLine(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		line string
 		ok   bool
