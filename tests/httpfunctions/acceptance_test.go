@@ -178,6 +178,7 @@ func endpoints(t *testing.T) *httptest.Server {
 // answer that is not JSON, url_validation_failed once the default
 // security is in force; the functions go when the worker disconnects.
 func TestHTTPFunctionsWithNodeSDKAndIiiCall(t *testing.T) {
+	t.Parallel()
 	sdk := nodesdk.Find(t)
 	srv := endpoints(t)
 	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
@@ -238,6 +239,7 @@ func TestHTTPFunctionsWithNodeSDKAndIiiCall(t *testing.T) {
 // the function does not exist; with the worker absent from config.yaml
 // the registration is refused too, as upstream drops it.
 func TestHTTPFunctionsRefusedRegistrations(t *testing.T) {
+	t.Parallel()
 	sdk := nodesdk.Find(t)
 	srv := endpoints(t)
 	for _, tc := range []struct {

@@ -25,6 +25,7 @@ var sandboxScript = nodesdk.Script{Path: filepath.Join("..", "..", "host", "rout
 // sees only the sandbox it created, and exec or stop of the engine token
 // holder's sandbox answers S002.
 func TestNodeSDKWorkersRealEngine(t *testing.T) {
+	t.Parallel()
 	ne := nodesdk.Find(t)
 	e := startEngine(t, "sandbox:\n  adapter: sandbox-hostdir\n  namespace: default\n  config: "+hostdirConfig(t)+"\n")
 	admin, _ := dial(t, e, "admin", "", token)

@@ -170,6 +170,7 @@ func hostdirConfig(t *testing.T) string {
 // where the squatter holds its worker name. A worker that registered an
 // adapter's names before the adapter was known loses them when it starts.
 func TestSquatterRefusedRealEngine(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, "")
 	admin, _ := dial(t, e, "admin", "", token)
 	received := make(chan string, 16)
@@ -240,6 +241,7 @@ func TestSquatterRefusedRealEngine(t *testing.T) {
 // another's id answer S002 (the sandbox is untouched); the engine token's
 // holder sees every one.
 func TestSandboxesOfOthersRealEngine(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, "sandbox:\n  adapter: sandbox-hostdir\n  namespace: default\n  config: "+hostdirConfig(t)+"\n")
 	admin, _ := dial(t, e, "admin", "", token)
 	issue := func(label, ns string) string {
