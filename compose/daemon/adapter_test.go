@@ -84,17 +84,18 @@ func sandboxCode(err error) string {
 // layer is what config.yaml gave.
 func TestAdapterContainer(t *testing.T) {
 	bins := hostdirBin(t)
-	t.Setenv("III_PLUGIN_PATH", bins)
+	t.Parallel()
 	state := t.TempDir()
-	eng := startEngine(t, "sandbox:\n  adapter: sandbox-hostdir\n  namespace: sbx\n  config: { image_allowlist: [shell], state_dir: "+state+" }\n")
-	c := caller(t, eng.url)
+	eng, _ := startEngineWith(t, engineSetup{pluginPath: bins,
+		extra: "sandbox:\n  adapter: sandbox-hostdir\n  namespace: sbx\n  config: { image_allowlist: [shell], state_dir: " + state + " }\n"})
+	c := eng.caller(t)
 	compose := func(override string) string {
 		return "namespace: sbx\ncontainers:\n  sandbox-hostdir:\n    worker: package://sandbox-hostdir\n    version: '1.0.0'\n    config_override:\n" + override
 	}
 	good := "      image_allowlist: [shell]\n      custom_images: { mysh: 'host:/bin/sh' }\n      state_dir: " + state + "\n"
 	dir := newProject(t, compose(good))
 	file := filepath.Join(dir, "worker-compose.yaml")
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Registry: publishedRegistry(t)}})
+	startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Registry: publishedRegistry(t)}}))
 
 	run := func() (string, error) {
 		raw, err := c.Call(context.Background(), "sandbox::run", map[string]any{"image": "shell", "lang": "shell", "code": "echo hi"})

@@ -14,6 +14,7 @@ import (
 // container restarts in place; compose::remove stops it and takes it out
 // of the file again.
 func TestAddAndRemove(t *testing.T) {
+	t.Parallel()
 	n := findNode(t)
 	eng := startEngine(t, "")
 	original := "# my project\nnamespace: ar\n\ncontainers:\n" + nodeContainer(n, "one", "", nil)
@@ -23,8 +24,8 @@ func TestAddAndRemove(t *testing.T) {
 	path := filepath.Join(dir, "worker-compose.yaml")
 	env := map[string]string{"III_SDK_URL": n.URL, "PATH": os.Getenv("PATH")}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, LookupEnv: lookup})
-	c := caller(t, eng.url)
+	startDaemon(t, eng.attach(Options{Cwd: dir, LookupEnv: lookup}))
+	c := eng.caller(t)
 	assert.NilError(t, call(t, c, "ar", "compose::up", nil, nil))
 
 	obj := map[string]any{"worker": "./two", "start_after": []string{"one"}, "environment": map[string]string{"III_SDK_URL": n.URL}}

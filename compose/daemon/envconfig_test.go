@@ -31,9 +31,10 @@ type pingReply struct {
 // value, config_override is never interpolated), written owner-only to
 // III_CONFIG and published back to the entry.
 func TestWorkerEnvironmentAndConfiguration(t *testing.T) {
+	t.Parallel()
 	n := findNode(t)
 	eng := startEngine(t, "")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 	assert.NilError(t, call(t, c, "default", "configuration::register", map[string]any{
 		"id": "shop-api", "name": "shop api", "description": "d", "schema": map[string]any{},
 		"initial_value": map[string]any{"log_level": "info", "db": map[string]any{"host": "a", "port": 5432}, "tags": []any{"x", "y"},
@@ -68,7 +69,7 @@ containers:
 	writeFile(t, dir, "b.env", "export APP_B=from-b\nAPP_C=from-b\n")
 	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": "/home/compose-test", "LEAK_SECRET": "must-not-reach-workers", "ANTHROPIC_API_KEY": "sk-secret"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, LookupEnv: lookup})
+	startDaemon(t, eng.attach(Options{Cwd: dir, LookupEnv: lookup}))
 
 	var up opResult
 	assert.NilError(t, call(t, c, "cfgtest", "compose::up", nil, &up))
@@ -129,6 +130,7 @@ containers:
 // (the worker does not start on stale defaults); a merged value the
 // entry's schema refuses is CONFIG_PUBLISH_FAILED.
 func TestConfigFetchAndPublishFailures(t *testing.T) {
+	t.Parallel()
 	t.Run("fetch", func(t *testing.T) {
 		// A bare engine without the configuration worker: configuration::get
 		// is not there at all.
@@ -158,14 +160,14 @@ func TestConfigFetchAndPublishFailures(t *testing.T) {
 	})
 	t.Run("publish", func(t *testing.T) {
 		eng := startEngine(t, "")
-		c := caller(t, eng.url)
+		c := eng.caller(t)
 		assert.NilError(t, call(t, c, "default", "configuration::register", map[string]any{
 			"id": "typed", "name": "typed", "description": "d",
 			"schema":        map[string]any{"type": "object", "properties": map[string]any{"port": map[string]any{"type": "integer"}}},
 			"initial_value": map[string]any{"port": 1},
 		}, nil))
 		dir := newProject(t, "containers:\n  w:\n    worker: path://./w\n    config_name: typed\n    config_override: { port: not-a-number }\n    scripts: { run: 'sleep 300' }\n", "w")
-		startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+		startDaemon(t, eng.attach(Options{Cwd: dir}))
 		var up opResult
 		assert.NilError(t, call(t, c, "default", "compose::up", nil, &up))
 		assert.Equal(t, up.Status, "failed")
@@ -176,6 +178,7 @@ func TestConfigFetchAndPublishFailures(t *testing.T) {
 }
 
 func TestMergeConfig(t *testing.T) {
+	t.Parallel()
 	j := func(s string) any {
 		v, err := decodeJSON([]byte(s))
 		assert.NilError(t, err)

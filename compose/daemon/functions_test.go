@@ -25,11 +25,12 @@ import (
 // stream-tagged), filters a stream, continues from cursors, and waits up
 // to wait_ms for lines after them.
 func TestLogs(t *testing.T) {
+	t.Parallel()
 	n := findNode(t)
 	eng := startEngine(t, "")
 	dir := newProject(t, "namespace: lg\ncontainers:\n"+nodeContainer(n, "w", "", nil), "w")
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
-	c := caller(t, eng.url)
+	startDaemon(t, eng.attach(Options{Cwd: dir}))
+	c := eng.caller(t)
 	assert.NilError(t, call(t, c, "lg", "compose::up", nil, nil))
 
 	var logs logsJSON
@@ -77,6 +78,7 @@ func TestLogs(t *testing.T) {
 // (and stopped by down), a dead one is failed, a live one that cannot be
 // verified is reported and never signalled.
 func TestStateAdoptionAfterCrash(t *testing.T) {
+	t.Parallel()
 	eng := startEngine(t, "")
 	dir := newProject(t, "namespace: ad\ncontainers:\n"+
 		"  kept:\n    worker: path://./kept\n    scripts: { run: 'sleep 300' }\n"+
@@ -110,8 +112,8 @@ func TestStateAdoptionAfterCrash(t *testing.T) {
 	assert.NilError(t, err)
 	writeFile(t, dir, ".iii/compose/ad/state.json", string(data))
 
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
-	c := caller(t, eng.url)
+	startDaemon(t, eng.attach(Options{Cwd: dir}))
+	c := eng.caller(t)
 	// Loading the project (here by a targeted up of the adopted worker)
 	// runs the recovery; kept is already running, so nothing starts.
 	var up opResult
@@ -156,13 +158,14 @@ func TestStateAdoptionAfterCrash(t *testing.T) {
 // id), the namespace guard, restart by container alias, a targeted down,
 // and compose::stop, which returns before the daemon exits.
 func TestDaemonFunctions(t *testing.T) {
+	t.Parallel()
 	eng := startEngine(t, "")
 	body := "namespace: fx\ncontainers:\n" +
 		"  pkg:\n    worker: package://state\n    version: '0.21.4'\n" +
 		"  a:\n    worker: path://./a\n    start_after: [pkg]\n"
 	dir := newProject(t, body, "a")
-	d := startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Namespace: "fx"})
-	c := caller(t, eng.url)
+	d := startDaemon(t, eng.attach(Options{Cwd: dir, Namespace: "fx"}))
+	c := eng.caller(t)
 
 	var v struct {
 		Namespace        string   `json:"namespace"`
@@ -236,10 +239,11 @@ func TestDaemonFunctions(t *testing.T) {
 // `engine:` with nothing under it attaches: the file is accepted by a
 // daemon attached to an engine it does not own.
 func TestEmptyEngineSectionAttaches(t *testing.T) {
+	t.Parallel()
 	eng := startEngine(t, "")
 	dir := newProject(t, "namespace: at\nengine:\ncontainers:\n  w:\n    worker: path://./w\n    scripts: { run: 'exit 0' }\n", "w")
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
-	c := caller(t, eng.url)
+	startDaemon(t, eng.attach(Options{Cwd: dir}))
+	c := eng.caller(t)
 	var up opResult
 	assert.NilError(t, call(t, c, "at", "compose::up", nil, &up))
 	assert.Equal(t, up.Containers[0].Error.Code, compose.CodeChildExitedBeforeRegistration, "attached and tried to start it")
@@ -249,9 +253,17 @@ func TestEmptyEngineSectionAttaches(t *testing.T) {
 // defaults: the namespace and the engine address; -n overrides the
 // namespace for the daemon and its projects.
 func TestDaemonDefaultsFromFile(t *testing.T) {
+	t.Parallel()
 	eng := startEngine(t, "")
 	dir := newProject(t, "namespace: fromfile\nengine:\n  url: "+eng.url+"\ncontainers: {}\n")
-	lookup := func(string) (string, bool) { return "", false }
+	// Nothing in the environment but the engine's token: its home is not
+	// the process's.
+	lookup := func(k string) (string, bool) {
+		if k == envEngineToken {
+			return eng.token, true
+		}
+		return "", false
+	}
 	d := startDaemon(t, Options{Cwd: dir, LookupEnv: lookup})
 	assert.Equal(t, d.info.Namespace, "fromfile")
 	assert.Equal(t, d.info.URL, eng.url)

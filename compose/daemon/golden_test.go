@@ -62,8 +62,9 @@ func upError(t *testing.T, c *client.Client, ns string, payload any) error {
 // owns, checked against testdata/errors/*.golden (go test -update
 // rewrites them). Paths, addresses, ids and pids are normalised.
 func TestErrorMessagesGolden(t *testing.T) {
+	t.Parallel()
 	eng := startEngine(t, "")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 	type scenario struct {
 		name string
 		run  func(t *testing.T) (error, []string)
@@ -73,7 +74,7 @@ func TestErrorMessagesGolden(t *testing.T) {
 	if real, err := filepath.EvalSymlinks(empty); err == nil {
 		empty = real
 	}
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: empty, Namespace: "golden"})
+	startDaemon(t, eng.attach(Options{Cwd: empty, Namespace: "golden"}))
 	in := func(ns, fn string, payload any) error { return call(t, c, ns, fn, payload, nil) }
 
 	// A project whose containers each fail in their own way.
@@ -82,7 +83,7 @@ func TestErrorMessagesGolden(t *testing.T) {
 	}
 	upIn := func(t *testing.T, dir string) error {
 		ns := "gp"
-		startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+		startDaemon(t, eng.attach(Options{Cwd: dir}))
 		return upError(t, c, ns, nil)
 	}
 	scenarios := []scenario{
@@ -106,27 +107,27 @@ func TestErrorMessagesGolden(t *testing.T) {
 		}},
 		{"UNKNOWN_CONTAINER", func(t *testing.T) (error, []string) {
 			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'sleep 300' }\n", "w")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return in("gp", "compose::up", map[string]any{"container": "nope"}), []string{dir, "$DIR"}
 		}},
 		{"UNKNOWN_PROJECT", func(t *testing.T) (error, []string) {
 			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'sleep 300' }\n", "w")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return in("gp", "compose::restart", map[string]any{"worker": "w"}), []string{dir, "$DIR"}
 		}},
 		{"ENGINE_SECTION_REQUIRES_MANAGED_START", func(t *testing.T) (error, []string) {
 			dir := newProject(t, "namespace: gp\nengine:\n  workers: {}\ncontainers: {}\n")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return in("gp", "compose::up", nil), []string{dir, "$DIR", eng.url, "$URL"}
 		}},
 		{"NOT_A_PACKAGE_CONTAINER", func(t *testing.T) (error, []string) {
 			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'sleep 300' }\n", "w")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return in("gp", "compose::update", map[string]any{"worker": "w"}), nil
 		}},
 		{"PACKAGE_NOT_RESOLVED_update", func(t *testing.T) (error, []string) {
 			dir := proj(t, "  state:\n    worker: package://state\n    version: '0.21.4'\n")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return in("gp", "compose::update", nil), nil
 		}},
 		{"PACKAGE_NOT_RESOLVED_up", func(t *testing.T) (error, []string) {
@@ -134,12 +135,12 @@ func TestErrorMessagesGolden(t *testing.T) {
 		}},
 		{"PACKAGE_NOT_RESOLVED_add", func(t *testing.T) (error, []string) {
 			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'sleep 300' }\n", "w")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return in("gp", "compose::add", map[string]any{"worker": "state@next"}), nil
 		}},
 		{"WORKER_SOURCE_CHANGED", func(t *testing.T) (error, []string) {
 			dir := proj(t, "  sandbox-libkrun:\n    worker: path://./s\n    scripts: { run: 'sleep 300' }\n", "s")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return in("gp", "compose::add", map[string]any{"worker": "iii-sandbox"}), []string{dir, "$DIR"}
 		}},
 		{"CHILD_EXITED_BEFORE_REGISTRATION", func(t *testing.T) (error, []string) {
@@ -191,7 +192,7 @@ func TestErrorMessagesGolden(t *testing.T) {
 		{"RESERVED_ENV_OVERRIDE", func(t *testing.T) (error, []string) {
 			dir := proj(t, "  w:\n    worker: path://./w\n    env_file: [./w.env]\n    scripts: { run: 'true' }\n", "w")
 			writeFile(t, dir, "w.env", "OK=1\n")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			// The env file changes after validation: it is read again at start.
 			writeFile(t, dir, "w.env", "III_URL=ws://elsewhere\n")
 			return upError(t, c, "gp", nil), []string{dir, "$DIR"}
@@ -201,22 +202,22 @@ func TestErrorMessagesGolden(t *testing.T) {
 			// the project stays loaded and locked).
 			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'exit 1' }\n", "w")
 			other := startEngine(t, "")
-			startDaemon(t, Options{EngineURL: other.url, Cwd: dir})
-			oc := caller(t, other.url)
+			startDaemon(t, other.attach(Options{Cwd: dir}))
+			oc := other.caller(t)
 			assert.NilError(t, call(t, oc, "gp", "compose::up", nil, nil))
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return in("gp", "compose::up", nil), []string{dir, "$DIR"}
 		}},
 		{"INVALID_STATE_FILE", func(t *testing.T) (error, []string) {
 			dir := proj(t, "  w:\n    worker: path://./w\n    scripts: { run: 'sleep 300' }\n", "w")
 			writeFile(t, dir, ".iii/compose/gp/state.json", `{"version":1,"compose_path":"x","containers":{"w":{"status":"running"}}}`)
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return in("gp", "compose::up", nil), []string{dir, "$DIR"}
 		}},
 		{"DAEMON_ALREADY_SERVING", func(t *testing.T) (error, []string) {
 			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 			defer cancel()
-			err := Run(ctx, Options{EngineURL: eng.url, Cwd: empty, Namespace: "golden", Logger: nil})
+			err := Run(ctx, eng.attach(Options{Cwd: empty, Namespace: "golden", Logger: nil}))
 			return err, []string{eng.url, "$URL"}
 		}},
 		{"SANDBOX_ADAPTER_NOT_DECLARED", func(t *testing.T) (error, []string) {
@@ -230,7 +231,7 @@ func TestErrorMessagesGolden(t *testing.T) {
 	// registry and platform of the scenario's choosing.
 	pkgUp := func(t *testing.T, body string, po PackageOptions, frozen bool) (error, []string) {
 		dir := proj(t, body)
-		startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: po})
+		startDaemon(t, eng.attach(Options{Cwd: dir, Packages: po}))
 		var payload any
 		if frozen {
 			payload = map[string]any{"frozen": true}
@@ -252,19 +253,19 @@ func TestErrorMessagesGolden(t *testing.T) {
 			writeFile(t, dir, "worker-compose.lock", "version: 1\ncontainers:\n  state:\n    worker: package://state\n    requested: '0.21.3'\n"+
 				"    resolved: {name: state, version: 0.21.3, type: binary, artifacts: {x: {url: s.tar.gz, sha256: '"+strings.Repeat("a", 64)+"'}}}\n"+
 				"  gone:\n    worker: package://gone\n    requested: '1'\n    resolved: {name: gone, version: 1.0.0, type: binary, artifacts: {x: {url: g, sha256: '"+strings.Repeat("b", 64)+"'}}}\n")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return upError(t, c, "gp", map[string]any{"frozen": true}), []string{dir, "$DIR"}
 		}},
 		scenario{"INVALID_COMPOSE_LOCK", func(t *testing.T) (error, []string) {
 			dir := proj(t, state)
 			writeFile(t, dir, "worker-compose.lock", "version: 2\ncontainers: {}\n")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return upError(t, c, "gp", nil), []string{dir, "$DIR"}
 		}},
 		scenario{"SANDBOX_ADAPTER_NOT_DECLARED_vm", func(t *testing.T) (error, []string) {
 			dir := proj(t, "  vmw:\n    worker: path://./vmw\n", "vmw")
 			writeFile(t, dir, "vmw/iii.worker.yaml", "runtime:\n  base_image: python\n")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
 			return upError(t, c, "gp", map[string]any{"frozen": true}), []string{dir, "$DIR"}
 		}},
 		pkgScenario("REGISTRY_UNREACHABLE", state, func(*testing.T) PackageOptions { return PackageOptions{Registry: "http://127.0.0.1:1/"} }, false),
@@ -280,7 +281,7 @@ func TestErrorMessagesGolden(t *testing.T) {
 			dir := proj(t, "  vmw:\n    worker: path://./vmw\n", "vmw")
 			writeFile(t, dir, "vmw/iii.worker.yaml", "runtime:\n  base_image: python\n")
 			musl := registry.Platform{GOOS: "linux", GOARCH: "amd64", Musl: true}
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Registry: publishedRegistry(t), Platform: &musl}})
+			startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Registry: publishedRegistry(t), Platform: &musl}}))
 			return upError(t, c, "gp", nil), []string{dir, "$DIR", testTarget(), "$TARGET"}
 		}},
 		pkgScenario("BUNDLE_NEEDS_A_VM", "  bnd:\n    worker: package://bnd\n    version: '1.0.0'\n    runtime: host\n",

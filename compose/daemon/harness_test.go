@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +20,9 @@ import (
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
+	"github.com/iii-sandbox/iii/host/pluginhost"
 	"github.com/iii-sandbox/iii/host/server"
+	"github.com/iii-sandbox/iii/internal/enginetoken"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 	"github.com/iii-sandbox/iii/internal/testkit/syncbuf"
 	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
@@ -46,29 +52,121 @@ func findNode(t *testing.T) nodeSDK {
 func (n nodeSDK) runCommand() string { return n.Node + " " + n.worker }
 
 // testEngine is a real engine (host/server: configuration worker, plugin
-// host, router, listener) on a loopback port.
+// host, router, listener) on a loopback port, with a home of its own: its
+// token file and persisted credentials are its own, so that tests run side
+// by side and never touch the user's ~/.iii.
 type testEngine struct {
 	url string
 	srv *server.Server
+	// home is the engine's HOME; token is the engine token it made in
+	// home/.iii/engine-token ("" when config.yaml sets engine_token).
+	home  string
+	token string
+}
+
+// engineSetup is what a test engine runs with beyond the defaults.
+type engineSetup struct {
+	// extra is appended to config.yaml.
+	extra string
+	// port is the listener's (0: any free one; an engine that restarts
+	// on the same port is given it).
+	port int
+	// home is the engine's HOME ("": a new one).
+	home string
+	// pluginPath is the engine's III_PLUGIN_PATH.
+	pluginPath string
 }
 
 func startEngine(t *testing.T, extra string) *testEngine {
 	t.Helper()
+	eng, _ := startEngineWith(t, engineSetup{extra: extra})
+	return eng
+}
+
+// startEngineWith starts an engine; stop stops it before the test's end
+// (the cleanup does otherwise).
+func startEngineWith(t *testing.T, setup engineSetup) (eng *testEngine, stop func()) {
+	t.Helper()
 	dir := t.TempDir()
+	if setup.home == "" {
+		setup.home = t.TempDir()
+	}
+	env := map[string]string{"HOME": setup.home}
+	if setup.pluginPath != "" {
+		env[pluginhost.EnvPluginPath] = setup.pluginPath
+	}
 	cfg := filepath.Join(dir, "config.yaml")
-	content := fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: 0 }\n  - name: configuration\n    config: { adapter: { name: fs, config: { directory: %s } } }\n%s",
-		filepath.Join(dir, "store"), extra)
+	content := fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: %d }\n  - name: configuration\n    config: { adapter: { name: fs, config: { directory: %s } } }\n%s",
+		setup.port, filepath.Join(dir, "store"), setup.extra)
 	assert.NilError(t, os.WriteFile(cfg, []byte(content), 0o600))
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.Start(ctx, server.Options{ConfigPath: cfg, Logger: hclog.NewNullLogger(), Version: "0.26.0"})
-	assert.NilError(t, err)
+	srv, err := server.Start(ctx, server.Options{ConfigPath: cfg, Logger: hclog.NewNullLogger(), Version: "0.26.0",
+		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		cancel()
+		t.Fatalf("start the engine: %v", err)
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		waitfor.Recv(t, served, waitFor, "the engine to stop")
-	})
-	return &testEngine{url: "ws://" + srv.Addrs()["iii-worker-manager"], srv: srv}
+	var stopped bool
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			waitfor.Recv(t, served, waitFor, "the engine to stop")
+		}
+	}
+	t.Cleanup(stop)
+	eng = &testEngine{url: "ws://" + srv.Addrs()["iii-worker-manager"], srv: srv, home: setup.home}
+	// No file when config.yaml's engine_token is in force.
+	tok, err := enginetoken.Read(filepath.Join(setup.home, enginetoken.Dir, enginetoken.FileName))
+	switch {
+	case err == nil:
+		eng.token = tok
+	case !errors.Is(err, fs.ErrNotExist):
+		t.Fatalf("the test engine's token: %v", err)
+	}
+	return eng, stop
+}
+
+// port is the engine's listener port.
+func (e *testEngine) port(t *testing.T) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(strings.TrimPrefix(e.url, "ws://"))
+	assert.NilError(t, err)
+	n, err := strconv.Atoi(p)
+	assert.NilError(t, err)
+	return n
+}
+
+// caller is a plain worker that calls compose::* the way `iii call` does:
+// with the same user's engine token.
+func (e *testEngine) caller(t *testing.T) *client.Client {
+	t.Helper()
+	return callerWithToken(t, e.url, e.token)
+}
+
+// attach is opts for a daemon attached to e: its URL and, as
+// $III_ENGINE_TOKEN (the engine's home is not the process's), its token,
+// unless opts.LookupEnv gives one; everything else opts.LookupEnv (nil:
+// the process's environment) answers.
+func (e *testEngine) attach(opts Options) Options {
+	opts.EngineURL = e.url
+	base := opts.LookupEnv
+	if base == nil {
+		base = os.LookupEnv
+	}
+	given := opts.LookupEnv != nil
+	opts.LookupEnv = func(k string) (string, bool) {
+		if k == client.EnvEngineToken {
+			if v, ok := base(k); given && ok && v != "" {
+				return v, ok
+			}
+			return e.token, e.token != ""
+		}
+		return base(k)
+	}
+	return opts
 }
 
 // testDaemon is a Compose daemon run in-process with Run, as `iii compose`
@@ -132,15 +230,6 @@ func (td *testDaemon) stop(t *testing.T) error {
 		t.Fatal("the daemon did not stop")
 		return nil
 	}
-}
-
-// caller is a plain worker that calls compose::* the way `iii call` does:
-// with the same user's engine token, which it finds by itself.
-func caller(t *testing.T, engineURL string) *client.Client {
-	t.Helper()
-	tok, err := client.DiscoverToken(engineURL)
-	assert.NilError(t, err)
-	return callerWithToken(t, engineURL, tok)
 }
 
 // callerWithToken is caller presenting tok ("" = none: a worker's view,

@@ -21,6 +21,7 @@ import (
 // (only when that copy is stale), then the compose file's scripts.run;
 // it starts and stops with the project.
 func TestHostBundle(t *testing.T) {
+	t.Parallel()
 	exe, err := os.Executable()
 	assert.NilError(t, err)
 	reg := t.TempDir()
@@ -38,11 +39,11 @@ func TestHostBundle(t *testing.T) {
 	assert.NilError(t, err)
 
 	eng := startEngine(t, "")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 	body := "namespace: hbn\ncontainers:\n  hb:\n    worker: package://hb\n    version: '1.0.0'\n    runtime: host\n    scripts:\n      run: \"'" + exe + "' " + goWorkerCommand + "\"\n"
 	dir := newProject(t, body)
 	cache := t.TempDir()
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Registry: reg, Cache: cache}})
+	startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Registry: reg, Cache: cache}}))
 
 	var up opResult
 	assert.NilError(t, call(t, c, "hbn", "compose::up", nil, &up))

@@ -55,6 +55,7 @@ func indexOf(list []string, s string) int { return slices.Index(list, s) }
 // starts); killing one takes its dependents down and marks them failed,
 // the others keep running; down stops the rest in reverse order.
 func TestFiveNodeWorkersOrderSupervisionDown(t *testing.T) {
+	t.Parallel()
 	n := findNode(t)
 	eng := startEngine(t, "")
 	orderFile := filepath.Join(t.TempDir(), "order")
@@ -69,9 +70,9 @@ func TestFiveNodeWorkersOrderSupervisionDown(t *testing.T) {
 		nodeContainer(n, "jobs", "db", env("db")) +
 		nodeContainer(n, "db", "", env(""))
 	dir := newProject(t, file, "edge", "web", "api", "jobs", "db")
-	d := startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+	d := startDaemon(t, eng.attach(Options{Cwd: dir}))
 	assert.Equal(t, d.info.Namespace, "shop")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 
 	var up opResult
 	assert.NilError(t, call(t, c, "shop", "compose::up", map[string]any{}, &up))

@@ -15,6 +15,7 @@ import (
 // copy.exclude becomes absolute paths under the worker's directory, and
 // anything else is INVALID_MANIFEST naming the file and the key.
 func TestCopyPaths(t *testing.T) {
+	t.Parallel()
 	const dir = "/srv/app/worker"
 	for _, tc := range []struct {
 		name, yaml       string

@@ -63,15 +63,16 @@ func adapterPath(t *testing.T, c *client.Client, ns, adapter string) string {
 // is resolved again; a frozen start with an empty cache downloads from
 // the locked URL and writes nothing.
 func TestPackageWorkerAndLock(t *testing.T) {
+	t.Parallel()
 	reg := publishedRegistry(t)
 	eng := startEngine(t, "")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 	body := "namespace: pk\ncontainers:\n  # A worker from the registry.\n  go-worker:\n    worker: package://go-worker\n    version: '~1.0.0'\n    config_override: { level: 5 }\n"
 	dir := newProject(t, body)
 	file := filepath.Join(dir, "worker-compose.yaml")
 	lockPath := filepath.Join(dir, "worker-compose.lock")
 	cache := t.TempDir()
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Registry: reg, Cache: cache}})
+	startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Registry: reg, Cache: cache}}))
 
 	var up opResult
 	assert.NilError(t, call(t, c, "pk", "compose::up", nil, &up))
@@ -112,7 +113,7 @@ func TestPackageWorkerAndLock(t *testing.T) {
 	assert.NilError(t, os.WriteFile(lockPath, []byte(lockText), 0o644))
 	ino = inode(t, lockPath)
 	other := t.TempDir()
-	td := startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Namespace: "pk2", Packages: PackageOptions{Registry: reg, Cache: other}})
+	td := startDaemon(t, eng.attach(Options{Cwd: dir, Namespace: "pk2", Packages: PackageOptions{Registry: reg, Cache: other}}))
 	_ = td
 	assert.NilError(t, call(t, c, "pk2", "compose::up", map[string]any{"frozen": true}, &up))
 	assert.Equal(t, up.Status, "ok", "%+v", up)
@@ -136,16 +137,17 @@ func TestPackageWorkerAndLock(t *testing.T) {
 // the range to '^0.3' (comments and quoting kept) and updates every other
 // package worker, then restarts the project once.
 func TestAdapterStaysOnItsRange(t *testing.T) {
+	t.Parallel()
 	reg := publishedRegistry(t)
 	eng := startEngine(t, "sandbox:\n  adapter: sandbox-libkrun\n  namespace: sx\n")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 	sd := t.TempDir()
 	body := "namespace: sx\ncontainers:\n  # The sandbox adapter, kept on contract 1.0.\n  sandbox-libkrun:\n    worker: package://sandbox-libkrun\n" +
 		"    version: '^0.2'   # contract 1.0\n    config_override:\n      state_dir: " + sd + "\n" +
 		"  api:\n    worker: package://go-worker\n    version: \"1.0.0\"\n    start_after: [sandbox-libkrun]\n"
 	dir := newProject(t, body)
 	file := filepath.Join(dir, "worker-compose.yaml")
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Registry: reg}})
+	startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Registry: reg}}))
 	on := func(version string) {
 		t.Helper()
 		assert.Check(t, is.Contains(adapterPath(t, c, "sx", "sandbox-libkrun"), "sandbox-libkrun-"+version+"-"+testTarget()))
@@ -220,15 +222,16 @@ func TestAdapterStaysOnItsRange(t *testing.T) {
 // start_after edges, engine-kind ones skipped), a tag stays a tag and the
 // lock pins it; an engine-kind root is refused. Comments are kept.
 func TestAddRegistryPackages(t *testing.T) {
+	t.Parallel()
 	reg := publishedRegistry(t)
 	eng := startEngine(t, "")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 	exe, err := os.Executable()
 	assert.NilError(t, err)
 	body := "# The project.\nnamespace: ad\ncontainers:\n  # A local worker.\n  w:\n    worker: path://./w\n    scripts: { run: '" + exe + " " + goWorkerCommand + "' }\n"
 	dir := newProject(t, body, "w")
 	file := filepath.Join(dir, "worker-compose.yaml")
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Registry: reg}})
+	startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Registry: reg}}))
 	var up opResult
 	assert.NilError(t, call(t, c, "ad", "compose::up", nil, &up))
 	assert.Equal(t, up.Status, "ok", "%+v", up)
@@ -269,6 +272,7 @@ func TestAddRegistryPackages(t *testing.T) {
 // $III_REGISTRY; the adapter a project needs is written into the file;
 // --frozen checks and writes nothing.
 func TestBuild(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	bin := filepath.Join(root, "bin")
 	assert.NilError(t, os.MkdirAll(bin, 0o755))
@@ -327,14 +331,15 @@ func TestBuild(t *testing.T) {
 // plain http): resolved, downloaded over HTTP, verified and run; the lock
 // names the registry host in worker and keeps the index's relative URL.
 func TestHTTPRegistryHost(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.FileServer(http.Dir(publishedRegistry(t))))
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
 	eng := startEngine(t, "")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 	dir := newProject(t, "namespace: hr\ncontainers:\n  gw:\n    worker: package://"+host+"/gw-dep\n    version: latest\n")
 	cache := t.TempDir()
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Cache: cache}})
+	startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Cache: cache}}))
 	var up opResult
 	assert.NilError(t, call(t, c, "hr", "compose::up", nil, &up))
 	assert.Equal(t, up.Status, "ok", "%+v", up)

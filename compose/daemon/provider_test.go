@@ -16,6 +16,7 @@ import (
 // host, gets the queue provider credential: no other package, registry or
 // kind of worker can ask for it.
 func TestQueueProviderGrant(t *testing.T) {
+	t.Parallel()
 	pkg := func(reg, name string) *composefile.Container {
 		return &composefile.Container{Key: "q", Source: composefile.Source{Kind: composefile.SourcePackage, Registry: reg, Name: name}}
 	}
@@ -45,6 +46,7 @@ func TestQueueProviderGrant(t *testing.T) {
 // The credential names default (the provider's functions) and the
 // project's namespace (its deliveries), nothing else.
 func TestQueueProviderSpec(t *testing.T) {
+	t.Parallel()
 	s := queueProviderSpec("orders", "queue", true)
 	assert.Check(t, s.QueueProvider && s.Persist)
 	assert.Check(t, is.Equal(s.Namespace, protocol.DefaultNamespace))

@@ -19,6 +19,7 @@ import (
 // failed up reports it on the container, and everything the up started
 // before is rolled back (reported stopped, unchanged).
 func TestReadinessFailures(t *testing.T) {
+	t.Parallel()
 	n := findNode(t)
 	eng := startEngine(t, "")
 	tests := []struct {
@@ -61,8 +62,8 @@ func TestReadinessFailures(t *testing.T) {
 			worker = strings.TrimRight(worker, "\n") + "\n" + tc.extra
 			file := "namespace: rd\ncontainers:\n" + nodeContainer(n, "base", "", nil) + worker
 			dir := newProject(t, file, "base", "w")
-			startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
-			c := caller(t, eng.url)
+			startDaemon(t, eng.attach(Options{Cwd: dir}))
+			c := eng.caller(t)
 			var up opResult
 			assert.NilError(t, call(t, c, "rd", "compose::up", nil, &up))
 			assert.Equal(t, up.Status, "failed")
@@ -93,6 +94,7 @@ func TestReadinessFailures(t *testing.T) {
 // A worker name already held in the project namespace by someone else is
 // CONTAINER_NAME_TAKEN, before anything is started.
 func TestContainerNameTaken(t *testing.T) {
+	t.Parallel()
 	eng := startEngine(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -101,8 +103,8 @@ func TestContainerNameTaken(t *testing.T) {
 	assert.NilError(t, err)
 	defer squatter.Close(context.Background())
 	dir := newProject(t, "namespace: rd\ncontainers:\n  w:\n    worker: path://./w\n    scripts: { run: 'sleep 300' }\n", "w")
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
-	c := caller(t, eng.url)
+	startDaemon(t, eng.attach(Options{Cwd: dir}))
+	c := eng.caller(t)
 	var up opResult
 	assert.NilError(t, call(t, c, "rd", "compose::up", nil, &up))
 	assert.Equal(t, up.Status, "failed")
@@ -115,6 +117,7 @@ func TestContainerNameTaken(t *testing.T) {
 // scripts.start otherwise; neither, a missing directory, or a broken
 // manifest each have their code. No engine is needed to see them.
 func TestStartCommandResolution(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		d := filepath.Join(dir, name)
@@ -174,12 +177,13 @@ func FuzzParseManifest(f *testing.F) {
 // worker that exits before registering), with the worker's environment
 // and working directory, before the daemon exits.
 func TestPostRun(t *testing.T) {
+	t.Parallel()
 	eng := startEngine(t, "")
 	mark := filepath.Join(t.TempDir(), "post_run")
 	dir := newProject(t, "namespace: pr\ncontainers:\n  w:\n    worker: path://./w\n    environment: { MARK: '"+mark+"' }\n"+
 		"    scripts: { run: 'exit 1', post_run: 'echo \"$III_WORKER_NAME in $(pwd)\" > \"$MARK\"' }\n", "w")
-	d := startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
-	c := caller(t, eng.url)
+	d := startDaemon(t, eng.attach(Options{Cwd: dir}))
+	c := eng.caller(t)
 	var up opResult
 	assert.NilError(t, call(t, c, "pr", "compose::up", nil, &up))
 	assert.Equal(t, up.Containers[0].Error.Code, compose.CodeChildExitedBeforeRegistration)

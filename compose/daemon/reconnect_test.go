@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -11,16 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/iii-sandbox/iii/client"
 	"github.com/iii-sandbox/iii/compose"
 	"github.com/iii-sandbox/iii/compose/state"
-	"github.com/iii-sandbox/iii/host/server"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
-	"github.com/iii-sandbox/iii/internal/testkit/waitfor"
 	"github.com/iii-sandbox/iii/protocol"
 )
 
@@ -50,55 +46,13 @@ func goWorker() int {
 	return 0
 }
 
-// freeLoopbackPort is a loopback port free at the moment: an engine that
-// restarts in a test listens on it again.
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	assert.NilError(t, l.Close())
-	return port
-}
-
-// startEngineAt starts a real engine on a fixed loopback port.
-func startEngineAt(t *testing.T, port int) (url string, stop func()) {
-	t.Helper()
-	return startEngineAtWith(t, port, "")
-}
-
-// startEngineAtWith is startEngineAt with extra config.yaml lines.
-func startEngineAtWith(t *testing.T, port int, extra string) (url string, stop func()) {
-	t.Helper()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.yaml")
-	assert.NilError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(
-		"workers:\n  - name: iii-worker-manager\n    config: { host: 127.0.0.1, port: %d }\n  - name: configuration\n    config: { adapter: { name: fs, config: { directory: %s } } }\n%s",
-		port, filepath.Join(dir, "store"), extra)), 0o600))
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.Start(ctx, server.Options{ConfigPath: cfg, Logger: hclog.NewNullLogger(), Version: "0.26.0"})
-	assert.NilError(t, err)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	var stopped bool
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			waitfor.Recv(t, served, waitFor, "the engine to stop")
-		}
-	}
-	t.Cleanup(stop)
-	return fmt.Sprintf("ws://127.0.0.1:%d", port), stop
-}
-
 // When the engine goes away and comes back, every running worker has its
 // startup_timeout to register again: one that reconnects stays ready, one
 // that does not is taken down (STARTUP_TIMEOUT), and its dependents with
 // it. The lost connection alone stops nothing.
 func TestEngineReconnect(t *testing.T) {
-	port := freeLoopbackPort(t)
-	url, stopEngine := startEngineAt(t, port)
+	t.Parallel()
+	eng, stopEngine := startEngineWith(t, engineSetup{})
 	exe, err := os.Executable()
 	assert.NilError(t, err)
 	file := fmt.Sprintf(`namespace: rc
@@ -117,17 +71,18 @@ containers:
     scripts: { run: '%[1]s %[2]s' }
 `, exe, goWorkerCommand)
 	dir := newProject(t, file, "a", "b", "c")
-	startDaemon(t, Options{EngineURL: url, Cwd: dir})
-	c := caller(t, url)
+	startDaemon(t, eng.attach(Options{Cwd: dir}))
+	c := eng.caller(t)
 	var up opResult
 	assert.NilError(t, call(t, c, "rc", "compose::up", nil, &up))
 	assert.Equal(t, up.Status, "ok", "%+v", up)
 	assert.NilError(t, c.Close(context.Background()))
 
 	stopEngine()
-	_, stopAgain := startEngineAt(t, port)
+	// The same port and home: the same engine token.
+	again, stopAgain := startEngineWith(t, engineSetup{port: eng.port(t), home: eng.home})
 	defer stopAgain()
-	c = caller(t, url)
+	c = again.caller(t)
 	var st statusReply
 	waitUntil(t, "stays-away taken down after the reconnect", func() bool {
 		if err := call(t, c, "rc", "compose::status", nil, &st); err != nil {
@@ -155,11 +110,11 @@ containers:
 // new adapter process: tests/e2e's TestComposeSurvivesEngineRestartAndUpgrade
 // shows that with real VMs.)
 func TestAdapterRevivedAfterEngineRestart(t *testing.T) {
+	t.Parallel()
 	reg := publishedRegistry(t)
-	port := freeLoopbackPort(t)
 	// No sandbox: binding, so the restarted engine starts no adapter by
 	// itself: only Compose can bring it back.
-	url, stopEngine := startEngineAt(t, port)
+	eng, stopEngine := startEngineWith(t, engineSetup{})
 	exe, err := os.Executable()
 	assert.NilError(t, err)
 	sd := dirs.Short(t, "rvs")
@@ -178,8 +133,8 @@ containers:
     scripts: { run: '%[1]s %[2]s' }
 `, exe, goWorkerCommand, sd)
 	dir := newProject(t, file, "a")
-	d := startDaemon(t, Options{EngineURL: url, Cwd: dir, Packages: PackageOptions{Registry: reg}})
-	c := caller(t, url)
+	d := startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Registry: reg}}))
+	c := eng.caller(t)
 	var up opResult
 	assert.NilError(t, call(t, c, "rv", "compose::up", nil, &up))
 	assert.Equal(t, up.Status, "ok", "%+v %+v", up, up.Containers[0].Error)
@@ -187,8 +142,8 @@ containers:
 	assert.NilError(t, c.Close(context.Background()))
 
 	stopEngine()
-	startEngineAt(t, port)
-	c = caller(t, url)
+	again, _ := startEngineWith(t, engineSetup{port: eng.port(t), home: eng.home})
+	c = again.caller(t)
 	var list struct {
 		Adapters []adapterStatus `json:"adapters"`
 	}
@@ -235,12 +190,13 @@ containers:
 // process). Revoked, their connections close and new ones are refused; the
 // file is gone.
 func TestLeftoverWorkerCredentialsRevoked(t *testing.T) {
+	t.Parallel()
 	eng := startEngine(t, "")
 	exe, err := os.Executable()
 	assert.NilError(t, err)
 	dir := newProject(t, fmt.Sprintf("namespace: lc\ncontainers:\n  api:\n    worker: path://./a\n    scripts: { run: '%s %s' }\n", exe, goWorkerCommand), "a")
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
-	c := caller(t, eng.url)
+	startDaemon(t, eng.attach(Options{Cwd: dir}))
+	c := eng.caller(t)
 	var op opResult
 	assert.NilError(t, call(t, c, "lc", "compose::up", nil, &op))
 	assert.Equal(t, op.Status, "ok", "%+v", op)

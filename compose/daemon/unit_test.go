@@ -42,6 +42,7 @@ func (f *fakeEngine) Call(_ context.Context, fn string, payload any, _ ...client
 // through; a key removed from config_override keeps the entry's value
 // (it does not fall back to the default).
 func TestAdapterConfigLayers(t *testing.T) {
+	t.Parallel()
 	d := &Daemon{}
 	p := &project{d: d, ns: "shop"}
 	decl := &composefile.Container{Key: "sandbox-libkrun", ConfigOverride: map[string]any{"image_allowlist": []any{"python", "node", "myimg"},
@@ -78,6 +79,7 @@ func TestAdapterConfigLayers(t *testing.T) {
 }
 
 func TestWorkerEnvLayers(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a := filepath.Join(dir, "a.env")
 	assert.NilError(t, os.WriteFile(a, []byte("X=from-file\nY=from-file\n"), 0o644))

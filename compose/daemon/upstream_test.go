@@ -136,13 +136,14 @@ func (u *upstreamRegistry) resolve(w http.ResponseWriter, r *http.Request) {
 // the digests (sent upper-case), and the lock records what upstream's
 // records. Errors of the registry keep their codes.
 func TestUpstreamRegistryHost(t *testing.T) {
+	t.Parallel()
 	up := newUpstreamRegistry(t)
 	host := up.host()
 	eng := startEngine(t, "")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 	dir := newProject(t, "namespace: ur\ncontainers:\n  gw:\n    worker: package://"+host+"/gw-dep\n    version: '^1.0'\n")
 	cache := t.TempDir()
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Cache: cache}})
+	startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Cache: cache}}))
 	var res opResult
 	assert.NilError(t, call(t, c, "ur", "compose::up", nil, &res))
 	assert.Equal(t, res.Status, "ok", "%+v", res)

@@ -118,7 +118,14 @@ type vmRemoveReply struct {
 //   - compose::down stops the VMs (their state stays); compose::remove
 //     after down starts the declared adapter just for the call, deletes
 //     the state directory, and stops the adapter again.
+//
+// Of the package's three tests that boot VMs under TCG (CPU-bound), this
+// one alone runs beside other tests; the other two are serial, and serial
+// tests end before parallel ones start, so no two VMs of this package boot
+// at once (two at once on the build machines' two cores are not measured
+// to fit their timeouts).
 func TestVMWorkerPathDot(t *testing.T) {
+	t.Parallel()
 	layout, sdk := vmHost(t)
 	reg := publishedRegistry(t)
 	const token = "vm-test-engine-token"
@@ -143,7 +150,7 @@ func TestVMWorkerPathDot(t *testing.T) {
 
 	env := map[string]string{"III_ENGINE_TOKEN": token, "PATH": os.Getenv("PATH")}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	td := startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, LookupEnv: lookup, Packages: PackageOptions{Registry: reg}})
+	td := startDaemon(t, eng.attach(Options{Cwd: dir, LookupEnv: lookup, Packages: PackageOptions{Registry: reg}}))
 
 	var up opResult
 	assert.NilError(t, callLong(t, c, "vmp", "compose::up", nil, &up))
@@ -289,12 +296,13 @@ func TestVMWorkerPathDot(t *testing.T) {
 // with CHILD_EXITED_BEFORE_REGISTRATION carrying the exit status and the
 // tail of worker::logs, and vm-workers.json records that 0.2.9 ran a VM
 // from the compose file's directory, so the next managed start replaces
-// the project token (and forgets the record).
+// the project token (and forgets the record). Serial: it boots a VM under
+// TCG, and TestVMWorkerPathDot is the one that may run beside others.
 func TestVMWorkerTokenReplacement(t *testing.T) {
 	layout, _ := vmHost(t)
 	reg := publishedRegistry(t)
 	eng := startEngine(t, "")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 	sbState := dirs.Short(t, "cvs")
 	cache := dirs.Short(t, "cvc")
 	assert.NilError(t, os.Symlink(layout, filepath.Join(cache, "oci")))
@@ -305,7 +313,7 @@ func TestVMWorkerTokenReplacement(t *testing.T) {
 		"  app:\n    worker: path://.\n    startup_timeout: 6m\n"
 	dir := newProject(t, file)
 	writeFile(t, dir, ManifestFile, "name: app\nruntime: { base_image: "+vmNodeImage+" }\nscripts: { start: 'echo leaving before registering; exit 3' }\n")
-	td := startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Registry: reg}})
+	td := startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Registry: reg}}))
 
 	var up opResult
 	assert.NilError(t, callLong(t, c, "vmt", "compose::up", nil, &up))

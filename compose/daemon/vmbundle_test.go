@@ -64,6 +64,9 @@ func publishNodeBundle(t *testing.T, reg, sdk string) {
 //   - compose::status shows it ready, its log being the adapter's
 //     worker.log in ~/.iii/sandbox/workers/<vm_id>/;
 //   - compose::remove deletes that state directory.
+//
+// Serial: it boots a VM under TCG (see TestVMWorkerPathDot), and it sets
+// HOME for the adapter the engine's plugin host starts.
 func TestVMBundleWorker(t *testing.T) {
 	layout, sdk := vmHost(t)
 	home := dirs.Short(t, "cvh")
@@ -79,15 +82,15 @@ func TestVMBundleWorker(t *testing.T) {
 	reg := registryCopy(t)
 	publishNodeBundle(t, reg, sdk)
 
-	eng := startEngine(t, "")
-	c := caller(t, eng.url)
+	eng, _ := startEngineWith(t, engineSetup{home: home})
+	c := eng.caller(t)
 	file := "namespace: vmb\nstop_timeout: 20s\ncontainers:\n" +
 		"  sandbox-libkrun:\n    worker: package://sandbox-libkrun\n    version: '0.3.1'\n    config_override:\n" +
 		"      hypervisor: qemu\n      accel: tcg\n      worker_disk_mb: 512\n      boot_timeout_ms: 300000\n" +
 		"  " + vmBundleName + ":\n    worker: package://" + vmBundleName + "\n    version: '^1'\n    startup_timeout: 6m\n" +
 		"    environment: { APP_MODE: bundle }\n"
 	dir := newProject(t, file)
-	td := startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Registry: reg, Cache: cache}})
+	td := startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Registry: reg, Cache: cache}}))
 
 	var up opResult
 	assert.NilError(t, callLong(t, c, "vmb", "compose::up", nil, &up))
@@ -176,6 +179,7 @@ func resultText(r opResult) string {
 // A path:// worker inside a .iii directory never becomes a host root; the
 // part of the path above the project does not count.
 func TestInDotIII(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		base, dir string
 		want      bool

@@ -22,9 +22,10 @@ import (
 // declared adapter fails to start (a bad value in its configuration), or
 // the file does not declare it and it does not run. No VM boots here.
 func TestRemoveVMStateWarnings(t *testing.T) {
+	t.Parallel()
 	reg := publishedRegistry(t)
 	eng := startEngine(t, "")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 	worker := "    worker: path://./w\n    scripts: { run: 'node worker.mjs' }\n"
 	tests := []struct {
 		name, file, why string
@@ -46,7 +47,7 @@ func TestRemoveVMStateWarnings(t *testing.T) {
 			dir := newProject(t, tc.file, "w", "o")
 			writeFile(t, filepath.Join(dir, "w"), ManifestFile, "runtime: { base_image: node }\n")
 			ns := strings.Fields(tc.file)[1]
-			td := startDaemon(t, Options{EngineURL: eng.url, Cwd: dir, Packages: PackageOptions{Registry: reg}})
+			td := startDaemon(t, eng.attach(Options{Cwd: dir, Packages: PackageOptions{Registry: reg}}))
 			var rm vmRemoveReply
 			assert.NilError(t, call(t, c, ns, "compose::remove", map[string]any{"worker": "w"}, &rm))
 			assert.Equal(t, rm.Removed, "w")
@@ -73,12 +74,13 @@ func TestRemoveVMStateWarnings(t *testing.T) {
 // A VM container cannot outlive the adapter that boots it in the file:
 // removing the adapter first is refused, and the file stays.
 func TestRemoveAdapterInUse(t *testing.T) {
+	t.Parallel()
 	eng := startEngine(t, "")
-	c := caller(t, eng.url)
+	c := eng.caller(t)
 	body := "namespace: rw3\ncontainers:\n  sandbox-libkrun:\n    worker: package://sandbox-libkrun\n    version: '0.3.1'\n  w:\n    worker: path://./w\n"
 	dir := newProject(t, body, "w")
 	writeFile(t, filepath.Join(dir, "w"), ManifestFile, "runtime: { base_image: node }\nscripts: { start: node w.js }\n")
-	startDaemon(t, Options{EngineURL: eng.url, Cwd: dir})
+	startDaemon(t, eng.attach(Options{Cwd: dir}))
 	err := call(t, c, "rw3", "compose::remove", map[string]any{"worker": "sandbox-libkrun"}, nil)
 	assert.Equal(t, codeOf(err), compose.CodeUnknownDependency, "%v", err)
 	assert.Check(t, is.Contains(messageOf(err), "remove them first"))
@@ -90,6 +92,7 @@ func TestRemoveAdapterInUse(t *testing.T) {
 // worker whose directory holds the compose file; those records go. A run
 // by 0.3.1, or of a directory without the compose file, keeps it.
 func TestProjectTokenReplacement(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		runs     []state.VMRun
@@ -140,6 +143,7 @@ func TestProjectTokenReplacement(t *testing.T) {
 // Compose reads the operator's III_ENGINE_TOKEN for its own calls only:
 // interpolation and worker environments never see it.
 func TestEngineTokenHidden(t *testing.T) {
+	t.Parallel()
 	lookup := withoutEngineToken(func(k string) (string, bool) { return "v-" + k, true })
 	_, ok := lookup(envEngineToken)
 	assert.Check(t, !ok)
