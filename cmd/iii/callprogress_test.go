@@ -15,6 +15,7 @@ import (
 )
 
 func TestProgressField(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, schema, want string
 	}{
@@ -36,6 +37,7 @@ func TestProgressField(t *testing.T) {
 }
 
 func TestWithProgressRef(t *testing.T) {
+	t.Parallel()
 	ref := protocol.StreamChannelRef{ChannelID: "c", AccessKey: "k", Direction: protocol.DirectionWrite}
 	const refJSON = `{"channel_id":"c","access_key":"k","direction":"write"}`
 	for _, tc := range []struct {
@@ -67,6 +69,7 @@ func pev(phase string) contract.ProgressEvent {
 }
 
 func TestProgressRenderer(t *testing.T) {
+	t.Parallel()
 	const mib = 1 << 20
 	events := []contract.ProgressEvent{
 		pev(contract.ProgressPulling),

@@ -93,6 +93,7 @@ func removeAdapterDir() {
 //	III_REGISTRY           $PLUGINS/registry: sandbox-libkrun 0.3.1, sandbox-hostdir 1.0.0
 //	TARGET                 this host's target triple
 func TestComposeScripts(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("the Compose scripts start engines, adapters and Node workers")
 	}

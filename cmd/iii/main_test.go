@@ -64,6 +64,7 @@ const setupWait = 10 * time.Second
 //	FREE_PORT    a loopback port free for an engine the script starts
 //	VERSION      the version `iii --version` must print
 func TestScripts(t *testing.T) {
+	t.Parallel()
 	testscript.Run(t, testscript.Params{
 		Dir:   "testdata/script",
 		Setup: setupScript,

@@ -32,6 +32,7 @@ const nobodyUID = 65534
 // cannot read the 0600 token file and gets UNAUTHORIZED for each, while open
 // functions still answer; its `iii compose` cannot serve compose::*.
 func TestEngineTokenAcrossUsers(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts an engine and a Compose daemon")
 	}

@@ -36,6 +36,7 @@ import (
 // permissions do not stop anything: scripts then drop to nobody with
 // setpriv.
 func TestUpdateScripts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bins := map[string]string{}
 	for _, v := range []string{"0.26.0", "0.26.1"} {
