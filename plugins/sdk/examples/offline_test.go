@@ -41,6 +41,7 @@ func runBlock(doc, name string) (string, error) {
 // would collide with.
 
 func TestRunBlock(t *testing.T) {
+	t.Parallel()
 	doc := "x\n  <!-- run: a -->\n  ```sh\n  echo 1\n    echo 2\n  ```\n<!-- run: open -->\n```sh\necho\n<!-- run: bare -->\ntext\n"
 	got, err := runBlock(doc, "a")
 	if err != nil || got != "echo 1\n  echo 2\n" {
@@ -69,6 +70,7 @@ func must(t *testing.T, err error, what string) {
 // this checkout. The result must be the walkthrough's go.mod and go.sum,
 // and the module must vet offline with -mod=readonly.
 func TestOfflineTidyRecipe(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("downloads every module of the checkout into an empty module cache")
 	}

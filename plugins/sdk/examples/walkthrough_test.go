@@ -145,6 +145,7 @@ func moduleFiles(t *testing.T) []string {
 // walkthrough module is not shown. `go test ./plugins/sdk/examples -run
 // TestWalkthroughDoc -update` rewrites the blocks from the files.
 func TestWalkthroughDoc(t *testing.T) {
+	t.Parallel()
 	docPath := filepath.Join(repoRoot, docFile)
 	doc, err := os.ReadFile(docPath)
 	if err != nil {
@@ -195,6 +196,7 @@ func TestWalkthroughDoc(t *testing.T) {
 
 // TestParseDoc checks the block parser on a small document.
 func TestParseDoc(t *testing.T) {
+	t.Parallel()
 	doc := "text\n<!-- embed: a.go -->\n```go\nold\n```\n<!-- /embed -->\nmore\n<!-- embed: b.go T -->\n```go\nkept\n```\n<!-- /embed -->\n"
 	blocks, out := parseDoc(t, doc, func(path, decl string) (string, error) {
 		if path == "a.go" {
@@ -222,6 +224,7 @@ func goTool() string {
 // the conformance suite among them, with this test's toolchain, offline
 // and without changing go.mod or go.sum: they must already be complete.
 func TestWalkthroughModule(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the walkthrough module and runs the conformance suite on it")
 	}

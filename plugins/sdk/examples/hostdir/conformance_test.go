@@ -13,6 +13,7 @@ import (
 // against it as a real go-plugin subprocess, through the contract's gRPC
 // client and decoders.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the adapter and runs the full conformance suite")
 	}

@@ -38,6 +38,7 @@ type fleetHost struct {
 // answer S301 naming it within a second while the others keep working
 // and new creates go to the two that remain.
 func TestRemoteFleet(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds iii and the adapter and runs three adapter processes")
 	}
@@ -214,6 +215,7 @@ func startFleetHost(t *testing.T, caller *engineCaller, dir, adapterBin, url, na
 // sandbox::create's S301 says so; once a host with --fleet joins, the
 // create works.
 func TestRemoteFleetHostWithoutFleetFlag(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds iii and the adapter and runs adapter processes")
 	}

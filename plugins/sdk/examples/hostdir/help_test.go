@@ -19,6 +19,7 @@ import (
 // (not "flag: help requested"), the fleet flag included, and the
 // configuration examples name hostdir's own presets.
 func TestServeHelp(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "sandbox-hostdir")
 	out, err := bins.GoBuild(bin, "./cmd/sandbox-hostdir", nil)
 	assert.NilError(t, err, string(out))

@@ -60,13 +60,19 @@ func code(t *testing.T, err error) contract.Code {
 }
 
 func TestConfigure(t *testing.T) {
+	t.Parallel()
 	p := NewProvider(nil)
 	for _, bad := range []string{`"relative/dir"`, `""`, `42`} {
 		err := p.Configure(ctx, map[string]json.RawMessage{KeyStateDir: json.RawMessage(bad)})
 		assert.ErrorContains(t, err, KeyStateDir, bad)
 	}
 	dir := filepath.Join(t.TempDir(), "state")
-	t.Setenv(EnvStateDir, dir)
+	p.getenv = func(k string) string {
+		if k == EnvStateDir {
+			return dir
+		}
+		return ""
+	}
 	assert.NilError(t, p.Configure(ctx, nil))
 	st, err := os.Stat(dir)
 	assert.NilError(t, err)
@@ -78,6 +84,7 @@ func TestConfigure(t *testing.T) {
 }
 
 func TestBoot(t *testing.T) {
+	t.Parallel()
 	p, state := configured(t)
 	s := boot(t, p, "shell")
 	st, err := os.Stat(s.dir)
@@ -107,6 +114,7 @@ func TestBoot(t *testing.T) {
 }
 
 func TestMapArg(t *testing.T) {
+	t.Parallel()
 	p, _ := configured(t)
 	s := boot(t, p, "shell")
 	assert.NilError(t, os.Mkdir(filepath.Join(s.dir, "work"), 0o755))
@@ -156,6 +164,7 @@ func FuzzMapArg(f *testing.F) {
 }
 
 func TestMergeEnv(t *testing.T) {
+	t.Parallel()
 	got := mergeEnv([]string{"PATH=/bin", "HOME=/h"}, []string{"A=1", "HOME=/boot"}, []string{"A=2", "B=x=y"})
 	assert.DeepEqual(t, got, []string{"PATH=/bin", "HOME=/boot", "A=2", "B=x=y"})
 	assert.Equal(t, pathOf(got), "/bin")
@@ -172,6 +181,7 @@ func run(t *testing.T, s *sandbox, spec sandboxkit.ExecSpec) sandboxkit.ExecResu
 }
 
 func TestExec(t *testing.T) {
+	t.Parallel()
 	p, _ := configured(t)
 	s := boot(t, p, "shell")
 
@@ -201,6 +211,7 @@ func TestExec(t *testing.T) {
 }
 
 func TestExecTimeoutKillsTheGroup(t *testing.T) {
+	t.Parallel()
 	p, _ := configured(t)
 	s := boot(t, p, "shell")
 	pidFile := filepath.Join(s.dir, "tmp", "child.pid")
@@ -218,6 +229,7 @@ func TestExecTimeoutKillsTheGroup(t *testing.T) {
 }
 
 func TestStopKillsBackgroundProcesses(t *testing.T) {
+	t.Parallel()
 	p, _ := configured(t)
 	s := boot(t, p, "shell")
 	res := run(t, s, sandboxkit.ExecSpec{Argv: []string{"/bin/sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"}})
@@ -233,6 +245,7 @@ func TestStopKillsBackgroundProcesses(t *testing.T) {
 }
 
 func TestExecOutputCap(t *testing.T) {
+	t.Parallel()
 	p, _ := configured(t)
 	s := boot(t, p, "shell")
 	big := strings.Repeat("y", 3<<20)
@@ -242,6 +255,7 @@ func TestExecOutputCap(t *testing.T) {
 }
 
 func TestExecAfterStop(t *testing.T) {
+	t.Parallel()
 	p, _ := configured(t)
 	s := boot(t, p, "shell")
 	assert.NilError(t, s.Stop(ctx, true))
@@ -250,6 +264,7 @@ func TestExecAfterStop(t *testing.T) {
 }
 
 func TestExecCancelled(t *testing.T) {
+	t.Parallel()
 	p, _ := configured(t)
 	s := boot(t, p, "shell")
 	cctx, cancel := context.WithCancel(ctx)

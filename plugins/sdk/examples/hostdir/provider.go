@@ -42,6 +42,9 @@ const hostRefPrefix = "host:"
 // Provider is hostdir's sandboxkit.Provider.
 type Provider struct {
 	log hclog.Logger
+	// getenv reads the adapter's environment ($III_STATE_DIR); tests
+	// give each provider its own, so that they run side by side.
+	getenv func(string) string
 
 	mu       sync.Mutex
 	stateDir string
@@ -59,7 +62,7 @@ func NewProvider(log hclog.Logger) *Provider {
 	if p == "" {
 		p = defaultPath
 	}
-	return &Provider{log: log, path: p}
+	return &Provider{log: log, path: p, getenv: os.Getenv}
 }
 
 // NewAdapter is the complete hostdir adapter: the provider behind a
@@ -84,7 +87,7 @@ func (p *Provider) Presets() []contract.CatalogImage {
 
 // Configure implements sandboxkit.Provider: state_dir, an absolute path.
 func (p *Provider) Configure(_ context.Context, keys map[string]json.RawMessage) error {
-	dir := os.Getenv(EnvStateDir)
+	dir := p.getenv(EnvStateDir)
 	if raw, ok := keys[KeyStateDir]; ok {
 		if err := json.Unmarshal(raw, &dir); err != nil {
 			return fmt.Errorf("key %q must be a string (an absolute directory path)", KeyStateDir)

@@ -40,6 +40,7 @@ import (
 // channels; then the adapter is killed (S301) and started again (calls
 // work again), and an adapter with a wrong token cannot join.
 func TestRemote(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds iii and the adapter and runs the conformance suite through a real engine")
 	}
