@@ -81,12 +81,6 @@ func serve(t *testing.T, path string) *running {
 	return serveWith(t, path, engineEnv(t), hclog.NewNullLogger())
 }
 
-// serveLogged is serve with the server's log going to log.
-func serveLogged(t *testing.T, path string, log hclog.Logger) *running {
-	t.Helper()
-	return serveWith(t, path, engineEnv(t), log)
-}
-
 // serveWith is serve with the engine's environment env (engineEnv).
 func serveWith(t *testing.T, path string, env map[string]string, log hclog.Logger) *running {
 	t.Helper()
