@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iii-sandbox/iii/contract"
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentproto"
 )
 
@@ -43,6 +44,16 @@ type ExecResult struct {
 // non-executable program is a result (exit 127/126), not an error. If ctx
 // ends first, the agent kills the process tree and Exec returns ctx's error.
 func (c *Client) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error) {
+	if len(req.Argv) > 0 && agentproto.IsBuiltin(req.Argv[0]) {
+		// The agent serves these itself (freezing a worker's disk): only
+		// the host's own calls (FreezeUpper, ThawUpper) may name them.
+		return nil, contract.NewError(contract.S001, "argv[0] %q names an operation of the guest agent (%s…), which exec does not run", req.Argv[0], agentproto.BuiltinPrefix)
+	}
+	return c.exec(ctx, req)
+}
+
+// exec runs req as the agent sees it, built-ins included.
+func (c *Client) exec(ctx context.Context, req ExecRequest) (*ExecResult, error) {
 	if err := c.need(agentproto.CapExec, false); err != nil {
 		return nil, err
 	}

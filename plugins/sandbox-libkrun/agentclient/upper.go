@@ -31,7 +31,7 @@ func (c *Client) ThawUpper(ctx context.Context) error {
 }
 
 func (c *Client) builtin(ctx context.Context, argv ...string) error {
-	res, err := c.Exec(ctx, ExecRequest{Argv: argv})
+	res, err := c.exec(ctx, ExecRequest{Argv: argv})
 	if err != nil {
 		return fmt.Errorf("%s: %w", argv[0], err)
 	}
