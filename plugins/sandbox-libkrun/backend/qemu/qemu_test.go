@@ -15,6 +15,7 @@ import (
 	"gotest.tools/v3/golden"
 
 	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/agentclient"
+	"github.com/iii-sandbox/iii/plugins/sandbox-libkrun/backend"
 )
 
 func TestMain(m *testing.M) {
@@ -185,4 +186,26 @@ func TestLaunchFailureCarriesStderr(t *testing.T) {
 	assert.Assert(t, errors.As(err, &qe), "%v", err)
 	assert.Assert(t, qe.Code == CodeStartFailed || qe.Code == CodeExited, qe.Code)
 	assert.Assert(t, strings.Contains(qe.StderrTail, "/nonexistent/vmlinuz"), qe.StderrTail)
+}
+
+// TestConfigForTranslationBuffer: a worker VM (one with a data disk) gets
+// the larger TCG translation buffer; a sandbox keeps the default.
+func TestConfigForTranslationBuffer(t *testing.T) {
+	tests := []struct {
+		name string
+		spec backend.Spec
+		want string
+	}{
+		{name: "sandbox", spec: backend.Spec{ID: "s", Accel: AccelTCG, Kernel: "/k", Initrd: "/i", RootDisk: "/r", StateDir: "/tmp/s"}, want: "tcg,tb-size=64"},
+		{name: "worker VM", spec: backend.Spec{ID: "w", Accel: AccelTCG, Kernel: "/k", Initrd: "/i", RootDisk: "/r", DataDisk: "/d", StateDir: "/tmp/w"}, want: fmt.Sprintf("tcg,tb-size=%d", WorkerTBSizeMiB)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ConfigFor(tc.spec)
+			cfg.TSCKHz = 1 // no /proc/cpuinfo read
+			args, err := cfg.Args()
+			assert.NilError(t, err)
+			assert.Assert(t, strings.Contains(strings.Join(args, " "), "-accel "+tc.want), "args: %v", args)
+		})
+	}
 }
