@@ -14,12 +14,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/icmd"
-	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/compose/registry"
 	"github.com/iii-sandbox/iii/internal/testkit/bins"
@@ -170,29 +168,5 @@ func TestVMWorkersWalkthrough(t *testing.T) {
 // under TCG.
 func waitReady(t *testing.T, p *composeproj.Project, containers ...string) {
 	t.Helper()
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if err, ok := p.Exited(); ok {
-			return poll.Error(fmt.Errorf("iii compose exited: %v", err))
-		}
-		res := p.Call("compose::status")
-		if res.ExitCode != 0 {
-			return poll.Continue("compose::status: %s", res.Combined())
-		}
-		var st struct {
-			Containers []struct{ Container, State string } `json:"containers"`
-		}
-		if err := json.Unmarshal([]byte(res.Stdout()), &st); err != nil {
-			return poll.Continue("compose::status: %v", err)
-		}
-		ready := map[string]bool{}
-		for _, c := range st.Containers {
-			ready[c.Container] = c.State == "ready"
-		}
-		for _, c := range containers {
-			if !ready[c] {
-				return poll.Continue("%s not ready: %s", c, res.Stdout())
-			}
-		}
-		return poll.Success()
-	}, poll.WithTimeout(12*time.Minute), poll.WithDelay(time.Second))
+	waitReadyNS(t, p, "default", containers...)
 }
