@@ -12,7 +12,6 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
-	"gotest.tools/v3/poll"
 
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
 	"github.com/iii-sandbox/iii/internal/testkit/dirs"
@@ -176,29 +175,5 @@ iii.registerFunction("w::probe", async () => ({
 // waitReadyNS is waitReady for a project whose Compose serves in ns.
 func waitReadyNS(t *testing.T, p *composeproj.Project, ns string, containers ...string) {
 	t.Helper()
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if err, ok := p.Exited(); ok {
-			return poll.Error(fmt.Errorf("iii compose exited: %v", err))
-		}
-		res := p.CallNS(ns, "compose::status")
-		if res.ExitCode != 0 {
-			return poll.Continue("compose::status: %s", res.Combined())
-		}
-		var st struct {
-			Containers []struct{ Container, State string } `json:"containers"`
-		}
-		if err := json.Unmarshal([]byte(res.Stdout()), &st); err != nil {
-			return poll.Continue("compose::status: %v", err)
-		}
-		ready := map[string]bool{}
-		for _, c := range st.Containers {
-			ready[c.Container] = c.State == "ready"
-		}
-		for _, c := range containers {
-			if !ready[c] {
-				return poll.Continue("%s not ready: %s", c, res.Stdout())
-			}
-		}
-		return poll.Success()
-	}, poll.WithTimeout(12*time.Minute), poll.WithDelay(time.Second))
+	p.WaitReadyNS(t, ns, 12*time.Minute, time.Second, containers...)
 }

@@ -196,11 +196,19 @@ func (p *Project) Exited() (error, bool) {
 // WaitReady waits until compose::status says every named container is ready.
 func (p *Project) WaitReady(t *testing.T, containers ...string) {
 	t.Helper()
+	p.WaitReadyNS(t, "default", ReadyWait, 200*time.Millisecond, containers...)
+}
+
+// WaitReadyNS is WaitReady for a Compose serving in namespace ns, waiting
+// up to timeout and polling every delay (VM workers under TCG take
+// minutes).
+func (p *Project) WaitReadyNS(t *testing.T, ns string, timeout, delay time.Duration, containers ...string) {
+	t.Helper()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		if err, ok := p.Exited(); ok {
 			return poll.Error(fmt.Errorf("iii compose exited: %v", err))
 		}
-		res := p.Call("compose::status")
+		res := p.CallNS(ns, "compose::status")
 		if res.ExitCode != 0 {
 			return poll.Continue("compose::status: %s", res.Combined())
 		}
@@ -220,7 +228,7 @@ func (p *Project) WaitReady(t *testing.T, containers ...string) {
 			}
 		}
 		return poll.Success()
-	}, poll.WithTimeout(ReadyWait), poll.WithDelay(200*time.Millisecond))
+	}, poll.WithTimeout(timeout), poll.WithDelay(delay))
 }
 
 // Stop sends SIGTERM to Compose and waits for a clean exit.
