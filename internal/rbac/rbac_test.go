@@ -175,3 +175,22 @@ func BenchmarkAllowed(b *testing.B) {
 		}
 	}
 }
+
+// TestInfrastructure: the builtins every session may call are those that
+// reach only the caller's own worker and channels; discovery and
+// privileged builtins are not among them.
+func TestInfrastructure(t *testing.T) {
+	for id, want := range map[string]bool{
+		"engine::channels::create":   true,
+		"engine::channels::lease":    true,
+		"engine::channels::watch":    true,
+		"engine::workers::register":  true,
+		"engine::log::info":          true,
+		"engine::functions::list":    false,
+		"engine::channels::drop":     false,
+		"engine::adapters::start":    false,
+		"engine::credentials::issue": false,
+	} {
+		assert.Equal(t, IsInfrastructure(id), want, id)
+	}
+}
