@@ -94,41 +94,36 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// What start-up allocated and dropped (the parsed config, schemas,
 	// the YAML tree) would otherwise stay resident until the runtime's
-	// background scavenger returns it, minutes later if ever: an idle engine
-	// held about 1.7 MiB more than it uses (BENCHMARKS.md, P7). One
-	// collection, once, before the engine idles.
-	debug.FreeOSMemory()
-	// Likewise the pages of the binary that only start-up touched (package
-	// initialisers, parsing, schema compilation): about 14 MiB of the idle
-	// engine's 18 MiB of file-backed pages (P7). They stay in the page
-	// cache; what the engine uses again maps back at a minor fault.
-	if n, err := exepages.Release(); err != nil {
-		s.log.Debug("could not release the start-up pages of the binary", "error", err)
-	} else {
-		s.log.Debug("released the start-up pages of the binary", "bytes", n)
-	}
+	// background scavenger returns it, minutes later if ever (about
+	// 1.7 MiB), and so would the pages of the binary that only start-up
+	// touched (package initialisers, parsing, schema compilation: about
+	// 14 MiB of the idle engine's 18 MiB of file-backed pages; BENCHMARKS.md
+	// P7). They stay in the page cache; what the engine uses again maps
+	// back at a minor fault.
+	s.trim("start-up")
 	// And again each time the engine goes quiet after work: the pages and
 	// heap the calls used stay resident otherwise (P7 after use).
 	trimCtx, stopTrim := context.WithCancel(ctx)
 	trimDone := make(chan struct{})
 	go func() {
 		defer close(trimDone)
-		idletrim.Run(trimCtx, idletrim.DefaultPolicy(), idletrim.ProcessCPU, s.trimIdle)
+		idletrim.Run(trimCtx, idletrim.DefaultPolicy(), idletrim.ProcessCPU, func() { s.trim("idle") })
 	}()
 	defer func() { stopTrim(); <-trimDone }()
 	return s.Serve(ctx)
 }
 
-// trimIdle gives back what an idle engine no longer uses: freed heap and
-// the binary's pages the last calls touched.
-func (s *Server) trimIdle() {
+// trim gives back what the engine no longer uses: freed heap and the
+// binary's pages that what came before (start-up, the last calls)
+// touched.
+func (s *Server) trim(after string) {
 	debug.FreeOSMemory()
 	n, err := exepages.Release()
 	if err != nil {
-		s.log.Debug("could not release the binary's pages once idle", "error", err)
+		s.log.Debug("could not release the binary's pages", "after", after, "error", err)
 		return
 	}
-	s.log.Trace("idle: released freed heap and the binary's pages", "bytes", n)
+	s.log.Debug("released freed heap and the binary's pages", "after", after, "bytes", n)
 }
 
 // Server is a running engine assembled from config.yaml.

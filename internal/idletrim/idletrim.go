@@ -37,10 +37,12 @@ type Policy struct {
 	WorkCPU time.Duration
 }
 
-// DefaultPolicy trims after five quiet seconds that follow at least 20 ms
-// of work: 20 calls of `iii call` cost an engine about 40 ms.
+// DefaultPolicy trims after five quiet seconds (at most 5 ms of CPU each:
+// an idle engine uses 1–2.5 ms) that follow at least 10 ms of work. 20
+// calls of `iii call` cost an engine 23–42 ms, spread over ticks of 5–12
+// ms each: a higher bar for a busy tick counted some of them as quiet.
 func DefaultPolicy() Policy {
-	return Policy{Tick: time.Second, IdleCPU: 10 * time.Millisecond, IdleTicks: 5, WorkCPU: 20 * time.Millisecond}
+	return Policy{Tick: time.Second, IdleCPU: 5 * time.Millisecond, IdleTicks: 5, WorkCPU: 10 * time.Millisecond}
 }
 
 // Trimmer decides, from successive CPU-time samples, when to trim.
