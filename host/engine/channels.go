@@ -85,8 +85,12 @@ type channel struct {
 	id, key string
 	// rkey is a minted channel's read-end key (channels_lease.go); key is
 	// then its write end's. "": one key opens either end.
-	rkey    string
-	owner   string // worker id whose disconnect removes it; "" = none
+	rkey string
+	// owner is the worker id whose disconnect removes it ("" = none), or
+	// an adapter's (AdapterChannelOwner); read and changed (a reply's
+	// channel handed to its caller, ChargeReplyChannels) under the
+	// table's mu.
+	owner   string
 	created time.Time
 	size    int // items the buffer holds once open
 	// budget is the engine's ChannelBytesTotal, which every message
@@ -284,12 +288,18 @@ func (t *channelTable) get(id string) *channel {
 // forget deletes c from the table; t.mu is held.
 func (t *channelTable) forget(c *channel) {
 	delete(t.m, c.id)
-	if c.owner != "" {
-		if n := t.byOwner[c.owner] - 1; n > 0 {
-			t.byOwner[c.owner] = n
-		} else {
-			delete(t.byOwner, c.owner)
-		}
+	t.uncount(c.owner)
+}
+
+// uncount takes one channel off owner's count; t.mu is held.
+func (t *channelTable) uncount(owner string) {
+	if owner == "" {
+		return
+	}
+	if n := t.byOwner[owner] - 1; n > 0 {
+		t.byOwner[owner] = n
+	} else {
+		delete(t.byOwner, owner)
 	}
 }
 

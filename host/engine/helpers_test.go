@@ -288,7 +288,7 @@ func errBody(t *testing.T, f frame) (code, message string) {
 	return e.str("code"), e.str("message")
 }
 
-func mustJSON(t *testing.T, v any) json.RawMessage {
+func mustJSON(t testing.TB, v any) json.RawMessage {
 	t.Helper()
 	b, err := json.Marshal(v)
 	assert.NilError(t, err)
