@@ -27,14 +27,18 @@ type engineChannels struct {
 	eng *engine.Engine
 	h   *Host
 	// owner is what the channels this adapter creates count against
-	// (Options.MaxChannels): one adapter in one namespace, across its
-	// processes.
+	// (Options.MaxChannels) until the reply carrying one reaches the
+	// engine and the channel becomes the caller's connection's
+	// (engine.ChargeReplyChannels): one adapter in one namespace, across
+	// its processes.
 	owner string
 }
 
-// channelOwner names m's channels in the engine's table; worker ids are
-// UUIDs, so the form cannot name a worker connection.
-func (m *managed) channelOwner() string { return "adapter:" + m.key.ns + "/" + m.key.adapter }
+// channelOwner names m's channels in the engine's table while they are
+// the adapter's: from creation until the reply that carries them reaches
+// the engine (handler, and the sandbox router), which hands them to the
+// caller's connection.
+func (m *managed) channelOwner() string { return engine.AdapterChannelOwner(m.key.ns, m.key.adapter) }
 
 var _ adapterjson.Channels = engineChannels{}
 
@@ -143,6 +147,17 @@ func (m *managed) handler(op string, in *instance, down *contract.Error) engine.
 			return nil, serr.ErrorBody()
 		}
 		defer cur.leave()
-		return cur.serve(ctx, op, call.Data)
+		out, err := cur.serve(ctx, op, call.Data)
+		if err != nil {
+			return nil, err
+		}
+		// A direct caller's (one holding the engine token: the functions
+		// are privileged) channels die with its connection; a call through
+		// the sandbox router comes from the engine, and the router hands
+		// them to its own caller.
+		if cerr := m.h.eng.ChargeReplyChannels(m.channelOwner(), call, out); cerr != nil {
+			return nil, contract.NewError(contract.S218, "%s: the channel of its reply: %v", op, cerr).ErrorBody()
+		}
+		return out, nil
 	}
 }

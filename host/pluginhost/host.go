@@ -88,8 +88,10 @@ type Options struct {
 	// Default: DefaultHandoverDrain.
 	HandoverDrain time.Duration
 	// MaxChannels caps the engine channels one adapter (in one namespace,
-	// across its processes) holds through its channel service; default
-	// engine.MaxChannelsPerAdapter.
+	// across its processes) holds through its channel service: those of
+	// replies in flight, and those of callers without a connection (a
+	// caller's connection takes its channels over when the reply reaches
+	// the engine); default engine.MaxChannelsPerAdapter.
 	MaxChannels int
 	// OnConfig, when set, is told every configuration an adapter is
 	// (re)started with, before the launch. The server stores it in the

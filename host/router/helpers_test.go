@@ -28,13 +28,22 @@ type testEnv struct {
 
 func newEnv(t testing.TB, configBinding func() (Binding, bool)) *testEnv {
 	t.Helper()
+	return newEnvWith(t, configBinding, pluginhost.Options{})
+}
+
+// newEnvWith is newEnv with the plugin host's options (its logger and
+// finder are the test's).
+func newEnvWith(t testing.TB, configBinding func() (Binding, bool), hopts pluginhost.Options) *testEnv {
+	t.Helper()
 	env := enginetest.Start(t, enginetest.Options{ClientName: "test-caller", CallTimeout: waitFor, Wait: waitFor})
 	home := t.TempDir()
-	h, err := pluginhost.New(env.Engine, pluginhost.Options{Logger: env.Log.Named("engine"), Finder: pluginhost.Finder{
+	hopts.Logger = env.Log.Named("engine")
+	hopts.Finder = pluginhost.Finder{
 		Getenv:     func(string) string { return "" },
 		HomeDir:    func() (string, error) { return home, nil },
 		Executable: func() (string, error) { return filepath.Join(home, "iii"), nil },
-	}})
+	}
+	h, err := pluginhost.New(env.Engine, hopts)
 	assert.NilError(t, err)
 	r, err := New(env.Engine, Options{Logger: env.Log.Named(WorkerName), ConfigBinding: configBinding, Hosted: h.Hosted,
 		EngineURL: func() string { return env.URL }})

@@ -235,6 +235,14 @@ func (r *Router) forward(op string) engine.Handler {
 		}
 		out, err := r.eng.Invoke(ctx, b.Namespace, target, call.Data)
 		if err == nil {
+			// The router calls the adapter as the engine, so the channels
+			// the adapter made for this reply (fs::read's content) are
+			// still the adapter's: they become the caller's here, within
+			// its connection's share, or one caller could fill the
+			// adapter's for every other.
+			if cerr := r.eng.ChargeReplyChannels(engine.AdapterChannelOwner(b.Namespace, b.Adapter), call, out); cerr != nil {
+				return nil, contract.NewError(contract.S218, "sandbox::%s: the channel of its reply: %v", op, cerr).ErrorBody()
+			}
 			return out, nil
 		}
 		var eb *protocol.ErrorBody
