@@ -685,7 +685,9 @@ func (e *Engine) fnChannelsCreate(ctx context.Context, call *Call) (any, *protoc
 	if !call.CallerAdmin && e.channels.len()+n > MaxChannels {
 		return nil, &protocol.ErrorBody{Code: CodeLimitExceeded, Message: fmt.Sprintf("the engine holds %d channels, its limit; finish or drop some first", MaxChannels)}
 	}
-	if !call.CallerAdmin && call.CallerWorkerID != "" && e.channels.owned(call.CallerWorkerID)+n > MaxChannelsPerConnection {
+	// Streams whose content the connection had inline (fs::read's body)
+	// and never opened give way first.
+	if !call.CallerAdmin && call.CallerWorkerID != "" && !e.channels.roomFor(call.CallerWorkerID, n) {
 		return nil, &protocol.ErrorBody{Code: CodeLimitExceeded, Message: fmt.Sprintf("this connection holds %d channels, its limit; finish or drop some first", MaxChannelsPerConnection)}
 	}
 	// The answer, written as json.Marshal wrote it from maps of the refs

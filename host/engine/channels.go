@@ -229,6 +229,11 @@ type channelTable struct {
 	// connection's count against MaxChannelsPerConnection, and the http
 	// worker makes one for every few requests.
 	byOwner map[string]int
+	// inlineOf is, per connection, the channels handed to it whose whole
+	// stream their reply carried inline, in the order they were handed
+	// over: what evictInline may drop to make room in its share
+	// (ownedchannel.go).
+	inlineOf map[string][]*channel
 	// Channel leases (channels_lease.go), by lease id and by holder.
 	leases  map[string]*channelLease
 	leaseOf map[string]*channelLease
@@ -237,6 +242,7 @@ type channelTable struct {
 func (t *channelTable) init() {
 	t.m = make(map[string]*channel)
 	t.byOwner = make(map[string]int)
+	t.inlineOf = make(map[string][]*channel)
 	t.leases = make(map[string]*channelLease)
 	t.leaseOf = make(map[string]*channelLease)
 }
@@ -330,9 +336,14 @@ func (t *channelTable) removeWhere(match func(*channel) bool) int {
 	return len(gone)
 }
 
-// removeOwned ends owner's lease, then removes its channels.
+// removeOwned ends owner's lease, then removes its channels. Its queue of
+// inline-delivered channels goes first: the connection is closing, so no
+// hand-over adds to it again (transfer).
 func (t *channelTable) removeOwned(owner string) {
 	t.dropLease(owner)
+	t.mu.Lock()
+	delete(t.inlineOf, owner)
+	t.mu.Unlock()
 	t.removeWhere(func(c *channel) bool { return c.owner == owner })
 }
 
@@ -346,6 +357,9 @@ func (t *channelTable) removeAll() {
 	for _, o := range owners {
 		t.dropLease(o)
 	}
+	t.mu.Lock()
+	clear(t.inlineOf)
+	t.mu.Unlock()
 	t.removeWhere(func(*channel) bool { return true })
 }
 

@@ -181,6 +181,9 @@ func (t *channelTable) materialise(e *Engine, id, key, dir string) (*channel, er
 		t.mu.Unlock()
 		return nil, &errChannelLimit{fmt.Sprintf("the engine holds %d channels, its limit", MaxChannels)}
 	}
+	// Streams whose content the connection had inline (fs::read's body)
+	// and never opened give way first.
+	evicted := t.evictInline(l.owner, t.byOwner[l.owner]+1-MaxChannelsPerConnection)
 	if t.byOwner[l.owner] >= MaxChannelsPerConnection {
 		t.mu.Unlock()
 		return nil, &errChannelLimit{fmt.Sprintf("connection %s holds %d channels, its limit", l.owner, MaxChannelsPerConnection)}
@@ -190,6 +193,7 @@ func (t *channelTable) materialise(e *Engine, id, key, dir string) (*channel, er
 	t.m[id] = c
 	t.byOwner[l.owner]++
 	t.mu.Unlock()
+	killAll(evicted) // nil when refused: an eviction happens only when it makes room
 	l.used[m.Counter] = id
 	if m.Served && dir == protocol.DirectionRead && len(l.events) < maxLeaseEvents {
 		l.events = append(l.events, id)

@@ -130,8 +130,10 @@ func (c *channel) drain() {
 }
 
 // MaxChannelsPerConnection caps the channels one connection holds (those
-// it created and that are not finished), so that one caller cannot take
-// every one of MaxChannels.
+// it created or was handed with a reply, ChargeReplyChannels, and that are
+// not finished), so that one caller cannot take every one of MaxChannels.
+// At the cap, its unopened inline-delivered channels give way
+// (evictInline) before anything is refused.
 const MaxChannelsPerConnection = 256
 
 // owned counts the channels owner created that are still alive.

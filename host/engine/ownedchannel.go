@@ -67,17 +67,26 @@ func (e *Engine) OwnedChannels(owner string) int { return e.channels.owned(owner
 // channels as top-level fields (fs::read's content); refs nested deeper
 // stay with from.
 //
+// A channel whose whole stream the reply also carries inline (fs::read's
+// content beside a string body, contract.FsReadResponse) is
+// inline-delivered: the caller has its content already, and most callers
+// never open it. Such channels still count, but one the caller has not
+// opened gives way, oldest first, to whatever the caller needs its share
+// for (evictInline), so that a caller reading many small files is never
+// refused for them.
+//
 // A caller without a connection (the engine itself, an in-process worker,
 // a call config.yaml set up) leaves the channels with from. When the
-// caller is at its share, or its connection is gone, the channels are
-// removed (the adapter's writer sees its reader gone) and the error says
-// why: LIMIT_EXCEEDED, naming the caller's share, for the former.
+// caller is at its share with nothing inline-delivered to give way, or
+// its connection is gone, the channels are removed (the adapter's writer
+// sees its reader gone) and the error says why: LIMIT_EXCEEDED, naming
+// the caller's share, for the former.
 func (e *Engine) ChargeReplyChannels(from string, call *Call, reply json.RawMessage) error {
 	if call == nil || call.CallerWorkerID == "" || e.channels.owned(from) == 0 {
 		return nil
 	}
-	refs := replyChannelRefs(reply)
-	if len(refs) == 0 {
+	rr := replyChannelRefs(reply)
+	if len(rr.refs) == 0 {
 		return nil
 	}
 	w := e.lookupWorker(call.CallerWorkerID)
@@ -89,22 +98,30 @@ func (e *Engine) ChargeReplyChannels(from string, call *Call, reply json.RawMess
 		// connection already gone: nobody to charge.
 		return nil
 	}
-	return e.channels.transfer(from, call.CallerWorkerID, w, call.CallerAdmin, refs)
+	return e.channels.transfer(from, call.CallerWorkerID, w, call.CallerAdmin, rr)
 }
 
-// transfer moves the channels of refs that from holds to connection w (id;
-// nil when gone), all or none.
-func (t *channelTable) transfer(from, id string, w *worker, unbounded bool, refs []protocol.StreamChannelRef) error {
+// transfer moves the channels of rr that from holds to connection w (id;
+// nil when gone), all or none, making room within its share by evicting
+// its inline-delivered channels when it must.
+func (t *channelTable) transfer(from, id string, w *worker, unbounded bool, rr replyRefs) error {
 	t.mu.Lock()
-	moving := make([]*channel, 0, len(refs))
-	for _, r := range refs {
+	moving := make([]*channel, 0, len(rr.refs))
+	var inline *channel
+	for i, r := range rr.refs {
 		c := t.m[r.ChannelID]
-		if c == nil || c.owner != from || !c.keyMatches(r.AccessKey) || slices.Contains(moving, c) {
+		if c == nil || c.owner != from || !c.keyMatches(r.AccessKey) {
 			continue
 		}
-		moving = append(moving, c)
+		if i == rr.inline {
+			inline = c
+		}
+		if !slices.Contains(moving, c) {
+			moving = append(moving, c)
+		}
 	}
 	var err error
+	var evicted []*channel
 	switch {
 	case len(moving) == 0:
 		t.mu.Unlock()
@@ -115,17 +132,21 @@ func (t *channelTable) transfer(from, id string, w *worker, unbounded bool, refs
 		// either moves before that removal, which then takes it, or is
 		// dropped here.
 		err = fmt.Errorf("connection %s, which asked for the channel, is gone", id)
-	case !unbounded && t.byOwner[id]+len(moving) > MaxChannelsPerConnection:
-		err = fmt.Errorf("%s: the calling connection holds %d channels; its share is %d (the count its own engine::channels::create uses too): this caller must read or drop (engine::channels::drop) the streams it asked for; other callers are not held up by it", CodeLimitExceeded, t.byOwner[id], MaxChannelsPerConnection)
+	case !unbounded:
+		// Under the same hold of t.mu as the move: the count never passes
+		// the share, not even between the eviction and the move.
+		evicted = t.evictInline(id, t.byOwner[id]+len(moving)-MaxChannelsPerConnection)
+		if t.byOwner[id]+len(moving) > MaxChannelsPerConnection {
+			err = fmt.Errorf("%s: the calling connection holds %d channels; its share is %d (the count its own engine::channels::create uses too), and none of them is an unopened stream whose content came inline (fs::read's body), which would give way: this caller must read or drop (engine::channels::drop) the streams it asked for; other callers are not held up by it", CodeLimitExceeded, t.byOwner[id], MaxChannelsPerConnection)
+		}
 	}
 	if err != nil {
 		for _, c := range moving {
 			t.forget(c)
 		}
 		t.mu.Unlock()
-		for _, c := range moving {
-			c.kill()
-		}
+		killAll(evicted)
+		killAll(moving)
 		return err
 	}
 	for _, c := range moving {
@@ -133,56 +154,201 @@ func (t *channelTable) transfer(from, id string, w *worker, unbounded bool, refs
 		c.owner = id
 		t.byOwner[id]++
 	}
+	if inline != nil && !unbounded {
+		t.queueInline(id, inline)
+	}
 	t.mu.Unlock()
+	killAll(evicted)
 	return nil
 }
 
-// replyChannelRefs is the channel refs among the top-level fields of the
-// JSON object reply: fields whose value is an object with a channel_id
-// and an access_key. A reply can carry a file of up to a megabyte inline
-// (fs::read's body); decoding it with encoding/json cost about 6 ms a
-// megabyte, so the fields are found by a scan that skips strings with
-// IndexByte, and only object values are decoded. Malformed JSON yields
-// what was found before the fault.
-func replyChannelRefs(reply []byte) []protocol.StreamChannelRef {
-	if !bytes.Contains(reply, []byte(`"channel_id"`)) {
+func killAll(cs []*channel) {
+	for _, c := range cs {
+		c.kill()
+	}
+}
+
+// queueInline records c, just handed to connection owner, as
+// inline-delivered: evictInline may drop it while no reader has opened
+// it. t.mu is held.
+//
+// The queue is pruned lazily: channels that finish, are dropped or are
+// opened stay in it until evictInline passes them or it grows to twice
+// the share, when what is left of it is compacted (at most the share
+// stays: the queue is the connection's own channels). So it holds at most
+// 2*MaxChannelsPerConnection pointers a connection, however many files
+// the caller reads and finishes without ever reaching its share.
+func (t *channelTable) queueInline(owner string, c *channel) {
+	q := append(t.inlineOf[owner], c)
+	if len(q) >= 2*MaxChannelsPerConnection {
+		q = slices.DeleteFunc(q, func(c *channel) bool { return !t.evictable(owner, c) })
+	}
+	t.inlineOf[owner] = q
+}
+
+// evictable reports whether c, from owner's inline queue, may still be
+// evicted: it is owner's, in the table, and no reader has taken its read
+// end. t.mu is held.
+func (t *channelTable) evictable(owner string, c *channel) bool {
+	return t.m[c.id] == c && c.owner == owner && !c.readerTaken.Load()
+}
+
+// evictInline takes need of connection owner's inline-delivered channels
+// that no reader has opened off the table, oldest handed over first, and
+// returns them for the caller to kill once t.mu is released (the
+// adapter's writer then sees ErrChannelClosed, and what it buffered is
+// let go). It takes none when fewer than need are there: an eviction
+// that cannot make room would only lose streams (only a reader opening
+// one of them between the count and the eviction leaves it short).
+// t.mu is held.
+//
+// The read end is taken here (readerTaken) before the channel leaves the
+// table, so a reader that found the channel just before cannot take it
+// after: it is either opened, and stays, or evicted, never both.
+func (t *channelTable) evictInline(owner string, need int) []*channel {
+	if need <= 0 {
 		return nil
 	}
-	var refs []protocol.StreamChannelRef
+	q := t.inlineOf[owner]
+	avail := 0
+	for _, c := range q {
+		if t.evictable(owner, c) {
+			if avail++; avail == need {
+				break
+			}
+		}
+	}
+	if avail < need {
+		return nil
+	}
+	var gone []*channel
+	i := 0
+	for ; i < len(q) && len(gone) < need; i++ {
+		c := q[i]
+		if !t.evictable(owner, c) || !c.readerTaken.CompareAndSwap(false, true) {
+			continue // gone, or opened since: never evictable again
+		}
+		t.forget(c)
+		gone = append(gone, c)
+	}
+	clear(q[:i]) // let go of the passed channels now
+	if q = q[i:]; len(q) == 0 {
+		delete(t.inlineOf, owner)
+	} else {
+		t.inlineOf[owner] = q
+	}
+	return gone
+}
+
+// roomFor reports whether connection owner may hold n more channels
+// within its share, evicting its inline-delivered channels to make room
+// when it must (as a reply's hand-over does): engine::channels::create
+// and a minted channel's first open use it.
+func (t *channelTable) roomFor(owner string, n int) bool {
+	t.mu.Lock()
+	gone := t.evictInline(owner, t.byOwner[owner]+n-MaxChannelsPerConnection)
+	ok := t.byOwner[owner]+n <= MaxChannelsPerConnection
+	t.mu.Unlock()
+	killAll(gone)
+	return ok
+}
+
+// replyRefs is what ChargeReplyChannels reads from a reply.
+type replyRefs struct {
+	refs []protocol.StreamChannelRef
+	// inline is the index in refs of the channel whose whole stream the
+	// reply also carries inline: the ref of top-level "content" when
+	// top-level "body" is a string (contract.FsReadResponse); -1 when
+	// none. A key named twice means its last value, as in encoding/json
+	// and JSON.parse.
+	inline int
+}
+
+// replyChannelRefs is the channel refs among the top-level fields of the
+// JSON object reply (fields whose value is an object with a channel_id
+// and an access_key), and which one the reply inlines. A reply can carry
+// a file of up to a megabyte inline (fs::read's body); decoding it with
+// encoding/json cost about 6 ms a megabyte, so the fields are found by a
+// scan that skips strings with IndexByte, and only object values are
+// decoded. Malformed JSON yields the refs found before the fault and,
+// where the scan sees the fault, no inline one (it does not validate the
+// values it skips: the caller cannot decode such a reply anyway).
+func replyChannelRefs(reply []byte) replyRefs {
+	rr := replyRefs{inline: -1}
+	if !bytes.Contains(reply, []byte(`"channel_id"`)) {
+		return rr
+	}
 	i := skipSpace(reply, 0)
 	if i >= len(reply) || reply[i] != '{' {
-		return nil
+		return rr
 	}
+	content, body := -1, false
 	i++
-	for {
+	for first := true; ; first = false {
 		i = skipSpace(reply, i)
+		if first && i < len(reply) && reply[i] == '}' {
+			return rr
+		}
 		if i >= len(reply) || reply[i] != '"' {
-			return refs // '}' or a fault
+			return rr // a fault
 		}
+		key := i
 		if i = skipString(reply, i); i < 0 {
-			return refs
+			return rr
 		}
+		name := keyName(reply[key:i])
 		i = skipSpace(reply, i)
 		if i >= len(reply) || reply[i] != ':' {
-			return refs
+			return rr
 		}
 		start := skipSpace(reply, i+1)
 		end := skipValue(reply, start)
 		if end < 0 {
-			return refs
+			return rr
 		}
+		isRef := false
 		if reply[start] == '{' {
 			var r protocol.StreamChannelRef
 			if json.Unmarshal(reply[start:end], &r) == nil && r.ChannelID != "" && r.AccessKey != "" {
-				refs = append(refs, r)
+				rr.refs = append(rr.refs, r)
+				isRef = true
 			}
 		}
-		i = skipSpace(reply, end)
-		if i >= len(reply) || reply[i] != ',' {
-			return refs
+		switch name {
+		case "content":
+			content = -1
+			if isRef {
+				content = len(rr.refs) - 1
+			}
+		case "body":
+			body = reply[start] == '"'
 		}
-		i++
+		i = skipSpace(reply, end)
+		switch {
+		case i < len(reply) && reply[i] == ',':
+			i++
+		case i < len(reply) && reply[i] == '}':
+			if body && skipSpace(reply, i+1) == len(reply) {
+				rr.inline = content
+			}
+			return rr
+		default:
+			return rr // a fault
+		}
 	}
+}
+
+// keyName is the object key q (quoted, as in the reply) names, decoded
+// only when it has escapes; "" when it does not decode.
+func keyName(q []byte) string {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return string(q[1 : len(q)-1])
+	}
+	var s string
+	if json.Unmarshal(q, &s) != nil {
+		return ""
+	}
+	return s
 }
 
 func skipSpace(b []byte, i int) int {

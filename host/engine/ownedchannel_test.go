@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	gocmp "github.com/google/go-cmp/cmp"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
@@ -232,7 +233,7 @@ func TestTransferToClosingConnection(t *testing.T) {
 	assert.NilError(t, err)
 	w := &worker{id: "closing-conn"}
 	w.closing.Store(true)
-	err = te.channels.transfer(from, w.id, w, false, []protocol.StreamChannelRef{r})
+	err = te.channels.transfer(from, w.id, w, false, replyRefs{refs: []protocol.StreamChannelRef{r}, inline: -1})
 	assert.ErrorContains(t, err, "is gone")
 	assert.Check(t, te.channels.get(r.ChannelID) == nil)
 	assert.Check(t, is.Equal(te.OwnedChannels(w.id), 0))
@@ -241,8 +242,9 @@ func TestTransferToClosingConnection(t *testing.T) {
 
 // FuzzReplyChannelRefs holds the scan that finds a reply's channels to
 // encoding/json: for every valid JSON object the refs found are the ones
-// a decoder finds among its top-level fields, in order; anything else
-// only must not panic.
+// a decoder finds among its top-level fields, in order, and the inline
+// one is the last "content" field's when that is a ref and the last
+// "body" field is a string; anything else only must not panic.
 func FuzzReplyChannelRefs(f *testing.F) {
 	ref := `{"channel_id":"c1","access_key":"k1","direction":"read"}`
 	for _, s := range []string{
@@ -254,6 +256,13 @@ func FuzzReplyChannelRefs(f *testing.F) {
 		`{"content":{"CHANNEL_ID":"c","access_key":"k"}}`,
 		`{"content":{"channel_id":"c","access_key":""}}`,
 		`{"content":{"channel_id":1,"access_key":"k"},"x":"channel_id"}`,
+		`{"\u0062ody":"x","c\u006fntent":` + ref + `}`,
+		`{"body":"x","content":` + ref + `,"body":null}`,
+		`{"content":` + ref + `,"body":"x","content":{"channel_id":"c2","access_key":"k2"}}`,
+		`{"content":` + ref + `,"body":"x","content":1}`,
+		`{"body":1,"content":` + ref + `}`,
+		`{"content":` + ref + `,"body":"x",}`,
+		`{"content":` + ref + `,"body":"x"}0`,
 		`["channel_id",` + ref + `]`,
 		`{"content":` + ref,
 		`{"body":"unterminated channel_id`,
@@ -268,25 +277,41 @@ func FuzzReplyChannelRefs(f *testing.F) {
 		}
 		dec := json.NewDecoder(bytes.NewReader(b))
 		if tok, _ := dec.Token(); tok != json.Delim('{') {
-			if len(got) != 0 {
-				t.Fatalf("%q is not an object, found %v", b, got)
+			if len(got.refs) != 0 || got.inline != -1 {
+				t.Fatalf("%q is not an object, found %+v", b, got)
 			}
 			return
 		}
-		var want []protocol.StreamChannelRef
+		want := replyRefs{inline: -1}
+		content, body := -1, false
 		for dec.More() {
-			_, err := dec.Token()
+			key, err := dec.Token()
 			assert.NilError(t, err)
 			var v json.RawMessage
 			assert.NilError(t, dec.Decode(&v))
 			var r protocol.StreamChannelRef
-			if v[0] == '{' && json.Unmarshal(v, &r) == nil && r.ChannelID != "" && r.AccessKey != "" {
-				want = append(want, r)
+			isRef := v[0] == '{' && json.Unmarshal(v, &r) == nil && r.ChannelID != "" && r.AccessKey != ""
+			if isRef {
+				want.refs = append(want.refs, r)
+			}
+			switch key {
+			case "content":
+				content = -1
+				if isRef {
+					content = len(want.refs) - 1
+				}
+			case "body":
+				body = v[0] == '"'
 			}
 		}
-		assert.DeepEqual(t, got, want)
+		if body {
+			want.inline = content
+		}
+		assert.DeepEqual(t, got, want, cmpReplyRefs)
 	})
 }
+
+var cmpReplyRefs = gocmp.AllowUnexported(replyRefs{})
 
 // BenchmarkReplyChannelRefs is the scan of an fs::read reply that inlines
 // a file of almost InlineBodyLimit (1 MiB): what ChargeReplyChannels adds
@@ -299,8 +324,8 @@ func BenchmarkReplyChannelRefs(b *testing.B) {
 	})
 	b.SetBytes(int64(len(reply)))
 	for b.Loop() {
-		if refs := replyChannelRefs(reply); len(refs) != 1 {
-			b.Fatalf("found %d refs", len(refs))
+		if rr := replyChannelRefs(reply); len(rr.refs) != 1 || rr.inline != 0 {
+			b.Fatalf("found %+v", rr)
 		}
 	}
 }
