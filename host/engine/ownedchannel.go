@@ -296,7 +296,7 @@ func replyChannelRefs(reply []byte) replyRefs {
 		if i = skipString(reply, i); i < 0 {
 			return rr
 		}
-		name := keyName(reply[key:i])
+		q := reply[key:i]
 		i = skipSpace(reply, i)
 		if i >= len(reply) || reply[i] != ':' {
 			return rr
@@ -314,13 +314,13 @@ func replyChannelRefs(reply []byte) replyRefs {
 				isRef = true
 			}
 		}
-		switch name {
-		case "content":
+		switch {
+		case keyIs(q, "content"):
 			content = -1
 			if isRef {
 				content = len(rr.refs) - 1
 			}
-		case "body":
+		case keyIs(q, "body"):
 			body = reply[start] == '"'
 		}
 		i = skipSpace(reply, end)
@@ -338,17 +338,15 @@ func replyChannelRefs(reply []byte) replyRefs {
 	}
 }
 
-// keyName is the object key q (quoted, as in the reply) names, decoded
-// only when it has escapes; "" when it does not decode.
-func keyName(q []byte) string {
+// keyIs reports whether the object key q (quoted, as in the reply) is
+// name; it decodes q only when q has escapes, so the common case
+// allocates nothing.
+func keyIs(q []byte, name string) bool {
 	if bytes.IndexByte(q, '\\') < 0 {
-		return string(q[1 : len(q)-1])
+		return string(q[1:len(q)-1]) == name
 	}
 	var s string
-	if json.Unmarshal(q, &s) != nil {
-		return ""
-	}
-	return s
+	return json.Unmarshal(q, &s) == nil && s == name
 }
 
 func skipSpace(b []byte, i int) int {
