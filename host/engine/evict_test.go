@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -197,4 +198,72 @@ func TestInlineChannelsGiveWay(t *testing.T) {
 	assert.Check(t, is.Equal(code, CodeLimitExceeded))
 	_, err = te.OpenChannelReader(l.ref(2, false, protocol.DirectionRead))
 	assert.Check(t, is.ErrorContains(err, "holds 256 channels, its limit"))
+}
+
+// TestEvictRacesReaders: readers opening a connection's inline-delivered
+// channels while hand-overs at its share evict them either open one and
+// read its whole stream, or are told it is gone or taken: an eviction
+// never cuts a stream a reader has opened, and the connection never holds
+// more than its share.
+func TestEvictRacesReaders(t *testing.T) {
+	const (
+		from  = "adapter:default/a"
+		extra = 300
+	)
+	te := startEngine(t, Options{})
+	caller := te.dial(t)
+	call := &Call{CallerWorkerID: caller.workerID}
+	hand := func(i int) protocol.StreamChannelRef {
+		w, r, err := te.CreateOwnedChannel(from, MaxChannelsPerAdapter)
+		assert.NilError(t, err)
+		wr, err := te.OpenChannelWriter(w)
+		assert.NilError(t, err)
+		body := fmt.Sprint("file ", i)
+		_, err = wr.Write([]byte(body))
+		assert.NilError(t, err)
+		assert.NilError(t, wr.Close())
+		assert.NilError(t, te.ChargeReplyChannels(from, call, mustJSON(t, map[string]any{"content": r, "body": body})))
+		return r
+	}
+	refs := make([]protocol.StreamChannelRef, MaxChannelsPerConnection)
+	for i := range refs {
+		refs[i] = hand(i)
+	}
+
+	type outcome struct {
+		opened, refused int
+		bad             []string
+	}
+	done := make(chan outcome)
+	go func() {
+		var o outcome
+		for i, r := range refs {
+			rd, err := te.OpenChannelReader(r)
+			if err != nil {
+				if errors.Is(err, ErrChannelNotFound) || errors.Is(err, ErrChannelEndTaken) {
+					o.refused++
+				} else {
+					o.bad = append(o.bad, fmt.Sprintf("open %d: %v", i, err))
+				}
+				continue
+			}
+			o.opened++
+			b, err := io.ReadAll(rd)
+			if err != nil || string(b) != fmt.Sprint("file ", i) {
+				o.bad = append(o.bad, fmt.Sprintf("read %d: %q, %v", i, b, err))
+			}
+			_ = rd.Close()
+		}
+		done <- o
+	}()
+	for i := range extra {
+		hand(MaxChannelsPerConnection + i)
+		if n := te.OwnedChannels(caller.workerID); n > MaxChannelsPerConnection {
+			t.Fatalf("after hand-over %d the connection holds %d channels", i+1, n)
+		}
+	}
+	o := <-done
+	assert.Check(t, is.Len(o.bad, 0), "%v", o.bad)
+	assert.Check(t, is.Equal(o.opened+o.refused, MaxChannelsPerConnection))
+	t.Logf("readers opened %d, found %d evicted", o.opened, o.refused)
 }
