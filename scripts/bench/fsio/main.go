@@ -111,8 +111,13 @@ func run(sizeMiB, runs int, cpuprofile string) error {
 	}
 	defer eng.close()
 	c := eng.cl
+	// No snapshot templates: the first create would also boot a second VM
+	// to record one, whose boot competes with the first transfers and whose
+	// CPU time (counted, then gone when it exits) lands on whichever
+	// transfer is running. The sandbox VM is then booted exactly as the
+	// direct one is; the transfer path does not involve templates.
 	if _, err := c.Call(ctx, "engine::adapters::start", map[string]any{"adapter": "sandbox-libkrun", "namespace": "default", "path": bin,
-		"config": map[string]any{"image_allowlist": []string{"python"}, "state_dir": filepath.Join(work, "s"), "cache_dir": cache}}); err != nil {
+		"config": map[string]any{"image_allowlist": []string{"python"}, "state_dir": filepath.Join(work, "s"), "cache_dir": cache, "snapshot_templates": false}}); err != nil {
 		return fmt.Errorf("start the adapter: %w", err)
 	}
 	raw, err := c.Call(ctx, "sandbox::create", map[string]any{"image": "python"}, client.WithTimeout(callTimeout))
