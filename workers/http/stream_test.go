@@ -369,20 +369,70 @@ func waitRetired(t *testing.T, cs *ClientStreams) {
 // requestRefs is the channel refs one request's function received.
 type requestRefs struct{ body, response protocol.StreamChannelRef }
 
-// A request whose function uses neither channel leaves nothing behind: once
-// it is answered, its refs open nothing (the worker retired its minted
-// refs; the engine had never made their channels).
-func TestStreamingUnusedChannelsCleanedUp(t *testing.T) {
-	url, app, _, cs := streamingWorkerEnv(t, 5000)
-	got := make(chan requestRefs, 10)
-	route(t, app, "app::plain", "/plain", "GET", func(_ context.Context, inv *client.Invocation) (any, error) {
+// recordRefs is a function that sends its request's refs to got and
+// answers 200 "ok" without using them.
+func recordRefs(got chan<- requestRefs) client.Handler {
+	return func(_ context.Context, inv *client.Invocation) (any, error) {
 		var req Request
 		if err := json.Unmarshal(inv.Data, &req); err != nil || req.RequestBody == nil || req.Response == nil {
 			return nil, fmt.Errorf("no channel refs in %s (%v)", inv.Data, err)
 		}
 		got <- requestRefs{*req.RequestBody, *req.Response}
 		return map[string]any{"status_code": 200, "body": "ok"}, nil
-	})
+	}
+}
+
+// streamAfter waits for release, then answers through the response
+// channel with text, as a function that streams its answer late does.
+func streamAfter(ctx context.Context, app *client.Client, response protocol.StreamChannelRef, release <-chan struct{}, text string) (any, error) {
+	select {
+	case <-release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	w, err := app.OpenChannelWriter(ctx, response)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		defer w.Close()
+		_, _ = w.Write([]byte(text))
+	}()
+	return nil, nil
+}
+
+// requestInBackground sends a request from another goroutine; the channel
+// gets "<status> <body>", or the client's error.
+func requestInBackground(method, url, body string) <-chan string {
+	answered := make(chan string, 1)
+	go func() {
+		req, err := http.NewRequest(method, url, strings.NewReader(body))
+		if err != nil {
+			answered <- err.Error()
+			return
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "text/plain")
+		}
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		answered <- fmt.Sprintf("%d %s", r.StatusCode, b)
+	}()
+	return answered
+}
+
+// A request whose function uses neither channel leaves nothing behind: once
+// it is answered, its refs open nothing (the worker retired its minted
+// refs; the engine had never made their channels).
+func TestStreamingUnusedChannelsCleanedUp(t *testing.T) {
+	url, app, _, cs := streamingWorkerEnv(t, 5000)
+	got := make(chan requestRefs, 10)
+	route(t, app, "app::plain", "/plain", "GET", recordRefs(got))
 	resp, body := do(t, "GET", url+"/plain", "")
 	assert.Assert(t, resp.StatusCode == 200, body)
 	var refs requestRefs
@@ -418,42 +468,14 @@ func TestStreamingForeignCallerRefused(t *testing.T) {
 			return nil, fmt.Errorf("no channel refs in %s (%v)", inv.Data, err)
 		}
 		got <- requestRefs{*req.RequestBody, *req.Response}
-		select {
-		case <-proceed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		w, err := app.OpenChannelWriter(ctx, *req.Response)
-		if err != nil {
-			return nil, err
-		}
-		go func() {
-			defer w.Close()
-			_, _ = w.Write([]byte("streamed"))
-		}()
-		return nil, nil
+		return streamAfter(ctx, app, *req.Response, proceed, "streamed")
 	})
-	route(t, app, "app::other", "/other", "GET", func(_ context.Context, inv *client.Invocation) (any, error) {
-		var req Request
-		_ = json.Unmarshal(inv.Data, &req)
-		got <- requestRefs{*req.RequestBody, *req.Response}
-		return map[string]any{"status_code": 200, "body": "ok"}, nil
-	})
+	route(t, app, "app::other", "/other", "GET", recordRefs(got))
 	// Both routes exist before the slow request is sent once.
 	resp, body := do(t, "GET", url+"/other", "")
 	assert.Assert(t, resp.StatusCode == 200, body)
 	other := <-got
-	answered := make(chan string, 1)
-	go func() {
-		r, err := http.Post(url+"/slow", "text/plain", strings.NewReader("x"))
-		if err != nil {
-			answered <- err.Error()
-			return
-		}
-		b, _ := io.ReadAll(r.Body)
-		r.Body.Close()
-		answered <- fmt.Sprintf("%d %s", r.StatusCode, b)
-	}()
+	answered := requestInBackground("POST", url+"/slow", "x")
 	var refs requestRefs
 	select {
 	case refs = <-got:
@@ -497,44 +519,16 @@ func TestStreamingRetiresAroundLongRequest(t *testing.T) {
 		if req.QueryParams["warm"] != "" {
 			return map[string]any{"status_code": 200}, nil
 		}
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		w, err := app.OpenChannelWriter(ctx, *req.Response)
-		if err != nil {
-			return nil, err
-		}
-		go func() {
-			defer w.Close()
-			_, _ = w.Write([]byte("late"))
-		}()
-		return nil, nil
+		return streamAfter(ctx, app, *req.Response, release, "late")
 	})
 	got := make(chan requestRefs, 10)
-	route(t, app, "app::short", "/short", "GET", func(_ context.Context, inv *client.Invocation) (any, error) {
-		var req Request
-		_ = json.Unmarshal(inv.Data, &req)
-		got <- requestRefs{*req.RequestBody, *req.Response}
-		return map[string]any{"status_code": 200, "body": "ok"}, nil
-	})
+	route(t, app, "app::short", "/short", "GET", recordRefs(got))
 	do(t, "GET", url+"/long?warm=1", "")
 	do(t, "GET", url+"/short", "")
 	for len(got) > 0 {
 		<-got
 	}
-	answered := make(chan string, 1)
-	go func() {
-		r, err := http.Get(url + "/long")
-		if err != nil {
-			answered <- err.Error()
-			return
-		}
-		b, _ := io.ReadAll(r.Body)
-		r.Body.Close()
-		answered <- fmt.Sprintf("%d %s", r.StatusCode, b)
-	}()
+	answered := requestInBackground("GET", url+"/long", "")
 	resp, body := do(t, "GET", url+"/short", "")
 	assert.Assert(t, resp.StatusCode == 200, body)
 	refs := <-got
