@@ -15,7 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/klauspost/compress/gzip"
+	"github.com/iii-sandbox/iii/internal/tarextract"
 )
 
 // NPMPackage is a package of the npm registry unpacked into an image:
@@ -114,17 +114,25 @@ func fetchNPM(ctx context.Context, dir string, p NPMPackage, logf func(string, .
 // unpackNPM writes the package's files into root. Entries are regular
 // files and directories under package/; anything else (links, devices,
 // paths leaving the package) is refused, so a tarball cannot write
-// outside the place the recipe gives it.
-func unpackNPM(tgz, root string, p NPMPackage) error {
+// outside the place the recipe gives it; and every write goes through an
+// os.Root of the image's root, as internal/tarextract's do, so a link the
+// Debian packages left cannot lead one out either.
+func unpackNPM(tgz, rootDir string, p NPMPackage) error {
 	f, err := os.Open(tgz)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	zr, err := gzip.NewReader(f)
+	zr, err := tarextract.Decompress(f)
 	if err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(tgz), err)
 	}
+	defer zr.Close()
+	root, err := os.OpenRoot(rootDir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	tr := tar.NewReader(zr)
 	wanted := map[string]bool{}
 	for from := range p.Files {
@@ -156,14 +164,13 @@ func unpackNPM(tgz, root string, p NPMPackage) error {
 		if !filepath.IsLocal(dest) {
 			return fmt.Errorf("%s: destination %q is not inside the image", p.Spec, dest)
 		}
-		target := filepath.Join(root, filepath.FromSlash(dest))
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
+			if err := root.MkdirAll(dest, 0o755); err != nil {
 				return err
 			}
 		case tar.TypeReg:
-			if err := writeFileFrom(target, tr, fs.FileMode(hdr.Mode)&0o755|0o644); err != nil {
+			if err := writeFileFrom(root, dest, tr, fs.FileMode(hdr.Mode)&0o755|0o644); err != nil {
 				return fmt.Errorf("%s: %s: %w", p.Spec, rel, err)
 			}
 		default:
@@ -178,11 +185,11 @@ func unpackNPM(tgz, root string, p NPMPackage) error {
 	return nil
 }
 
-func writeFileFrom(target string, r io.Reader, mode fs.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+func writeFileFrom(root *os.Root, name string, r io.Reader, mode fs.FileMode) error {
+	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
 		return err
 	}
-	out, err := os.OpenFile(target, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+	out, err := root.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
 	if err != nil {
 		return err
 	}
@@ -195,5 +202,5 @@ func writeFileFrom(target string, r io.Reader, mode fs.FileMode) error {
 	}
 	// The umask must not narrow what the package grants (npm's scripts
 	// are executable).
-	return os.Chmod(target, mode)
+	return root.Chmod(name, mode)
 }
