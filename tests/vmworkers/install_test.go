@@ -14,7 +14,6 @@ import (
 	"gotest.tools/v3/icmd"
 
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
-	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 )
 
 // TestVMWorkerInstallRerunsOnManifestChange runs a Node VM worker with an
@@ -25,9 +24,7 @@ import (
 func TestVMWorkerInstallRerunsOnManifestChange(t *testing.T) {
 	layout, nodeModules := vmHost(t)
 	iii := buildRegistry(t, t.TempDir())
-	sbState := dirs.Short(t, "vis")
-	cache := dirs.Short(t, "vic")
-	assert.NilError(t, os.Symlink(layout, filepath.Join(cache, "oci")))
+	sbState, cache := adapterDirs(t, layout, "vi")
 
 	files := map[string][]byte{
 		"w/iii.worker.yaml": []byte("name: w\nruntime:\n  kind: javascript\n  base_image: node\n" +

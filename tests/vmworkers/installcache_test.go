@@ -14,7 +14,6 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/iii-sandbox/iii/internal/testkit/composeproj"
-	"github.com/iii-sandbox/iii/internal/testkit/dirs"
 	"github.com/iii-sandbox/iii/internal/testkit/nodesdk"
 )
 
@@ -30,9 +29,7 @@ import (
 func TestVMWorkerInstallCache(t *testing.T) {
 	layout, nodeModules := vmHost(t)
 	iii := buildRegistry(t, t.TempDir())
-	sbState := dirs.Short(t, "vcs")
-	cache := dirs.Short(t, "vcc")
-	assert.NilError(t, os.Symlink(layout, filepath.Join(cache, "oci")))
+	sbState, cache := adapterDirs(t, layout, "vc")
 
 	files := map[string][]byte{
 		// The install stamps the disk outside /workspace, where only a

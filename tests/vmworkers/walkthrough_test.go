@@ -80,6 +80,17 @@ func vmHost(t *testing.T) (layout, nodeModules string) {
 	return layout, nodesdk.FindModules(t)
 }
 
+// adapterDirs makes the adapter's state_dir and cache_dir, short (the
+// adapter keeps unix sockets under them), the cache pointing at layout's
+// images: tag names them.
+func adapterDirs(t *testing.T, layout, tag string) (state, cache string) {
+	t.Helper()
+	state = dirs.Short(t, tag+"s")
+	cache = dirs.Short(t, tag+"c")
+	assert.NilError(t, os.Symlink(layout, filepath.Join(cache, "oci")))
+	return state, cache
+}
+
 // TestVMWorkersWalkthrough performs docs/vm-workers.md's walkthrough: the
 // page's files, its sh steps, the vendoring of the Node SDK (from the
 // pinned copy, offline), then `iii compose --up` with the adapter set up
@@ -99,9 +110,7 @@ func TestVMWorkersWalkthrough(t *testing.T) {
 	assert.Assert(t, len(steps) > 0)
 
 	iii := buildRegistry(t, t.TempDir())
-	sbState := dirs.Short(t, "vws")
-	cache := dirs.Short(t, "vwc")
-	assert.NilError(t, os.Symlink(layout, filepath.Join(cache, "oci")))
+	sbState, cache := adapterDirs(t, layout, "vw")
 	compose := files["worker-compose.yaml"]
 	delete(files, "worker-compose.yaml")
 	// This host's adapter settings, and room for a first start under TCG.
