@@ -270,7 +270,10 @@ type replyRefs struct {
 // a file of up to a megabyte inline (fs::read's body); decoding it with
 // encoding/json cost about 6 ms a megabyte, so the fields are found by a
 // scan that skips strings with IndexByte, and only object values are
-// decoded. Malformed JSON yields the refs found before the fault and,
+// decoded. (Not protocol.ObjectMembers: it validates every string and
+// stops at every escape, and on a megabyte of source code it took 1.2 ms
+// against this scan's 0.25 ms, measured 2026-12-03.) Malformed JSON
+// yields the refs found before the fault and,
 // where the scan sees the fault, no inline one (it does not validate the
 // values it skips: the caller cannot decode such a reply anyway).
 func replyChannelRefs(reply []byte) replyRefs {
